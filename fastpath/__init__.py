@@ -1,0 +1,1 @@
+"""pelotari's hot paths in Cython: codec, batch I/O, backbone loop, client journal."""

@@ -1,0 +1,72 @@
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from posix.uio cimport iovec
+from fastpath.csocket cimport sockaddr_in
+from fastpath.batchio cimport RecvBatch, SendBatch
+
+# Drop reasons. The first five mirror codec.CodecFault so classify()'s result indexes here.
+cdef enum:
+    DROP_TRUNCATED = 1
+    DROP_LENGTH_MISMATCH = 2
+    DROP_UNKNOWN_TYPE = 3
+    DROP_OVERSIZE = 4
+    DROP_INVALID_FIELD = 5
+    DROP_UNEXPECTED_TYPE = 6
+    DROP_FOREIGN_ADDRESS = 7
+    DROP_REQUEST_TOO_LARGE = 8
+    DROP_NO_JOURNAL_PEER = 9
+    DROP_TABLE_FULL = 10
+    DROP_ZERO_PORT = 11
+    N_DROPS = 12
+
+cdef struct Subscriber:
+    uint64_t key          # (IPv4 address << 16) | port, host byte order
+    sockaddr_in sa        # where DELIVERs and FORWARDs go
+    int64_t expires_ns    # CLOCK_MONOTONIC; live while now < expires_ns
+    uint64_t flags
+
+cdef struct Counters:
+    uint64_t datagrams_in
+    uint64_t bytes_in
+    uint64_t pushes
+    uint64_t delivers
+    uint64_t keepalives
+    uint64_t requests
+    uint64_t forwards
+    uint64_t receive_errors
+    uint64_t batches
+    uint64_t drops[N_DROPS]
+
+cdef struct Slot:
+    uint8_t scratch[32]   # DELIVER header, ACK type byte or FORWARD for this datagram
+    iovec iov[2]
+
+cdef class BackboneLoop:
+    cdef int fd
+    cdef int wake_r, wake_w
+    cdef volatile int stopping
+    cdef readonly bint running
+    cdef int64_t window_ns
+    cdef Py_ssize_t max_data
+    cdef uint64_t max_request_range
+    cdef bint allow_foreign
+    cdef uint64_t next_seq
+    cdef uint64_t rng
+    cdef Counters c
+    cdef RecvBatch rx
+    cdef SendBatch tx
+    cdef Slot* slots
+    cdef Subscriber* subs
+    cdef int nsubs
+    cdef int max_subs
+    cdef int* index        # open-addressing hash: subscriber index + 1, 0 = empty
+    cdef uint64_t index_mask
+    cdef int64_t next_sweep_ns
+
+    cdef void handle(self, int i, int64_t now) noexcept nogil
+    cdef void on_push(self, int i, const uint8_t* p, Py_ssize_t n, int64_t now) noexcept nogil
+    cdef void on_keepalive(self, int i, const uint8_t* p, int64_t now) noexcept nogil
+    cdef void on_request(self, int i, const uint8_t* p, int64_t now) noexcept nogil
+    cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil
+    cdef Subscriber* upsert(self, uint64_t key, int64_t now) noexcept nogil
+    cdef void sweep(self, int64_t now) noexcept nogil
+    cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen) noexcept nogil

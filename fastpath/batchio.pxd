@@ -1,0 +1,46 @@
+from libc.stdint cimport uint8_t, uint64_t
+from posix.uio cimport iovec
+from fastpath.csocket cimport mmsghdr, sockaddr_in
+
+
+cdef class RecvBatch:
+    """Preallocated slots for recvmmsg: one buffer, iovec and source address per datagram."""
+    cdef readonly int capacity
+    cdef readonly Py_ssize_t slot_size
+    cdef readonly int count
+    cdef uint8_t* arena
+    cdef iovec* iovs
+    cdef sockaddr_in* addrs
+    cdef mmsghdr* msgs
+
+    cdef int receive(self, int fd) noexcept nogil
+    cdef inline const uint8_t* slot(self, int i) noexcept nogil:
+        return self.arena + i * self.slot_size
+    cdef inline Py_ssize_t length(self, int i) noexcept nogil:
+        return self.msgs[i].msg_len
+    cdef inline bint truncated(self, int i) noexcept nogil:
+        return self.msgs[i].msg_hdr.msg_flags != 0
+
+
+cdef class SendBatch:
+    """A queue of datagrams described by pointers (nothing copied) flushed with sendmmsg.
+
+    The memory each entry points to must stay valid until flush() returns.
+    """
+    cdef readonly int capacity
+    cdef readonly int count
+    cdef public uint64_t sent
+    cdef public uint64_t bytes_sent
+    cdef public uint64_t errors
+    cdef mmsghdr* msgs
+
+    cdef inline bint full(self) noexcept nogil:
+        return self.count >= self.capacity
+    cdef inline void add(self, sockaddr_in* dst, iovec* iov, int iovlen) noexcept nogil:
+        cdef mmsghdr* m = &self.msgs[self.count]
+        m.msg_hdr.msg_name = dst
+        m.msg_hdr.msg_namelen = sizeof(sockaddr_in)
+        m.msg_hdr.msg_iov = iov
+        m.msg_hdr.msg_iovlen = iovlen
+        self.count += 1
+    cdef int flush(self, int fd) noexcept nogil

@@ -1,0 +1,186 @@
+# cython: language_level=3
+"""recvmmsg/sendmmsg batching; fan-out sends header and payload as separate iovecs."""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memset
+from posix.uio cimport iovec
+
+from fastpath.csocket cimport (mmsghdr, sockaddr_in, recvmmsg, sendmmsg, poll, pollfd, POLLOUT,
+                               errno, EAGAIN, EWOULDBLOCK, EINTR, ENOBUFS, MSG_DONTWAIT, AF_INET,
+                               htons, ntohs, htonl, ntohl)
+
+import socket
+
+cdef int SEND_BLOCKED_WAIT_MS = 50  # how long a full socket buffer may stall one flush
+
+
+cdef class RecvBatch:
+    def __cinit__(self, int capacity=64, Py_ssize_t slot_size=65536):
+        cdef Py_ssize_t i
+        if capacity < 1 or capacity > 1024:
+            raise ValueError(f"capacity {capacity} outside 1..1024")
+        if slot_size < 1 or slot_size > 65536:
+            raise ValueError(f"slot_size {slot_size} outside 1..65536")
+        self.capacity = capacity
+        self.slot_size = slot_size
+        self.arena = <uint8_t*>PyMem_Calloc(capacity, slot_size)
+        self.iovs = <iovec*>PyMem_Calloc(capacity, sizeof(iovec))
+        self.addrs = <sockaddr_in*>PyMem_Calloc(capacity, sizeof(sockaddr_in))
+        self.msgs = <mmsghdr*>PyMem_Calloc(capacity, sizeof(mmsghdr))
+        if not (self.arena and self.iovs and self.addrs and self.msgs):
+            raise MemoryError()
+        for i in range(capacity):
+            self.iovs[i].iov_base = self.arena + i * slot_size
+            self.iovs[i].iov_len = slot_size
+
+    def __dealloc__(self):
+        PyMem_Free(self.arena)
+        PyMem_Free(self.iovs)
+        PyMem_Free(self.addrs)
+        PyMem_Free(self.msgs)
+
+    cdef int receive(self, int fd) noexcept nogil:
+        """Non-blocking recvmmsg into the slots; return the count (0 if none) or -errno."""
+        cdef int i, rc
+        for i in range(self.capacity):
+            self.msgs[i].msg_hdr.msg_name = &self.addrs[i]
+            self.msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in)
+            self.msgs[i].msg_hdr.msg_iov = &self.iovs[i]
+            self.msgs[i].msg_hdr.msg_iovlen = 1
+            self.msgs[i].msg_hdr.msg_control = NULL
+            self.msgs[i].msg_hdr.msg_controllen = 0
+            self.msgs[i].msg_hdr.msg_flags = 0
+        while True:
+            rc = recvmmsg(fd, self.msgs, self.capacity, MSG_DONTWAIT, NULL)
+            if rc >= 0:
+                self.count = rc
+                return rc
+            if errno == EINTR:
+                continue
+            self.count = 0
+            if errno == EAGAIN or errno == EWOULDBLOCK:
+                return 0
+            return -errno
+
+    def recv(self, sock):
+        """Receive up to capacity datagrams without blocking; return [(bytes, (host, port))]."""
+        cdef int fd = sock.fileno()
+        cdef int rc
+        with nogil:
+            rc = self.receive(fd)
+        if rc < 0:
+            raise OSError(-rc, "recvmmsg failed")
+        out = []
+        for i in range(rc):
+            out.append((PyBytes_FromStringAndSize(<const char*>self.slot(i), self.length(i)),
+                        _py_addr(&self.addrs[i])))
+        return out
+
+
+cdef tuple _py_addr(sockaddr_in* sa):
+    cdef uint32_t a = ntohl(sa.sin_addr.s_addr)
+    return (f"{a >> 24}.{(a >> 16) & 0xff}.{(a >> 8) & 0xff}.{a & 0xff}", ntohs(sa.sin_port))
+
+
+cdef int _fill_addr(sockaddr_in* sa, addr) except -1:
+    host, port = addr
+    packed = socket.inet_aton(host)
+    memset(sa, 0, sizeof(sockaddr_in))
+    sa.sin_family = AF_INET
+    sa.sin_port = htons(<uint16_t>port)
+    sa.sin_addr.s_addr = htonl(int.from_bytes(packed, "big"))
+    return 0
+
+
+cdef class SendBatch:
+    def __cinit__(self, int capacity=1024):
+        if capacity < 1 or capacity > 1024:  # UIO_MAXIOV caps one sendmmsg at 1024
+            raise ValueError(f"capacity {capacity} outside 1..1024")
+        self.capacity = capacity
+        self.msgs = <mmsghdr*>PyMem_Calloc(capacity, sizeof(mmsghdr))
+        if not self.msgs:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.msgs)
+
+    cdef int flush(self, int fd) noexcept nogil:
+        """Send every queued datagram; a datagram the kernel refuses is counted and skipped."""
+        cdef int off = 0, rc, waited = 0
+        cdef int i
+        cdef pollfd pfd
+        while off < self.count:
+            rc = sendmmsg(fd, self.msgs + off, self.count - off, 0)
+            if rc > 0:
+                for i in range(off, off + rc):
+                    self.bytes_sent += self.msgs[i].msg_len
+                off += rc
+                self.sent += rc
+                continue
+            if rc < 0 and errno == EINTR:
+                continue
+            if rc < 0 and (errno == EAGAIN or errno == EWOULDBLOCK or errno == ENOBUFS) \
+                    and waited < SEND_BLOCKED_WAIT_MS:
+                pfd.fd = fd
+                pfd.events = POLLOUT
+                poll(&pfd, 1, 1)
+                waited += 1
+                continue
+            # sendmmsg reports a failure of the first datagram; skip it and go on.
+            self.errors += 1
+            off += 1
+        self.count = 0
+        return off
+
+    def send(self, sock, datagrams):
+        """Send [(bytes-like, (host, port))] with as few sendmmsg calls as possible."""
+        return _send_list(self, sock.fileno(), [(d, None, a) for d, a in datagrams])
+
+    def fan_out(self, sock, header, payload, addrs):
+        """Send header+payload to every address; the payload is shared, never copied."""
+        return _send_list(self, sock.fileno(), [(header, payload, a) for a in addrs])
+
+
+cdef int _send_list(SendBatch batch, int fd, list items) except -1:
+    cdef Py_ssize_t n = len(items), i, j, start
+    cdef Py_buffer* views = <Py_buffer*>PyMem_Calloc(2 * n + 1, sizeof(Py_buffer))
+    cdef iovec* iovs = <iovec*>PyMem_Calloc(2 * n + 1, sizeof(iovec))
+    cdef sockaddr_in* addrs = <sockaddr_in*>PyMem_Calloc(n + 1, sizeof(sockaddr_in))
+    cdef Py_ssize_t acquired = 0
+    cdef int total = 0
+    if not (views and iovs and addrs):
+        PyMem_Free(views); PyMem_Free(iovs); PyMem_Free(addrs)
+        raise MemoryError()
+    try:
+        # Buffers shared between items (a fan-out payload) are acquired once per item; the
+        # iovecs point at the same memory, so nothing is copied.
+        for i in range(n):
+            first, second, addr = items[i]
+            _fill_addr(&addrs[i], addr)
+            PyObject_GetBuffer(first, &views[acquired], PyBUF_SIMPLE)
+            iovs[2 * i].iov_base = views[acquired].buf
+            iovs[2 * i].iov_len = views[acquired].len
+            acquired += 1
+            if second is not None:
+                PyObject_GetBuffer(second, &views[acquired], PyBUF_SIMPLE)
+                iovs[2 * i + 1].iov_base = views[acquired].buf
+                iovs[2 * i + 1].iov_len = views[acquired].len
+                acquired += 1
+        start = 0
+        while start < n:
+            j = start
+            while j < n and not batch.full():
+                batch.add(&addrs[j], &iovs[2 * j], 1 if items[j][1] is None else 2)
+                j += 1
+            with nogil:
+                total += batch.flush(fd)
+            start = j
+        return total
+    finally:
+        for i in range(acquired):
+            PyBuffer_Release(&views[i])
+        PyMem_Free(views)
+        PyMem_Free(iovs)
+        PyMem_Free(addrs)

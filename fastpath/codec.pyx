@@ -1,0 +1,336 @@
+# cython: language_level=3
+"""Cython codec for the six fyrehose packet types (big-endian, byte-exact to the seed)."""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+from fastpath.wire cimport get_u16, get_u32, get_u48, put_u16, put_u32, put_u48, ReadBuffer, rb_at
+
+import socket
+
+from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, OversizePacket,
+                             TruncatedPacket, UnknownPacketType)
+from fastpath.packets import Deliver, Forward, Keepalive, KeepaliveAck, Push, Request
+from fastpath.packets import MAX_DATA as _PY_MAX_DATA
+
+assert _PY_MAX_DATA == MAX_DATA
+
+cdef uint64_t SEQ_MASK = (<uint64_t>1 << 48) - 1
+
+
+cdef int classify(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil:
+    """Validate a whole datagram; return its type, or -CodecFault."""
+    cdef int ptype
+    if n < 1:
+        return -FAULT_TRUNCATED
+    ptype = p[0]
+    if ptype == T_DELIVER or ptype == T_PUSH:
+        if n < HEADER_SIZE:
+            return -FAULT_TRUNCATED
+        if n - HEADER_SIZE > max_data:
+            return -FAULT_OVERSIZE
+        if get_u16(p + 1) != n - HEADER_SIZE:
+            return -FAULT_LENGTH_MISMATCH
+        return ptype
+    if ptype == T_REQUEST or ptype == T_FORWARD:
+        if n < RANGE_SIZE:
+            return -FAULT_TRUNCATED
+        if n != RANGE_SIZE:
+            return -FAULT_LENGTH_MISMATCH
+        if get_u48(p + 7) > get_u48(p + 13):
+            return -FAULT_INVALID_FIELD
+        return ptype
+    if ptype == T_KEEPALIVE:
+        if n < KEEPALIVE_SIZE:
+            return -FAULT_TRUNCATED
+        return ptype if n == KEEPALIVE_SIZE else -FAULT_LENGTH_MISMATCH
+    if ptype == T_KEEPALIVE_ACK:
+        if n < KEEPALIVE_ACK_SIZE:
+            return -FAULT_TRUNCATED
+        return ptype if n == KEEPALIVE_ACK_SIZE else -FAULT_LENGTH_MISMATCH
+    return -FAULT_UNKNOWN_TYPE
+
+
+cdef int raise_fault(int fault, const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) except -1:
+    if fault == FAULT_TRUNCATED:
+        if n == 0:
+            raise TruncatedPacket("empty datagram")
+        raise TruncatedPacket(f"{n}-byte datagram is shorter than the 0x{p[0]:x} packet's header")
+    if fault == FAULT_OVERSIZE:
+        raise OversizePacket(f"DATA of {n - HEADER_SIZE} bytes exceeds the limit of {max_data}")
+    if fault == FAULT_LENGTH_MISMATCH:
+        if p[0] == T_DELIVER or p[0] == T_PUSH:
+            raise LengthMismatch(
+                f"LENGTH says {get_u16(p + 1)} bytes of DATA, datagram carries {n - HEADER_SIZE}")
+        raise LengthMismatch(f"0x{p[0]:x} packet is fixed-size; datagram has {n} bytes")
+    if fault == FAULT_UNKNOWN_TYPE:
+        raise UnknownPacketType(f"unknown packet type 0x{p[0]:02x}")
+    if fault == FAULT_INVALID_FIELD:
+        raise InvalidField(f"FROM_SEQ {get_u48(p + 7)} is after TO_SEQ {get_u48(p + 13)}")
+    raise InvalidField("malformed datagram")
+
+
+cdef Py_ssize_t write_deliver_header(uint8_t* out, uint64_t seq, Py_ssize_t length) noexcept nogil:
+    out[0] = T_DELIVER
+    put_u16(out + 1, <uint16_t>length)
+    put_u48(out + 3, seq)
+    return HEADER_SIZE
+
+
+cdef inline str _addr_str(uint32_t a):
+    return f"{a >> 24}.{(a >> 16) & 0xff}.{(a >> 8) & 0xff}.{a & 0xff}"
+
+
+cdef uint32_t _addr_u32(addr) except? 0xffffffff:
+    cdef bytes packed
+    if not addr:
+        return 0
+    try:
+        packed = socket.inet_aton(addr)
+    except (OSError, TypeError):
+        raise InvalidField(f"ADDR {addr!r} is not an IPv4 address") from None
+    if len(packed) != 4:
+        raise InvalidField(f"ADDR {addr!r} is not an IPv4 address")
+    return get_u32(<const uint8_t*>PyBytes_AS_STRING(packed))
+
+
+cdef uint64_t _u48(value, str field) except? 0xffffffffffffffff:
+    if not 0 <= value <= SEQ_MASK:
+        raise InvalidField(f"{field} {value} does not fit in 48 bits")
+    return <uint64_t>value
+
+
+cdef uint16_t _port(value) except? 0xffff:
+    if not 0 <= value <= 0xffff:
+        raise InvalidField(f"PORT {value} is outside 0..65535")
+    return <uint16_t>value
+
+
+cdef class _Writer:
+    """Holds a writable buffer for the *_into encoders."""
+    cdef Py_buffer view
+    cdef uint8_t* out
+
+    def __cinit__(self, buf, Py_ssize_t offset, Py_ssize_t need):
+        PyObject_GetBuffer(buf, &self.view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        if offset < 0 or need > self.view.len - offset:
+            PyBuffer_Release(&self.view)
+            self.view.buf = NULL
+            raise BufferTooSmall(
+                f"packet of {need} bytes does not fit at offset {offset} of a {self.view.len}-byte buffer")
+        self.out = <uint8_t*>self.view.buf + offset
+
+    def __dealloc__(self):
+        if self.view.buf != NULL:
+            PyBuffer_Release(&self.view)
+
+
+cdef Py_ssize_t _encode_data(int ptype, uint64_t seq, data, buf, Py_ssize_t offset,
+                             Py_ssize_t max_data) except -1:
+    cdef Py_buffer src
+    cdef _Writer w
+    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
+    try:
+        if src.len > max_data:
+            raise OversizePacket(f"DATA of {src.len} bytes exceeds the limit of {max_data}")
+        w = _Writer(buf, offset, HEADER_SIZE + src.len)
+        w.out[0] = <uint8_t>ptype
+        put_u16(w.out + 1, <uint16_t>src.len)
+        put_u48(w.out + 3, seq)
+        if src.len:
+            memcpy(w.out + HEADER_SIZE, src.buf, src.len)
+        return HEADER_SIZE + src.len
+    finally:
+        PyBuffer_Release(&src)
+
+
+cdef Py_ssize_t _data_len(data) except -1:
+    cdef Py_buffer src
+    PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
+    n = src.len
+    PyBuffer_Release(&src)
+    return n
+
+
+def encode_deliver_into(buf, Py_ssize_t offset, sequence, data, Py_ssize_t max_data=MAX_DATA):
+    """Write a DELIVER into buf at offset; return the number of bytes written."""
+    return _encode_data(T_DELIVER, _u48(sequence, "SEQUENCE"), data, buf, offset, max_data)
+
+
+def encode_push_into(buf, Py_ssize_t offset, data, Py_ssize_t max_data=MAX_DATA):
+    """Write a PUSH (UNUSED zeroed) into buf at offset; return the number of bytes written."""
+    return _encode_data(T_PUSH, 0, data, buf, offset, max_data)
+
+
+def encode_deliver(sequence, data, Py_ssize_t max_data=MAX_DATA):
+    """Return a DELIVER datagram."""
+    cdef uint64_t seq = _u48(sequence, "SEQUENCE")
+    out = bytearray(HEADER_SIZE + min(_data_len(data), max_data + 1))
+    _encode_data(T_DELIVER, seq, data, out, 0, max_data)
+    return bytes(out)
+
+
+def encode_push(data, Py_ssize_t max_data=MAX_DATA):
+    """Return a PUSH datagram."""
+    out = bytearray(HEADER_SIZE + min(_data_len(data), max_data + 1))
+    _encode_data(T_PUSH, 0, data, out, 0, max_data)
+    return bytes(out)
+
+
+cdef Py_ssize_t _encode_range(int ptype, buf, Py_ssize_t offset, addr, port,
+                              from_seq, to_seq) except -1:
+    cdef uint32_t a = _addr_u32(addr)
+    cdef uint16_t pt = _port(port)
+    cdef uint64_t lo = _u48(from_seq, "FROM_SEQ")
+    cdef uint64_t hi = _u48(to_seq, "TO_SEQ")
+    if lo > hi:
+        raise InvalidField(f"FROM_SEQ {lo} is after TO_SEQ {hi}")
+    cdef _Writer w = _Writer(buf, offset, RANGE_SIZE)
+    w.out[0] = <uint8_t>ptype
+    put_u32(w.out + 1, a)
+    put_u16(w.out + 5, pt)
+    put_u48(w.out + 7, lo)
+    put_u48(w.out + 13, hi)
+    return RANGE_SIZE
+
+
+def encode_request_into(buf, Py_ssize_t offset, addr, port, from_seq, to_seq):
+    """Write a REQUEST into buf at offset; return the number of bytes written."""
+    return _encode_range(T_REQUEST, buf, offset, addr, port, from_seq, to_seq)
+
+
+def encode_forward_into(buf, Py_ssize_t offset, addr, port, from_seq, to_seq):
+    """Write a FORWARD into buf at offset; return the number of bytes written."""
+    return _encode_range(T_FORWARD, buf, offset, addr, port, from_seq, to_seq)
+
+
+def encode_request(addr, port, from_seq, to_seq):
+    """Return a REQUEST datagram (FROM_SEQ..TO_SEQ inclusive)."""
+    out = bytearray(RANGE_SIZE)
+    _encode_range(T_REQUEST, out, 0, addr, port, from_seq, to_seq)
+    return bytes(out)
+
+
+def encode_forward(addr, port, from_seq, to_seq):
+    """Return a FORWARD datagram (FROM_SEQ..TO_SEQ inclusive)."""
+    out = bytearray(RANGE_SIZE)
+    _encode_range(T_FORWARD, out, 0, addr, port, from_seq, to_seq)
+    return bytes(out)
+
+
+cdef const uint8_t* _token(token, Py_buffer* view) except NULL:
+    PyObject_GetBuffer(token, view, PyBUF_SIMPLE)
+    if view.len != TOKEN_SIZE:
+        n = view.len
+        PyBuffer_Release(view)
+        raise InvalidField(f"TOKEN must be {TOKEN_SIZE} bytes, got {n}")
+    return <const uint8_t*>view.buf
+
+
+def encode_keepalive_into(buf, Py_ssize_t offset, addr, port, flags, token):
+    """Write a KEEPALIVE into buf at offset; return the number of bytes written."""
+    cdef uint32_t a = _addr_u32(addr)
+    cdef uint16_t pt = _port(port)
+    cdef uint64_t fl = _u48(flags, "FLAGS")
+    cdef Py_buffer tv
+    cdef const uint8_t* t = _token(token, &tv)
+    try:
+        w = _Writer(buf, offset, KEEPALIVE_SIZE)
+        (<_Writer>w).out[0] = T_KEEPALIVE
+        put_u32((<_Writer>w).out + 1, a)
+        put_u16((<_Writer>w).out + 5, pt)
+        put_u48((<_Writer>w).out + 7, fl)
+        memcpy((<_Writer>w).out + 13, t, TOKEN_SIZE)
+    finally:
+        PyBuffer_Release(&tv)
+    return KEEPALIVE_SIZE
+
+
+def encode_keepalive(addr, port, flags, token):
+    """Return a KEEPALIVE datagram."""
+    out = bytearray(KEEPALIVE_SIZE)
+    encode_keepalive_into(out, 0, addr, port, flags, token)
+    return bytes(out)
+
+
+def encode_keepalive_ack_into(buf, Py_ssize_t offset, token):
+    """Write a KEEPALIVE-ACK into buf at offset; return the number of bytes written."""
+    cdef Py_buffer tv
+    cdef const uint8_t* t = _token(token, &tv)
+    try:
+        w = _Writer(buf, offset, KEEPALIVE_ACK_SIZE)
+        (<_Writer>w).out[0] = T_KEEPALIVE_ACK
+        memcpy((<_Writer>w).out + 1, t, TOKEN_SIZE)
+    finally:
+        PyBuffer_Release(&tv)
+    return KEEPALIVE_ACK_SIZE
+
+
+def encode_keepalive_ack(token):
+    """Return a KEEPALIVE-ACK datagram."""
+    out = bytearray(KEEPALIVE_ACK_SIZE)
+    encode_keepalive_ack_into(out, 0, token)
+    return bytes(out)
+
+
+def encode(packet, Py_ssize_t max_data=MAX_DATA):
+    """Encode any decoded packet back to its datagram."""
+    cls = type(packet)
+    if cls is Deliver:
+        return encode_deliver(packet.sequence, packet.data, max_data)
+    if cls is Push:
+        return encode_push(packet.data, max_data)
+    if cls is Request:
+        return encode_request(packet.addr, packet.port, packet.from_seq, packet.to_seq)
+    if cls is Forward:
+        return encode_forward(packet.addr, packet.port, packet.from_seq, packet.to_seq)
+    if cls is Keepalive:
+        return encode_keepalive(packet.addr, packet.port, packet.flags, packet.token)
+    if cls is KeepaliveAck:
+        return encode_keepalive_ack(packet.token)
+    raise TypeError(f"not a fyrehose packet: {packet!r}")
+
+
+def packet_type(data):
+    """Return the type byte of a datagram after validating it, raising CodecError if invalid."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        rc = classify(<const uint8_t*>view.buf, view.len, MAX_DATA)
+        if rc < 0:
+            raise_fault(-rc, <const uint8_t*>view.buf, view.len, MAX_DATA)
+        return rc
+    finally:
+        PyBuffer_Release(&view)
+
+
+def decode(data, Py_ssize_t max_data=MAX_DATA):
+    """Decode one datagram; DELIVER/PUSH DATA is a zero-copy memoryview of the input."""
+    cdef Py_buffer view
+    cdef ReadBuffer rb
+    cdef int rc
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        rb.buf = <const uint8_t*>view.buf
+        rb.len = view.len
+        rc = classify(rb.buf, rb.len, max_data)
+        if rc < 0:
+            raise_fault(-rc, rb.buf, rb.len, max_data)
+        if rc == T_DELIVER:
+            return Deliver(get_u48(rb_at(&rb, 3, 6)), memoryview(data)[HEADER_SIZE:])
+        if rc == T_PUSH:
+            rb_at(&rb, 0, HEADER_SIZE)
+            return Push(memoryview(data)[HEADER_SIZE:])
+        if rc == T_REQUEST or rc == T_FORWARD:
+            cls = Request if rc == T_REQUEST else Forward
+            return cls(_addr_str(get_u32(rb_at(&rb, 1, 4))), get_u16(rb_at(&rb, 5, 2)),
+                       get_u48(rb_at(&rb, 7, 6)), get_u48(rb_at(&rb, 13, 6)))
+        if rc == T_KEEPALIVE:
+            return Keepalive(_addr_str(get_u32(rb_at(&rb, 1, 4))), get_u16(rb_at(&rb, 5, 2)),
+                             get_u48(rb_at(&rb, 7, 6)),
+                             PyBytes_FromStringAndSize(<const char*>rb_at(&rb, 13, TOKEN_SIZE), TOKEN_SIZE))
+        return KeepaliveAck(
+            PyBytes_FromStringAndSize(<const char*>rb_at(&rb, 1, TOKEN_SIZE), TOKEN_SIZE))
+    finally:
+        PyBuffer_Release(&view)

@@ -1,0 +1,197 @@
+"""Pure-Python reference fyrehose codec: same API and errors as fastpath.codec."""
+import socket
+import struct
+
+from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, OversizePacket,
+                             TruncatedPacket, UnknownPacketType)
+from fastpath.packets import (DELIVER, FORWARD, HEADER_SIZE, KEEPALIVE, KEEPALIVE_ACK,
+                              KEEPALIVE_ACK_SIZE, KEEPALIVE_SIZE, MAX_DATA, MAX_SEQUENCE, PUSH,
+                              RANGE_SIZE, REQUEST, TOKEN_SIZE, Deliver, Forward, Keepalive,
+                              KeepaliveAck, Push, Request)
+
+
+def _u48(value, field):
+    if not 0 <= value <= MAX_SEQUENCE:
+        raise InvalidField(f"{field} {value} does not fit in 48 bits")
+    return value.to_bytes(6, "big")
+
+
+def _port(value):
+    if not 0 <= value <= 0xFFFF:
+        raise InvalidField(f"PORT {value} is outside 0..65535")
+    return value
+
+
+def _addr(addr):
+    if not addr:
+        return b"\0\0\0\0"
+    try:
+        packed = socket.inet_aton(addr)
+    except (OSError, TypeError):
+        raise InvalidField(f"ADDR {addr!r} is not an IPv4 address") from None
+    return packed
+
+
+def _token(token):
+    token = bytes(token)
+    if len(token) != TOKEN_SIZE:
+        raise InvalidField(f"TOKEN must be {TOKEN_SIZE} bytes, got {len(token)}")
+    return token
+
+
+def _place(buf, offset, packet):
+    view = memoryview(buf)
+    if view.readonly:
+        raise TypeError("buffer is read-only")
+    if offset < 0 or len(packet) > view.nbytes - offset:
+        raise BufferTooSmall(
+            f"packet of {len(packet)} bytes does not fit at offset {offset} of a {view.nbytes}-byte buffer")
+    view.cast("B")[offset:offset + len(packet)] = packet
+    return len(packet)
+
+
+def _data_packet(ptype, seq, data, max_data):
+    data = bytes(data)
+    if len(data) > max_data:
+        raise OversizePacket(f"DATA of {len(data)} bytes exceeds the limit of {max_data}")
+    return bytes([ptype]) + len(data).to_bytes(2, "big") + seq + data
+
+
+def _range_packet(ptype, addr, port, from_seq, to_seq):
+    lo, hi = _u48(from_seq, "FROM_SEQ"), _u48(to_seq, "TO_SEQ")
+    packed_addr, port = _addr(addr), _port(port)
+    if from_seq > to_seq:
+        raise InvalidField(f"FROM_SEQ {from_seq} is after TO_SEQ {to_seq}")
+    return bytes([ptype]) + packed_addr + struct.pack(">H", port) + lo + hi
+
+
+def encode_deliver(sequence, data, max_data=MAX_DATA):
+    """Return a DELIVER datagram."""
+    return _data_packet(DELIVER, _u48(sequence, "SEQUENCE"), data, max_data)
+
+
+def encode_push(data, max_data=MAX_DATA):
+    """Return a PUSH datagram."""
+    return _data_packet(PUSH, bytes(6), data, max_data)
+
+
+def encode_request(addr, port, from_seq, to_seq):
+    """Return a REQUEST datagram (FROM_SEQ..TO_SEQ inclusive)."""
+    return _range_packet(REQUEST, addr, port, from_seq, to_seq)
+
+
+def encode_forward(addr, port, from_seq, to_seq):
+    """Return a FORWARD datagram (FROM_SEQ..TO_SEQ inclusive)."""
+    return _range_packet(FORWARD, addr, port, from_seq, to_seq)
+
+
+def encode_keepalive(addr, port, flags, token):
+    """Return a KEEPALIVE datagram."""
+    packed_addr, port, fl = _addr(addr), _port(port), _u48(flags, "FLAGS")
+    return bytes([KEEPALIVE]) + packed_addr + struct.pack(">H", port) + fl + _token(token)
+
+
+def encode_keepalive_ack(token):
+    """Return a KEEPALIVE-ACK datagram."""
+    return bytes([KEEPALIVE_ACK]) + _token(token)
+
+
+def encode_deliver_into(buf, offset, sequence, data, max_data=MAX_DATA):
+    """Write a DELIVER into buf at offset; return the number of bytes written."""
+    return _place(buf, offset, encode_deliver(sequence, data, max_data))
+
+
+def encode_push_into(buf, offset, data, max_data=MAX_DATA):
+    """Write a PUSH (UNUSED zeroed) into buf at offset; return the number of bytes written."""
+    return _place(buf, offset, encode_push(data, max_data))
+
+
+def encode_request_into(buf, offset, addr, port, from_seq, to_seq):
+    """Write a REQUEST into buf at offset; return the number of bytes written."""
+    return _place(buf, offset, encode_request(addr, port, from_seq, to_seq))
+
+
+def encode_forward_into(buf, offset, addr, port, from_seq, to_seq):
+    """Write a FORWARD into buf at offset; return the number of bytes written."""
+    return _place(buf, offset, encode_forward(addr, port, from_seq, to_seq))
+
+
+def encode_keepalive_into(buf, offset, addr, port, flags, token):
+    """Write a KEEPALIVE into buf at offset; return the number of bytes written."""
+    return _place(buf, offset, encode_keepalive(addr, port, flags, token))
+
+
+def encode_keepalive_ack_into(buf, offset, token):
+    """Write a KEEPALIVE-ACK into buf at offset; return the number of bytes written."""
+    return _place(buf, offset, encode_keepalive_ack(token))
+
+
+def encode(packet, max_data=MAX_DATA):
+    """Encode any decoded packet back to its datagram."""
+    cls = type(packet)
+    if cls is Deliver:
+        return encode_deliver(packet.sequence, packet.data, max_data)
+    if cls is Push:
+        return encode_push(packet.data, max_data)
+    if cls is Request:
+        return encode_request(packet.addr, packet.port, packet.from_seq, packet.to_seq)
+    if cls is Forward:
+        return encode_forward(packet.addr, packet.port, packet.from_seq, packet.to_seq)
+    if cls is Keepalive:
+        return encode_keepalive(packet.addr, packet.port, packet.flags, packet.token)
+    if cls is KeepaliveAck:
+        return encode_keepalive_ack(packet.token)
+    raise TypeError(f"not a fyrehose packet: {packet!r}")
+
+
+def _validate(view, max_data):
+    n = len(view)
+    if n < 1:
+        raise TruncatedPacket("empty datagram")
+    ptype = view[0]
+    if ptype in (DELIVER, PUSH):
+        if n < HEADER_SIZE:
+            raise TruncatedPacket(f"{n}-byte datagram is shorter than the 0x{ptype:x} packet's header")
+        if n - HEADER_SIZE > max_data:
+            raise OversizePacket(f"DATA of {n - HEADER_SIZE} bytes exceeds the limit of {max_data}")
+        length = int.from_bytes(view[1:3], "big")
+        if length != n - HEADER_SIZE:
+            raise LengthMismatch(
+                f"LENGTH says {length} bytes of DATA, datagram carries {n - HEADER_SIZE}")
+        return ptype
+    sizes = {REQUEST: RANGE_SIZE, FORWARD: RANGE_SIZE, KEEPALIVE: KEEPALIVE_SIZE,
+             KEEPALIVE_ACK: KEEPALIVE_ACK_SIZE}
+    if ptype not in sizes:
+        raise UnknownPacketType(f"unknown packet type 0x{ptype:02x}")
+    if n < sizes[ptype]:
+        raise TruncatedPacket(f"{n}-byte datagram is shorter than the 0x{ptype:x} packet's header")
+    if n != sizes[ptype]:
+        raise LengthMismatch(f"0x{ptype:x} packet is fixed-size; datagram has {n} bytes")
+    if ptype in (REQUEST, FORWARD):
+        lo, hi = int.from_bytes(view[7:13], "big"), int.from_bytes(view[13:19], "big")
+        if lo > hi:
+            raise InvalidField(f"FROM_SEQ {lo} is after TO_SEQ {hi}")
+    return ptype
+
+
+def packet_type(data):
+    """Return the type byte of a datagram after validating it, raising CodecError if invalid."""
+    return _validate(memoryview(data).cast("B"), MAX_DATA)
+
+
+def decode(data, max_data=MAX_DATA):
+    """Decode one datagram; DELIVER/PUSH DATA is a zero-copy memoryview of the input."""
+    view = memoryview(data).cast("B")
+    ptype = _validate(view, max_data)
+    if ptype == DELIVER:
+        return Deliver(int.from_bytes(view[3:9], "big"), view[HEADER_SIZE:])
+    if ptype == PUSH:
+        return Push(view[HEADER_SIZE:])
+    if ptype in (REQUEST, FORWARD):
+        cls = Request if ptype == REQUEST else Forward
+        return cls(socket.inet_ntoa(view[1:5]), int.from_bytes(view[5:7], "big"),
+                   int.from_bytes(view[7:13], "big"), int.from_bytes(view[13:19], "big"))
+    if ptype == KEEPALIVE:
+        return Keepalive(socket.inet_ntoa(view[1:5]), int.from_bytes(view[5:7], "big"),
+                         int.from_bytes(view[7:13], "big"), bytes(view[13:29]))
+    return KeepaliveAck(bytes(view[1:17]))

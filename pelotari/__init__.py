@@ -1,0 +1,2 @@
+"""pelotari: fast messaging between machines on one network."""
+__version__ = "0.1.0"

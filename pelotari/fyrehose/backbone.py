@@ -1,0 +1,141 @@
+"""The fyrehose backbone server: a thin wrapper over fastpath's nogil loop."""
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from fastpath.backbone import BackboneLoop
+from fastpath.packets import MAX_DATA
+
+DEFAULT_PORT = 2323
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """Everything a backbone can be told; every limit is here."""
+
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    window: float = 5.0  # seconds a client stays subscribed after a KEEPALIVE
+    max_subscribers: int = 4096
+    max_data: int = MAX_DATA
+    max_request_range: int = 1024  # sequences one REQUEST may name
+    allow_foreign_addresses: bool = False  # honour KEEPALIVE/REQUEST ADDR naming another host
+    first_sequence: Optional[int] = None  # None: the wall clock in microseconds
+    batch: int = 64  # datagrams per recvmmsg
+    socket_buffer: int = 8 << 20  # SO_RCVBUF/SO_SNDBUF asked for (the kernel may cap it)
+
+
+class Backbone:
+    """Runs a fyrehose backbone on its own thread; the loop itself holds no GIL."""
+
+    def __init__(self, config: Optional[BackboneConfig] = None, **overrides):
+        self.config = replace(config or BackboneConfig(), **overrides)
+        self._sock: Optional[socket.socket] = None
+        self._loop: Optional[BackboneLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self.started_at: Optional[float] = None
+
+    @property
+    def address(self) -> tuple:
+        """The (host, port) actually bound."""
+        if self._sock is None:
+            raise RuntimeError("backbone is not started")
+        return self._sock.getsockname()
+
+    def start(self) -> "Backbone":
+        """Bind the socket and start serving; raises OSError if the address is unusable."""
+        if self._thread is not None:
+            raise RuntimeError("backbone already started")
+        cfg = self.config
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for opt, force in ((socket.SO_RCVBUF, 33), (socket.SO_SNDBUF, 32)):
+                try:  # SO_RCVBUFFORCE/SO_SNDBUFFORCE (33/32) pass rmem_max when we may
+                    sock.setsockopt(socket.SOL_SOCKET, force, cfg.socket_buffer)
+                except OSError:
+                    sock.setsockopt(socket.SOL_SOCKET, opt, cfg.socket_buffer)
+            sock.bind((cfg.host, cfg.port))
+            sock.setblocking(False)
+            self._loop = BackboneLoop(
+                sock.fileno(), window=cfg.window, max_subscribers=cfg.max_subscribers,
+                max_data=cfg.max_data, max_request_range=cfg.max_request_range,
+                allow_foreign_addresses=cfg.allow_foreign_addresses,
+                first_sequence=cfg.first_sequence, batch=cfg.batch)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name="fyrehose-backbone", daemon=True)
+        self.started_at = time.monotonic()
+        self._thread.start()
+        return self
+
+    def _run(self):
+        try:
+            self._loop.serve()
+        except BaseException as exc:  # pragma: no cover - the loop itself does not raise
+            self._error = exc
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving and close the socket."""
+        if self._thread is None:
+            return
+        self._loop.stop()
+        self._thread.join(timeout)
+        self._thread = None
+        self._sock.close()
+        self._sock = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the loop thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def next_sequence(self) -> int:
+        """SEQUENCE the next PUSH will be given."""
+        return self._loop.next_sequence
+
+    def stats(self) -> dict:
+        """A snapshot: datagrams/bytes in and out, pushes, subscribers, drops by reason."""
+        snap = self._loop.stats()
+        snap["uptime"] = time.monotonic() - self.started_at if self.started_at else 0.0
+        return snap
+
+    def subscribers(self) -> list:
+        """Live clients as [(host, port, flags, seconds_left)]."""
+        return self._loop.subscribers()
+
+    def serve_forever(self, on_tick: Optional[Callable[[dict], None]] = None,
+                      interval: float = 1.0) -> None:
+        """Serve until SIGINT or SIGTERM, calling on_tick(stats) every interval; then stop."""
+        if self._thread is None:
+            self.start()
+        done = threading.Event()
+        previous = {}
+
+        def handler(signum, frame):
+            done.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+        try:
+            while not done.wait(interval):
+                if on_tick is not None:
+                    on_tick(self.stats())
+                if not self.running:
+                    break
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+            self.stop()
+
+    def __enter__(self) -> "Backbone":
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

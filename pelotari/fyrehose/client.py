@@ -1,0 +1,246 @@
+"""Synchronous fyrehose client: a background I/O thread drives the sans-IO core."""
+import logging
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Callable, Dict, Iterator, Optional, Tuple, Union
+
+from fastpath.batchio import RecvBatch, SendBatch
+from pelotari.fyrehose.backbone import DEFAULT_PORT
+from pelotari.fyrehose.core import ClientConfig, ClientCore
+from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,
+                                      PublishConfirmed, PublishFailed, Resync)
+
+log = logging.getLogger("pelotari.fyrehose.client")
+
+
+class PublishTimeout(TimeoutError):
+    """The backbone's DELIVER of a published message did not come back in time."""
+
+
+def parse_address(text: Union[str, Tuple[str, int]], default_port: int = DEFAULT_PORT) -> Tuple[str, int]:
+    """'host', 'host:port' or (host, port) → (IPv4 address, port)."""
+    if isinstance(text, tuple):
+        host, port = text
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, str(default_port)
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise ValueError(f"bad port in address {text!r}") from None
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"port {port} outside 0..65535")
+    try:
+        host = socket.gethostbyname(host or "0.0.0.0")
+    except OSError:
+        raise ValueError(f"cannot resolve host {host!r}") from None
+    return host, int(port)
+
+
+def open_client_socket(bind: Tuple[str, int], buffer: int = 4 << 20) -> socket.socket:
+    """A non-blocking UDP socket with large buffers, bound to bind."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, buffer)
+        except OSError:
+            pass
+    sock.bind(bind)
+    sock.setblocking(False)
+    return sock
+
+
+Item = Union[Message, Lost, Resync]
+
+
+class Client:
+    """A fyrehose publisher/subscriber with a blocking API.
+
+    Messages, Lost and Resync notices arrive in sequence order through messages()/receive()
+    or the on_message callback (called on the I/O thread). receive=False keeps no queue (for
+    clients that only publish but still want confirmations).
+    """
+
+    def __init__(self, backbone: Union[str, Tuple[str, int]] = f"127.0.0.1:{DEFAULT_PORT}", *,
+                 bind: Union[str, Tuple[str, int]] = "0.0.0.0:0",
+                 config: Optional[ClientConfig] = None,
+                 on_message: Optional[Callable[[Item], None]] = None,
+                 on_event: Optional[Callable[[Event], None]] = None,
+                 receive: bool = True, **config_overrides):
+        self.backbone = parse_address(backbone)
+        self.config = replace(config or ClientConfig(), **config_overrides)
+        self._bind = parse_address(bind, 0)
+        self._on_message = on_message
+        self._on_event = on_event
+        self._receive = receive
+        self._items: "queue.Queue[Item]" = queue.Queue()
+        self._futures: Dict[int, Future] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._up = threading.Event()
+        self._sock: Optional[socket.socket] = None
+        self._thread: Optional[threading.Thread] = None
+        self.core: Optional[ClientCore] = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> "Client":
+        """Open the socket and start the I/O thread (KEEPALIVEs begin at once)."""
+        self._sock = open_client_socket(self._bind)
+        self._rx = RecvBatch(64, 65536)
+        self._tx = SendBatch(1024)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self.core = ClientCore(self.backbone, time.monotonic(), self.config)
+        self._thread = threading.Thread(target=self._run, name="fyrehose-client", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the I/O thread and close the socket; pending publishes fail."""
+        if self._thread is None:
+            return
+        self._closed.set()
+        os.write(self._wake_w, b"x")
+        self._thread.join(5)
+        self._thread = None
+        self._sock.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_exception(ConnectionAbortedError("client closed"))
+        self._futures.clear()
+
+    def __enter__(self) -> "Client":
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def address(self) -> Tuple[str, int]:
+        """The local (host, port) peers and the backbone see."""
+        return self._sock.getsockname()
+
+    def wait_connected(self, timeout: float = 5.0) -> bool:
+        """Block until the backbone has acknowledged a KEEPALIVE."""
+        return self._up.wait(timeout)
+
+    # ---- publishing ----------------------------------------------------------------------
+
+    def publish_nowait(self, data: bytes) -> Optional[Future]:
+        """Send a PUSH; return a Future of its sequence number (None for NOSUBSCRIBE)."""
+        with self._lock:
+            pid = self.core.publish(data, time.monotonic())
+            fut = None
+            if pid is not None:
+                fut = self._futures[pid] = Future()
+            out = self.core.datagrams_to_send()
+        self._tx.send(self._sock, out)
+        return fut
+
+    def publish(self, data: bytes, timeout: Optional[float] = None) -> Optional[int]:
+        """Publish and wait for the backbone's DELIVER: return its sequence number.
+
+        Raises PublishTimeout if it does not come back. A NOSUBSCRIBE client cannot see its
+        DELIVER, so it returns None at once (fire-and-forget).
+        """
+        fut = self.publish_nowait(data)
+        if fut is None:
+            return None
+        wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
+        try:
+            return fut.result(wait)
+        except TimeoutError:
+            raise PublishTimeout("no DELIVER came back from the backbone") from None
+
+    # ---- receiving -----------------------------------------------------------------------
+
+    def receive(self, timeout: Optional[float] = None) -> Optional[Item]:
+        """The next Message, Lost or Resync in sequence order, or None after timeout."""
+        try:
+            return self._items.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def messages(self, timeout: Optional[float] = None) -> Iterator[Item]:
+        """Iterate over received items; ends after `timeout` seconds with nothing new."""
+        while not self._closed.is_set():
+            item = self.receive(timeout if timeout is not None else 0.2)
+            if item is not None:
+                yield item
+            elif timeout is not None:
+                return
+
+    def stats(self) -> dict:
+        """Client counters (datagrams, duplicates, requests, lost, ...)."""
+        with self._lock:
+            snap = dict(self.core.stats)
+            snap["journal"] = len(self.core.journal)
+            snap["held"] = self.core.tracker.held_count
+        return snap
+
+    # ---- the I/O thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        sock, core = self._sock, self.core
+        while not self._closed.is_set():
+            with self._lock:
+                delay = core.get_timer() - time.monotonic()
+            if delay > 0:
+                readable, _, _ = select.select([sock, self._wake_r], [], [], min(delay, 0.5))
+            else:
+                readable = ()
+            batch = []
+            if sock in readable:
+                for _ in range(16):  # bounded so timers still run under a flood
+                    got = self._rx.recv(sock)
+                    batch.extend(got)
+                    if len(got) < 64:
+                        break
+            with self._lock:
+                now = time.monotonic()
+                for data, addr in batch:
+                    core.receive_datagram(data, addr, now)
+                if core.get_timer() <= now:
+                    core.handle_timer(now)
+                out = core.datagrams_to_send()
+                events = []
+                while (ev := core.next_event()) is not None:
+                    events.append(ev)
+            if out:
+                self._tx.send(sock, out)
+            for ev in events:
+                try:
+                    self._dispatch(ev)
+                except Exception:  # an application callback must not kill the I/O thread
+                    log.exception("fyrehose client callback failed on %r", ev)
+
+    def _dispatch(self, ev: Event) -> None:
+        if isinstance(ev, (Message, Lost, Resync)):
+            if self._on_message is not None:
+                self._on_message(ev)
+            elif self._receive:
+                self._items.put(ev)
+        elif isinstance(ev, PublishConfirmed):
+            fut = self._futures.pop(ev.publish_id, None)
+            if fut is not None:
+                fut.set_result(ev.sequence)
+        elif isinstance(ev, PublishFailed):
+            fut = self._futures.pop(ev.publish_id, None)
+            if fut is not None:
+                fut.set_exception(PublishTimeout(f"publish {ev.publish_id}: {ev.reason}"))
+        elif isinstance(ev, BackboneUp):
+            self._up.set()
+        elif isinstance(ev, BackboneDown):
+            self._up.clear()
+        if self._on_event is not None:
+            self._on_event(ev)

@@ -1,0 +1,239 @@
+"""Sans-IO fyrehose client: datagrams, source address and `now` in; datagrams and events out.
+
+Client rules of the seed are cited as (C1)..(C6). Sockets live in client.py and aio.py.
+"""
+import logging
+import os
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Deque, Dict, List, Optional, Tuple
+
+from fastpath.journal import LOST, MESSAGE, RESET, RESYNCED, DUPLICATE, GapTracker, Journal
+from pelotari.fyrehose import codec
+from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,
+                                      PublishConfirmed, PublishFailed, Resync)
+
+log = logging.getLogger("pelotari.fyrehose.client")
+
+Address = Tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Client behaviour and limits; the defaults are documented in docs/protocols/fyrehose.md."""
+
+    flags: int = 0  # NOSUBSCRIBE / NOJOURNAL
+    keepalive_interval: float = 1.0  # (C1) at least every second
+    journal_size: int = 4096  # DELIVERs kept to answer FORWARDs
+    request_delay: float = 0.02  # wait this long for reordered DELIVERs before a REQUEST
+    request_backoff: float = 2.0
+    request_retries: int = 4  # REQUESTs after the first before a gap is reported Lost
+    max_request_range: int = 1024
+    max_gap: int = 65536  # a larger jump is a Resync, not a gap
+    max_held: int = 65536  # messages held behind gaps before the oldest gap is given up
+    publish_timeout: float = 2.0
+    max_pending_publishes: int = 65536
+    backbone_silence: float = 3.0  # seconds without ACK before BackboneDown
+
+    def __post_init__(self):
+        if not 0 < self.keepalive_interval <= 1.0:
+            raise ValueError("keepalive_interval must be within (0, 1] seconds (seed rule C1)")
+        if not 0 <= self.flags < 1 << 48:
+            raise ValueError("flags must fit in 48 bits")
+
+
+class ClientCore:
+    """The protocol state of one fyrehose client, free of sockets and clocks."""
+
+    def __init__(self, backbone: Address, now: float, config: Optional[ClientConfig] = None):
+        self.backbone = (backbone[0], int(backbone[1]))
+        self.config = cfg = config or ClientConfig()
+        self.journal = Journal(cfg.journal_size)
+        self.tracker = GapTracker(
+            max_gap=cfg.max_gap, max_held=cfg.max_held, max_request_range=cfg.max_request_range,
+            request_delay=cfg.request_delay, backoff=cfg.request_backoff,
+            retries=cfg.request_retries)
+        self._out: List[Tuple[bytes, Address]] = []
+        self._events: Deque[Event] = deque()
+        self._client_id = os.urandom(8)
+        self._keepalive_count = 0
+        self._keepalives_sent: Dict[bytes, float] = {}
+        self._next_keepalive = now
+        self._last_ack: Optional[float] = None
+        self._started = now
+        self._up: Optional[bool] = None  # unknown until the first ACK or silence
+        self.rtt: Optional[float] = None
+        self._next_publish_id = 1
+        self._pending_by_data: Dict[bytes, Deque[int]] = defaultdict(deque)
+        self._pending: Dict[int, Tuple[float, bytes]] = {}
+        self._deadlines: Deque[Tuple[float, int]] = deque()
+        self.stats: Dict[str, int] = defaultdict(int)
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether this client asks the backbone for DELIVERs."""
+        return not self.config.flags & codec.NOSUBSCRIBE
+
+    @property
+    def journaling(self) -> bool:
+        """Whether this client keeps a journal and serves FORWARDs."""
+        return not self.config.flags & codec.NOJOURNAL
+
+    # ---- input ---------------------------------------------------------------------------
+
+    def receive_datagram(self, data: bytes, addr: Address, now: float) -> None:
+        """Handle one datagram from addr; malformed ones are counted and dropped."""
+        self.stats["datagrams_in"] += 1
+        try:
+            packet = codec.decode(data)
+        except codec.CodecError as exc:
+            self.stats["dropped_" + exc.reason] += 1
+            log.debug("dropped datagram from %s:%s: %s", addr[0], addr[1], exc)
+            return
+        kind = type(packet)
+        if kind is codec.Deliver:
+            self._on_deliver(packet.sequence, bytes(packet.data), now)
+        elif kind is codec.Forward:
+            self._on_forward(packet, addr)
+        elif kind is codec.KeepaliveAck:
+            self._on_ack(packet.token, addr, now)
+        else:
+            self.stats["dropped_unexpected_type"] += 1
+            log.debug("dropped unexpected %s from %s:%s", kind.__name__, addr[0], addr[1])
+
+    def _on_deliver(self, seq: int, data: bytes, now: float) -> None:
+        self.stats["delivers_in"] += 1
+        if self._pending:
+            ids = self._pending_by_data.get(data)
+            if ids:
+                pid = ids.popleft()
+                if not ids:
+                    del self._pending_by_data[data]
+                del self._pending[pid]
+                self._events.append(PublishConfirmed(pid, seq))
+        if not self.subscribed:
+            return
+        status = self.tracker.offer(seq, data, now)
+        if status == DUPLICATE:  # (C3) any one copy will do
+            self.stats["duplicates"] += 1
+            return
+        if self.journaling:
+            self.journal.store(seq, data)
+        self._drain_tracker()
+
+    def _drain_tracker(self) -> None:
+        for kind, a, b in self.tracker.ready():
+            if kind == MESSAGE:
+                self._events.append(Message(a, b))
+            elif kind == LOST:
+                self.stats["lost"] += (b - a) % (1 << 48) + 1
+                self._events.append(Lost(a, b))
+            elif kind == RESET:
+                self.stats["resyncs"] += 1
+                self._events.append(Resync(a, b))
+
+    def _on_forward(self, fwd, addr: Address) -> None:
+        # (C4) serve what the journal holds straight to the requester. Only the backbone may
+        # ask: otherwise anyone could aim our DELIVERs at a third host.
+        if addr != self.backbone:
+            self.stats["dropped_forward_not_from_backbone"] += 1
+            return
+        if not self.journaling:
+            self.stats["dropped_forward_nojournal"] += 1
+            return
+        self.stats["forwards_in"] += 1
+        target = (fwd.addr, fwd.port)
+        for datagram in self.journal.serve(fwd.from_seq, fwd.to_seq, self.config.max_request_range):
+            self._out.append((datagram, target))
+            self.stats["forwarded_delivers"] += 1
+
+    def _on_ack(self, token: bytes, addr: Address, now: float) -> None:
+        sent = self._keepalives_sent.pop(token, None)
+        if addr != self.backbone or sent is None:
+            self.stats["dropped_unknown_ack"] += 1
+            return
+        self.stats["acks_in"] += 1
+        self._last_ack = now
+        self.rtt = now - sent
+        if self._up is not True:
+            self._up = True
+            self._events.append(BackboneUp(self.rtt))
+
+    # ---- commands ------------------------------------------------------------------------
+
+    def publish(self, data: bytes, now: float) -> Optional[int]:
+        """Queue a PUSH; returns the id PublishConfirmed/PublishFailed will carry, or None
+        for a NOSUBSCRIBE client, which never sees its DELIVER (fire-and-forget)."""
+        datagram = codec.encode_push(data)
+        self._out.append((datagram, self.backbone))
+        self.stats["pushes"] += 1
+        if not self.subscribed:
+            return None
+        if len(self._pending) >= self.config.max_pending_publishes:
+            raise OverflowError(f"{len(self._pending)} publishes already await confirmation")
+        pid = self._next_publish_id
+        self._next_publish_id += 1
+        key = bytes(data)
+        self._pending[pid] = (now + self.config.publish_timeout, key)
+        self._pending_by_data[key].append(pid)
+        self._deadlines.append((now + self.config.publish_timeout, pid))
+        return pid
+
+    # ---- timers --------------------------------------------------------------------------
+
+    def get_timer(self) -> float:
+        """When handle_timer() next has work."""
+        when = self._next_keepalive
+        gap = self.tracker.next_deadline()
+        if gap is not None and gap < when:
+            when = gap
+        while self._deadlines and self._deadlines[0][1] not in self._pending:
+            self._deadlines.popleft()
+        if self._deadlines and self._deadlines[0][0] < when:
+            when = self._deadlines[0][0]
+        return when
+
+    def handle_timer(self, now: float) -> None:
+        """Send KEEPALIVEs and REQUESTs that are due; expire publishes and dead gaps."""
+        if now >= self._next_keepalive:
+            self._send_keepalive(now)
+        for lo, hi in self.tracker.due(now):
+            # ADDR/PORT zero: "reply to the address this REQUEST came from" (our one socket).
+            self._out.append((codec.encode_request("", 0, lo, hi), self.backbone))
+            self.stats["requests"] += 1
+        self._drain_tracker()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, pid = self._deadlines.popleft()
+            entry = self._pending.pop(pid, None)
+            if entry is None:
+                continue
+            ids = self._pending_by_data[entry[1]]
+            ids.remove(pid)
+            if not ids:
+                del self._pending_by_data[entry[1]]
+            self._events.append(PublishFailed(pid, "timeout"))
+
+    def _send_keepalive(self, now: float) -> None:
+        self._keepalive_count += 1
+        token = self._client_id + self._keepalive_count.to_bytes(8, "big")
+        self._keepalives_sent[token] = now
+        if len(self._keepalives_sent) > 16:  # forget ACKs that will never come
+            self._keepalives_sent.pop(next(iter(self._keepalives_sent)))
+        self._out.append((codec.encode_keepalive("", 0, self.config.flags, token), self.backbone))
+        self.stats["keepalives"] += 1
+        self._next_keepalive = now + self.config.keepalive_interval
+        since = now - (self._last_ack if self._last_ack is not None else self._started)
+        if since > self.config.backbone_silence and self._up is not False:
+            self._up = False
+            self._events.append(BackboneDown(since))
+
+    # ---- output --------------------------------------------------------------------------
+
+    def datagrams_to_send(self) -> List[Tuple[bytes, Address]]:
+        """Datagrams queued since the last call, with their destinations."""
+        out, self._out = self._out, []
+        return out
+
+    def next_event(self) -> Optional[Event]:
+        """The oldest undelivered event, or None."""
+        return self._events.popleft() if self._events else None

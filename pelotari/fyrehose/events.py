@@ -1,0 +1,65 @@
+"""Events a fyrehose client reports to the application."""
+from dataclasses import dataclass
+
+
+class Event:
+    """Base class of client events."""
+
+
+@dataclass(frozen=True)
+class Message(Event):
+    """A published message, in sequence order."""
+
+    sequence: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Lost(Event):
+    """Messages first..last could not be recovered from any peer; they will never arrive."""
+
+    first: int
+    last: int
+
+    @property
+    def count(self) -> int:
+        """How many sequence numbers were lost."""
+        return (self.last - self.first) % (1 << 48) + 1
+
+
+@dataclass(frozen=True)
+class Resync(Event):
+    """The sequence jumped (a backbone restart, or a very long outage); tracking restarted."""
+
+    expected: int
+    received: int
+
+
+@dataclass(frozen=True)
+class PublishConfirmed(Event):
+    """The backbone delivered our PUSH back: it is published as `sequence`."""
+
+    publish_id: int
+    sequence: int
+
+
+@dataclass(frozen=True)
+class PublishFailed(Event):
+    """No DELIVER of our PUSH came back in time; it may or may not have been published."""
+
+    publish_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class BackboneUp(Event):
+    """The backbone answered a KEEPALIVE (first time, or after BackboneDown)."""
+
+    rtt: float
+
+
+@dataclass(frozen=True)
+class BackboneDown(Event):
+    """No KEEPALIVE-ACK for `silent_for` seconds."""
+
+    silent_for: float

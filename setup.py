@@ -1,0 +1,33 @@
+"""Build the fastpath Cython extensions (PEP 517 via setuptools; see pyproject.toml)."""
+import os
+
+from setuptools import Extension, setup
+
+# PELOTARI_DEBUG=1 builds with line tracing (for coverage/profilers) and no optimisation.
+DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
+MODULES = ["wire", "codec", "batchio", "backbone", "journal"]
+
+
+def extensions():
+    from Cython.Build import cythonize
+
+    macros = [("_GNU_SOURCE", "1")]
+    directives = {"language_level": "3"}
+    if DEBUG:
+        macros += [("CYTHON_TRACE_NOGIL", "1")]
+        directives["linetrace"] = True
+    exts = [
+        Extension(f"fastpath.{name}", [f"fastpath/{name}.pyx"], define_macros=macros,
+                  extra_compile_args=["-O0", "-g"] if DEBUG else ["-O2"])
+        for name in MODULES
+    ]
+    return cythonize(exts, compiler_directives=directives, quiet=True)
+
+
+setup(
+    packages=["pelotari", "pelotari.fyrehose", "fastpath"],
+    package_data={"fastpath": ["*.pxd", "*.pyi", "py.typed"]},
+    exclude_package_data={"fastpath": ["*.c"]},
+    include_package_data=False,
+    ext_modules=extensions(),
+)
