@@ -156,14 +156,13 @@ cdef class GapTracker:
 
     cdef void resync(self, uint64_t seq, int64_t pos):
         cdef Gap g
-        expected = <uint64_t>self.next_pos & SEQ_MASK
         # Every position in [next_pos, highest] is held or inside a gap, so once all gaps are
         # lost one release() empties both.
         for g in self.gaps:
             g.lost = True
         self.release()
         self.resets += 1
-        self.out.append((RESET, expected, seq))
+        self.out.append((RESET, <uint64_t>self.next_pos & SEQ_MASK, seq))
         self.next_pos = pos
         self.highest = pos - 1
 

@@ -1,0 +1,25 @@
+"""The `pelotari` command: the front door for every part of the toolkit.
+
+Subcommands import what they need when they run, so `pelotari --help` stays fast and never
+imports scapy or Spark.
+"""
+import click
+
+from pelotari import __version__
+from pelotari.cli.common import PelotariGroup
+
+
+@click.group(cls=PelotariGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="pelotari")
+def main():
+    """pelotari: fast messaging between machines on one network.
+
+    The fyrehose backbone is a sequenced UDP pub/sub hub: publishers PUSH messages, the
+    backbone numbers them and DELIVERs each to every subscriber, and subscribers repair gaps
+    from each other. Start with `pelotari demo`, then run `pelotari backbone`, `pelotari sub`
+    and `pelotari pub` in three terminals.
+    """
+
+
+from pelotari.cli import fyrehose as _fyrehose  # noqa: E402,F401  (registers commands)
+from pelotari.cli import demo as _demo  # noqa: E402,F401

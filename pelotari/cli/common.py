@@ -1,0 +1,96 @@
+"""Shared CLI plumbing: one-line errors, address parsing, live status lines."""
+import sys
+import time
+
+import click
+
+
+class PelotariGroup(click.Group):
+    """A group whose commands report user errors as one line, not a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(_one_line(exc)) from None
+
+    def list_commands(self, ctx):
+        return list(self.commands)  # registration order: the order a new user needs them
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror
+        if exc.filename:
+            text += f": {exc.filename}"
+    return text.splitlines()[0]
+
+
+class AddressType(click.ParamType):
+    """HOST:PORT, HOST or :PORT, resolved to an IPv4 address."""
+
+    name = "HOST:PORT"
+
+    def __init__(self, default_port: int):
+        self.default_port = default_port
+
+    def convert(self, value, param, ctx):
+        from pelotari.fyrehose.client import parse_address
+
+        if isinstance(value, tuple):
+            return value
+        if value.startswith(":"):
+            value = "0.0.0.0" + value
+        try:
+            return parse_address(value, self.default_port)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class StatusLine:
+    """A line rewritten in place on a terminal; plain periodic lines otherwise."""
+
+    def __init__(self, stream=None, interval: float = 1.0, plain_interval: float = 10.0):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.interval = interval if self.tty else plain_interval
+        self._last = 0.0
+        self._width = 0
+
+    def due(self) -> bool:
+        """Whether update() would print now."""
+        return time.monotonic() - self._last >= self.interval
+
+    def update(self, text: str, force: bool = False) -> None:
+        """Show text (at most once per interval unless forced)."""
+        if not force and not self.due():
+            return
+        self._last = time.monotonic()
+        if self.tty:
+            pad = max(0, self._width - len(text))
+            self.stream.write("\r" + text + " " * pad)
+            self._width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """End the in-place line."""
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+
+
+def human_rate(value: float) -> str:
+    """1234567 → '1.23M'."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.0f}"

@@ -1,0 +1,104 @@
+"""Shared fixtures: both codec implementations, a live backbone on 127.0.0.1, raw sockets."""
+import socket
+import sys
+import time
+
+import pytest
+
+from fastpath import codec as cython_codec
+from fastpath import refcodec as python_codec
+
+CODECS = {"cython": cython_codec, "python": python_codec}
+
+
+@pytest.fixture(params=sorted(CODECS))
+def codec(request):
+    """Each codec implementation in turn (the Cython build and the pure-Python reference)."""
+    return CODECS[request.param]
+
+
+class RawPeer:
+    """A plain UDP socket on 127.0.0.1 for poking a backbone by hand."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(2.0)
+
+    @property
+    def address(self):
+        return self.sock.getsockname()
+
+    def send(self, data, addr):
+        self.sock.sendto(data, addr)
+
+    def recv(self, timeout=2.0):
+        """One datagram, or None after timeout."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recvfrom(70000)
+        except socket.timeout:
+            return None
+
+    def recv_all(self, quiet=0.2):
+        """Every datagram until `quiet` seconds pass with none."""
+        out = []
+        while (got := self.recv(quiet)) is not None:
+            out.append(got)
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_peer():
+    """Factory of RawPeer sockets, closed after the test."""
+    peers = []
+
+    def make():
+        peer = RawPeer()
+        peers.append(peer)
+        return peer
+
+    yield make
+    for p in peers:
+        p.close()
+
+
+@pytest.fixture
+def backbone_factory():
+    """Start Backbones on 127.0.0.1 with a free port; all are stopped after the test."""
+    from pelotari.fyrehose import Backbone
+
+    started = []
+
+    def make(**overrides):
+        overrides.setdefault("host", "127.0.0.1")
+        overrides.setdefault("port", 0)
+        bb = Backbone(**overrides).start()
+        started.append(bb)
+        return bb
+
+    yield make
+    for bb in started:
+        bb.stop()
+
+
+@pytest.fixture
+def backbone(backbone_factory):
+    """One running backbone (first sequence 1000, default window)."""
+    return backbone_factory(first_sequence=1000)
+
+
+def wait_for(predicate, timeout=5.0, interval=0.01):
+    """Poll predicate until true; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+PELOTARI = [sys.executable, "-m", "pelotari"]

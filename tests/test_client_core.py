@@ -1,0 +1,189 @@
+"""The sans-IO client core: datagrams and `now` in, datagrams and events out; no sockets."""
+import pytest
+
+from fastpath import refcodec as wire
+from fastpath.packets import NOJOURNAL, NOSUBSCRIBE, Keepalive, Push, Request
+from pelotari.fyrehose.core import ClientConfig, ClientCore
+from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Lost, Message,
+                                      PublishConfirmed, PublishFailed, Resync)
+
+BB = ("127.0.0.1", 2323)
+PEER = ("127.0.0.1", 40000)
+
+
+def events(core):
+    out = []
+    while (ev := core.next_event()) is not None:
+        out.append(ev)
+    return out
+
+
+def sent(core):
+    return [(wire.decode(d), addr) for d, addr in core.datagrams_to_send()]
+
+
+def make(**kw):
+    kw.setdefault("request_delay", 0.1)
+    return ClientCore(BB, 0.0, ClientConfig(**kw))
+
+
+def test_keepalive_at_once_then_every_interval_and_ack_brings_backbone_up():
+    core = make(keepalive_interval=0.5, flags=NOJOURNAL)
+    assert core.get_timer() == 0.0
+    core.handle_timer(0.0)
+    (ka, addr), = sent(core)
+    assert isinstance(ka, Keepalive) and addr == BB
+    assert (ka.addr, ka.port, ka.flags) == ("0.0.0.0", 0, NOJOURNAL)  # zero: "my source address"
+    assert core.get_timer() == 0.5
+    core.receive_datagram(wire.encode_keepalive_ack(ka.token), BB, 0.02)
+    assert events(core) == [BackboneUp(pytest.approx(0.02))]
+    core.handle_timer(0.5)
+    (ka2, _), = sent(core)
+    assert ka2.token != ka.token
+
+
+def test_keepalive_interval_may_not_exceed_one_second():
+    ClientConfig(keepalive_interval=1.0)
+    with pytest.raises(ValueError):
+        ClientConfig(keepalive_interval=1.01)
+
+
+def test_ack_with_unknown_token_or_from_elsewhere_is_dropped():
+    core = make()
+    core.handle_timer(0.0)
+    (ka, _), = sent(core)
+    core.receive_datagram(wire.encode_keepalive_ack(b"\0" * 16), BB, 0.1)
+    core.receive_datagram(wire.encode_keepalive_ack(ka.token), PEER, 0.1)
+    assert events(core) == [] and core.stats["dropped_unknown_ack"] == 2
+
+
+def test_silence_reports_backbone_down_once_then_up_again():
+    core = make(backbone_silence=2.5)
+    t = 0.0
+    while t <= 4.0:
+        core.handle_timer(t)
+        t += 1.0
+    downs = [e for e in events(core) if isinstance(e, BackboneDown)]
+    assert len(downs) == 1 and downs[0].silent_for == pytest.approx(3.0)
+    ka = [p for p, _ in sent(core)][-1]
+    core.receive_datagram(wire.encode_keepalive_ack(ka.token), BB, 4.1)
+    assert isinstance(events(core)[0], BackboneUp)
+
+
+def test_publish_is_confirmed_by_the_matching_deliver():
+    core = make()
+    pid = core.publish(b"hello", 0.0)
+    (push, addr), = sent(core)
+    assert push == Push(b"hello") and addr == BB
+    core.receive_datagram(wire.encode_deliver(77, b"other"), BB, 0.01)
+    core.receive_datagram(wire.encode_deliver(78, b"hello"), BB, 0.01)
+    evs = events(core)
+    assert PublishConfirmed(pid, 78) in evs
+    assert [e for e in evs if isinstance(e, Message)] == [Message(77, b"other"),
+                                                         Message(78, b"hello")]
+
+
+def test_publish_times_out_when_no_deliver_comes_back():
+    core = make(publish_timeout=1.0)
+    pid = core.publish(b"x", 0.0)
+    assert core.get_timer() == 0.0  # keepalive first
+    core.handle_timer(0.0)
+    assert core.get_timer() == pytest.approx(1.0)
+    core.handle_timer(1.0)
+    assert PublishFailed(pid, "timeout") in events(core)
+    core.receive_datagram(wire.encode_deliver(5, b"x"), BB, 1.5)  # too late: just a message
+    assert not any(isinstance(e, PublishConfirmed) for e in events(core))
+
+
+def test_nosubscribe_publish_is_fire_and_forget():
+    core = make(flags=NOSUBSCRIBE)
+    assert core.publish(b"x", 0.0) is None
+    assert [p for p, _ in sent(core)] == [Push(b"x")]
+
+
+def test_pending_publish_limit_at_and_past():
+    core = make(max_pending_publishes=2)
+    core.publish(b"a", 0)
+    core.publish(b"b", 0)
+    with pytest.raises(OverflowError):
+        core.publish(b"c", 0)
+
+
+def test_gap_leads_to_request_with_zero_address_then_lost_after_retries():
+    core = make(request_retries=1, request_backoff=2.0)
+    core.receive_datagram(wire.encode_deliver(10, b"a"), BB, 0.0)
+    core.receive_datagram(wire.encode_deliver(13, b"d"), BB, 0.0)
+    core.handle_timer(0.0)
+    sent(core)
+    assert events(core) == [Message(10, b"a")]
+    core.handle_timer(0.1)
+    reqs = [p for p, _ in sent(core) if isinstance(p, Request)]
+    assert reqs == [Request("0.0.0.0", 0, 11, 12)]
+    assert core.get_timer() == pytest.approx(0.3)  # backoff: twice the delay
+    core.handle_timer(core.get_timer())
+    assert [p for p, _ in sent(core) if isinstance(p, Request)] == [Request("0.0.0.0", 0, 11, 12)]
+    assert core.get_timer() == pytest.approx(0.7)
+    core.handle_timer(core.get_timer())
+    assert events(core) == [Lost(11, 12), Message(13, b"d")]
+    assert core.stats["lost"] == 2
+
+
+def test_forward_is_served_from_the_journal_to_the_requester():
+    core = make()
+    for seq in range(1, 6):
+        core.receive_datagram(wire.encode_deliver(seq, b"m%d" % seq), BB, 0)
+    sent(core)
+    core.receive_datagram(wire.encode_forward("127.0.0.9", 5555, 2, 4), BB, 0.1)
+    out = sent(core)
+    assert [(p.sequence, bytes(p.data), a) for p, a in out] == [
+        (2, b"m2", ("127.0.0.9", 5555)), (3, b"m3", ("127.0.0.9", 5555)),
+        (4, b"m4", ("127.0.0.9", 5555))]
+
+
+def test_forward_not_from_the_backbone_is_ignored():
+    core = make()
+    core.receive_datagram(wire.encode_deliver(1, b"m"), BB, 0)
+    sent(core)
+    core.receive_datagram(wire.encode_forward("10.9.9.9", 80, 1, 1), PEER, 0.1)
+    assert sent(core) == [] and core.stats["dropped_forward_not_from_backbone"] == 1
+
+
+def test_nojournal_client_keeps_nothing_and_serves_nothing():
+    core = make(flags=NOJOURNAL)
+    core.receive_datagram(wire.encode_deliver(1, b"m"), BB, 0)
+    assert len(core.journal) == 0
+    sent(core)
+    core.receive_datagram(wire.encode_forward("127.0.0.9", 5555, 1, 1), BB, 0.1)
+    assert sent(core) == [] and core.stats["dropped_forward_nojournal"] == 1
+
+
+def test_repaired_deliver_from_a_peer_fills_the_gap():
+    core = make()
+    core.receive_datagram(wire.encode_deliver(1, b"a"), BB, 0)
+    core.receive_datagram(wire.encode_deliver(3, b"c"), BB, 0)
+    core.receive_datagram(wire.encode_deliver(2, b"b"), PEER, 0.2)  # FORWARD's answer
+    core.receive_datagram(wire.encode_deliver(2, b"b"), BB, 0.2)    # a late duplicate
+    assert events(core) == [Message(1, b"a"), Message(2, b"b"), Message(3, b"c")]
+    assert core.stats["duplicates"] == 1
+
+
+def test_backbone_restart_is_a_resync_with_no_duplicates_and_no_stall():
+    core = make(max_gap=1000)
+    for seq in (5000, 5001):
+        core.receive_datagram(wire.encode_deliver(seq, b"old%d" % seq), BB, 0)
+    core.receive_datagram(wire.encode_deliver(20, b"new"), BB, 1.0)
+    core.receive_datagram(wire.encode_deliver(21, b"new2"), BB, 1.0)
+    assert events(core) == [Message(5000, b"old5000"), Message(5001, b"old5001"),
+                            Resync(5002, 20), Message(20, b"new"), Message(21, b"new2")]
+
+
+def test_malformed_datagrams_are_counted_by_reason_and_dropped():
+    core = make()
+    for junk in (b"", b"\x01\x00", b"\x77" * 20, b"\x02\x00\x01" + b"\0" * 6):
+        core.receive_datagram(junk, PEER, 0)
+    core.receive_datagram(wire.encode_push(b"not for clients"), PEER, 0)
+    assert events(core) == []
+    assert core.stats["dropped_truncated"] == 2
+    assert core.stats["dropped_unknown_type"] == 1
+    assert core.stats["dropped_length_mismatch"] == 1
+    assert core.stats["dropped_unexpected_type"] == 1

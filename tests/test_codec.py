@@ -1,0 +1,185 @@
+"""The fyrehose codec, byte-exact to the seed's tables, run against both implementations."""
+import pytest
+
+from fastpath.errors import (BufferTooSmall, CodecError, InvalidField, LengthMismatch,
+                             OversizePacket, TruncatedPacket, UnknownPacketType)
+from fastpath.packets import (MAX_DATA, MAX_SEQUENCE, Deliver, Forward, Keepalive, KeepaliveAck,
+                              Push, Request)
+
+TOKEN = bytes(range(16))
+
+# Test vectors written by hand from the seed's tables (fyrehose.txt, "### 0x1" .. "### 0x20").
+VECTORS = [
+    (Deliver(0x010203040506, b"hi"),
+     b"\x01" b"\x00\x02" b"\x01\x02\x03\x04\x05\x06" b"hi"),
+    (Push(b"abc"),
+     b"\x02" b"\x00\x03" b"\x00\x00\x00\x00\x00\x00" b"abc"),
+    (Request("10.0.0.1", 2323, 5, 9),
+     b"\x04" b"\x0a\x00\x00\x01" b"\x09\x13" b"\x00\x00\x00\x00\x00\x05" b"\x00\x00\x00\x00\x00\x09"),
+    (Forward("127.0.0.1", 65535, 0, MAX_SEQUENCE),
+     b"\x08" + b"\x7f\x00\x00\x01" + b"\xff\xff" + b"\x00" * 6 + b"\xff" * 6),
+    (Keepalive("0.0.0.0", 0, 0x3, TOKEN),
+     b"\x10" b"\x00\x00\x00\x00" b"\x00\x00" b"\x00\x00\x00\x00\x00\x03" + TOKEN),
+    (KeepaliveAck(TOKEN), b"\x20" + TOKEN),
+]
+
+
+@pytest.mark.parametrize("packet,wire", VECTORS, ids=[type(p).__name__ for p, _ in VECTORS])
+def test_vectors_encode_and_decode_exactly(codec, packet, wire):
+    assert codec.encode(packet) == wire
+    assert codec.decode(wire) == packet
+    assert codec.packet_type(wire) == wire[0]
+
+
+def test_typed_encoders_match_vectors(codec):
+    assert codec.encode_deliver(0x010203040506, b"hi") == VECTORS[0][1]
+    assert codec.encode_push(b"abc") == VECTORS[1][1]
+    assert codec.encode_request("10.0.0.1", 2323, 5, 9) == VECTORS[2][1]
+    assert codec.encode_forward("127.0.0.1", 65535, 0, MAX_SEQUENCE) == VECTORS[3][1]
+    assert codec.encode_keepalive("", 0, 3, TOKEN) == VECTORS[4][1]
+    assert codec.encode_keepalive_ack(TOKEN) == VECTORS[5][1]
+
+
+def test_decode_does_not_copy_data(codec):
+    buf = bytearray(codec.encode_deliver(7, b"xyz"))
+    packet = codec.decode(buf)
+    assert isinstance(packet.data, memoryview)
+    buf[-1] = ord("Z")
+    assert bytes(packet.data) == b"xyZ"
+
+
+def test_encode_into_writes_at_offset(codec):
+    buf = bytearray(b"\xee" * 40)
+    n = codec.encode_deliver_into(buf, 3, 1, b"ab")
+    assert n == 11
+    assert buf[:3] == b"\xee" * 3 and buf[14:] == b"\xee" * 26
+    assert codec.decode(bytes(buf[3:3 + n])) == Deliver(1, b"ab")
+    assert codec.encode_keepalive_ack_into(buf, 23, TOKEN) == 17 and bytes(buf[23:40]) == b"\x20" + TOKEN
+    assert codec.encode_request_into(buf, 0, "1.2.3.4", 1, 2, 3) == 19
+    assert codec.encode_forward_into(buf, 0, "1.2.3.4", 1, 2, 3) == 19
+    assert codec.encode_keepalive_into(buf, 0, "1.2.3.4", 1, 2, TOKEN) == 29
+    assert codec.encode_push_into(buf, 0, b"") == 9
+
+
+def test_encode_into_rejects_small_buffer_at_and_past_limit(codec):
+    buf = bytearray(19)
+    assert codec.encode_request_into(buf, 0, "", 0, 0, 0) == 19  # exactly fits
+    with pytest.raises(BufferTooSmall):
+        codec.encode_request_into(buf, 1, "", 0, 0, 0)  # one byte past
+    with pytest.raises(BufferTooSmall):
+        codec.encode_deliver_into(bytearray(10), 0, 0, b"ab")
+    with pytest.raises(BufferTooSmall):
+        codec.encode_keepalive_ack_into(bytearray(17), -1, TOKEN)
+
+
+# ---- every field at its limits --------------------------------------------------------------
+
+def test_sequence_limits(codec):
+    assert codec.decode(codec.encode_deliver(0, b"")).sequence == 0
+    assert codec.decode(codec.encode_deliver(MAX_SEQUENCE, b"")).sequence == MAX_SEQUENCE
+    with pytest.raises(InvalidField):
+        codec.encode_deliver(MAX_SEQUENCE + 1, b"")
+    with pytest.raises(InvalidField):
+        codec.encode_deliver(-1, b"")
+
+
+def test_data_limits(codec):
+    assert len(codec.decode(codec.encode_push(b"x" * MAX_DATA)).data) == MAX_DATA
+    assert len(codec.encode_deliver(1, b"x" * MAX_DATA)) == 65507  # the IPv4 UDP maximum
+    with pytest.raises(OversizePacket):
+        codec.encode_push(b"x" * (MAX_DATA + 1))
+    with pytest.raises(OversizePacket):
+        codec.encode_deliver(1, b"x" * (MAX_DATA + 1))
+    # A lower limit is a constructor-style argument too: at it, and one past it.
+    assert codec.encode_push(b"x" * 100, max_data=100)
+    with pytest.raises(OversizePacket):
+        codec.encode_push(b"x" * 101, max_data=100)
+    wire = codec.encode_push(b"x" * 101)
+    assert len(codec.decode(wire, max_data=101).data) == 101
+    with pytest.raises(OversizePacket):
+        codec.decode(wire, max_data=100)
+
+
+def test_port_and_addr_limits(codec):
+    assert codec.decode(codec.encode_request("255.255.255.255", 65535, 0, 0)).port == 65535
+    assert codec.decode(codec.encode_request("", 0, 0, 0)).addr == "0.0.0.0"
+    with pytest.raises(InvalidField):
+        codec.encode_request("", 65536, 0, 0)
+    with pytest.raises(InvalidField):
+        codec.encode_keepalive("", -1, 0, TOKEN)
+    with pytest.raises(InvalidField):
+        codec.encode_keepalive("not-an-address", 1, 0, TOKEN)
+
+
+def test_range_limits(codec):
+    assert codec.decode(codec.encode_request("", 0, 9, 9)) == Request("0.0.0.0", 0, 9, 9)
+    assert codec.decode(codec.encode_forward("", 0, 0, MAX_SEQUENCE)).to_seq == MAX_SEQUENCE
+    with pytest.raises(InvalidField):
+        codec.encode_request("", 0, 10, 9)
+    with pytest.raises(InvalidField):
+        codec.encode_forward("", 0, 0, MAX_SEQUENCE + 1)
+
+
+def test_flags_and_token_limits(codec):
+    assert codec.decode(codec.encode_keepalive("", 0, MAX_SEQUENCE, TOKEN)).flags == MAX_SEQUENCE
+    with pytest.raises(InvalidField):
+        codec.encode_keepalive("", 0, MAX_SEQUENCE + 1, TOKEN)
+    for bad in (b"x" * 15, b"x" * 17, b""):
+        with pytest.raises(InvalidField):
+            codec.encode_keepalive("", 0, 0, bad)
+        with pytest.raises(InvalidField):
+            codec.encode_keepalive_ack(bad)
+
+
+# ---- malformed datagrams, pinned as bytes literals --------------------------------------------
+
+MALFORMED = [
+    # (datagram, error, why)
+    (b"", TruncatedPacket, "an empty datagram"),
+    (b"\x01\x00\x00\x00\x00\x00\x00\x00", TruncatedPacket, "a DELIVER one byte short of its header"),
+    (b"\x02\x00", TruncatedPacket, "a PUSH cut inside LENGTH"),
+    (b"\x01\x00\x05\x00\x00\x00\x00\x00\x01abcd", LengthMismatch, "LENGTH 5 but 4 data bytes"),
+    (b"\x02\x00\x01\x00\x00\x00\x00\x00\x00ab", LengthMismatch, "LENGTH 1 but 2 data bytes"),
+    (b"\x02\xff\xff\x00\x00\x00\x00\x00\x00", LengthMismatch, "LENGTH 65535 with no data"),
+    (b"\x04" + b"\x00" * 17, TruncatedPacket, "a REQUEST one byte short"),
+    (b"\x08" + b"\x00" * 19, LengthMismatch, "a FORWARD with a trailing byte"),
+    (b"\x04" + b"\x00" * 6 + b"\x00\x00\x00\x00\x00\x02" + b"\x00\x00\x00\x00\x00\x01",
+     InvalidField, "a REQUEST whose FROM_SEQ is after TO_SEQ"),
+    (b"\x10" + b"\x00" * 27, TruncatedPacket, "a KEEPALIVE one byte short"),
+    (b"\x10" + b"\x00" * 29, LengthMismatch, "a KEEPALIVE with a trailing byte"),
+    (b"\x20" + b"\x00" * 15, TruncatedPacket, "a KEEPALIVE-ACK one byte short"),
+    (b"\x20" + b"\x00" * 17, LengthMismatch, "a KEEPALIVE-ACK with a trailing byte"),
+    (b"\x00" + b"\x00" * 28, UnknownPacketType, "type 0x00"),
+    (b"\x03" + b"\x00" * 8, UnknownPacketType, "type 0x03 (DELIVER|PUSH bits)"),
+    (b"\x40" + b"\x00" * 16, UnknownPacketType, "type 0x40 (the next unused bit)"),
+    (b"\xff", UnknownPacketType, "a lone 0xff"),
+    (b"GET / HTTP/1.1\r\n\r\n", UnknownPacketType, "an HTTP request"),
+    (b"\x01\xff\xe3" + b"\x00" * 6 + b"x" * (MAX_DATA + 1), OversizePacket,
+     "DELIVER with one byte more DATA than fits an IPv4 datagram"),
+]
+
+
+@pytest.mark.parametrize("datagram,error,why", MALFORMED, ids=[m[2] for m in MALFORMED])
+def test_malformed_datagrams_raise_typed_errors(codec, datagram, error, why):
+    with pytest.raises(error) as info:
+        codec.decode(datagram)
+    assert isinstance(info.value, CodecError) and isinstance(info.value, ValueError)
+    assert str(info.value)  # a message a human can read
+
+
+def test_errors_carry_drop_reasons():
+    reasons = {cls.reason for cls in (TruncatedPacket, LengthMismatch, UnknownPacketType,
+                                      OversizePacket, InvalidField, BufferTooSmall)}
+    assert len(reasons) == 6
+
+
+def test_implementations_agree_on_error_messages():
+    from fastpath import codec as cy, refcodec as py
+
+    for datagram, error, _ in MALFORMED:
+        messages = []
+        for impl in (cy, py):
+            with pytest.raises(error) as info:
+                impl.decode(datagram)
+            messages.append(str(info.value))
+        assert messages[0] == messages[1]
