@@ -107,8 +107,9 @@ cdef class SendBatch:
         PyMem_Free(self.msgs)
 
     cdef int flush(self, int fd) noexcept nogil:
-        """Send every queued datagram; a datagram the kernel refuses is counted and skipped."""
-        cdef int off = 0, rc, waited = 0
+        """Send every queued datagram; return how many went. One the kernel refuses is counted
+        in `errors` and skipped."""
+        cdef int off = 0, rc, waited = 0, done = 0
         cdef int i
         cdef pollfd pfd
         while off < self.count:
@@ -117,6 +118,7 @@ cdef class SendBatch:
                 for i in range(off, off + rc):
                     self.bytes_sent += self.msgs[i].msg_len
                 off += rc
+                done += rc
                 self.sent += rc
                 continue
             if rc < 0 and errno == EINTR:
@@ -132,7 +134,7 @@ cdef class SendBatch:
             self.errors += 1
             off += 1
         self.count = 0
-        return off
+        return done
 
     def send(self, sock, datagrams):
         """Send [(bytes-like, (host, port))] with as few sendmmsg calls as possible."""

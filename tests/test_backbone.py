@@ -1,0 +1,274 @@
+"""The backbone over real UDP sockets on 127.0.0.1, poked with hand-made datagrams.
+
+(B1)..(B5) are the seed's RULES (BACKBONE).
+"""
+import time
+
+import pytest
+
+from fastpath import refcodec as wire
+from fastpath.packets import (MAX_DATA, MAX_SEQUENCE, NOJOURNAL, NOSUBSCRIBE, Deliver, Forward,
+                              KeepaliveAck)
+
+from conftest import wait_for
+
+TOKEN = b"T" * 16
+
+
+def keepalive(peer, bb, flags=0, token=TOKEN, addr="", port=0):
+    peer.send(wire.encode_keepalive(addr, port, flags, token), bb.address)
+    got = peer.recv(1.0)
+    return wire.decode(got[0]) if got else None
+
+
+def delivers(peer, quiet=0.2):
+    return [wire.decode(d) for d, _ in peer.recv_all(quiet)]
+
+
+def test_keepalive_is_acked_with_the_same_token(backbone, raw_peer):  # (B1)
+    p = raw_peer()
+    token = bytes(range(100, 116))
+    p.send(wire.encode_keepalive("", 0, 0, token), backbone.address)
+    data, src = p.recv()
+    assert data == b"\x20" + token and src == backbone.address
+
+
+def test_push_is_sequenced_and_delivered_to_every_subscriber(backbone, raw_peer):  # (B2)(B3)
+    subs = [raw_peer() for _ in range(3)]
+    for s in subs:
+        assert keepalive(s, backbone) == KeepaliveAck(TOKEN)
+    pub = raw_peer()  # (B5) never sent a KEEPALIVE
+    for i in range(5):
+        pub.send(wire.encode_push(b"m%d" % i), backbone.address)
+    for s in subs:
+        assert delivers(s) == [Deliver(1000 + i, b"m%d" % i) for i in range(5)]
+    assert pub.recv(0.2) is None
+    st = backbone.stats()
+    assert (st["pushes"], st["delivers"], st["subscribers"]) == (5, 15, 3)
+
+
+def test_empty_and_largest_payloads_are_delivered(backbone, raw_peer):
+    s = raw_peer()
+    keepalive(s, backbone)
+    s.send(wire.encode_push(b""), backbone.address)
+    s.send(wire.encode_push(b"z" * MAX_DATA), backbone.address)
+    got = delivers(s)
+    assert got[0] == Deliver(1000, b"") and got[1] == Deliver(1001, b"z" * MAX_DATA)
+
+
+def test_nosubscribe_client_gets_no_deliver_but_is_acked(backbone, raw_peer):
+    quiet, sub = raw_peer(), raw_peer()
+    assert keepalive(quiet, backbone, flags=NOSUBSCRIBE) == KeepaliveAck(TOKEN)
+    keepalive(sub, backbone)
+    quiet.send(wire.encode_push(b"x"), backbone.address)
+    assert delivers(sub) == [Deliver(1000, b"x")]
+    assert quiet.recv(0.2) is None
+
+
+def test_subscriber_expires_after_the_window(backbone_factory, raw_peer):  # (B2)
+    bb = backbone_factory(window=0.3, first_sequence=0)
+    s, pub = raw_peer(), raw_peer()
+    keepalive(s, bb)
+    pub.send(wire.encode_push(b"early"), bb.address)
+    assert delivers(s) == [Deliver(0, b"early")]
+    time.sleep(0.45)
+    pub.send(wire.encode_push(b"late"), bb.address)
+    assert s.recv(0.3) is None
+    assert bb.stats()["subscribers"] == 0
+    keepalive(s, bb)  # signing on again works
+    pub.send(wire.encode_push(b"again"), bb.address)
+    assert delivers(s) == [Deliver(2, b"again")]
+
+
+def test_keepalive_flags_are_updated_by_each_keepalive(backbone, raw_peer):
+    s, pub = raw_peer(), raw_peer()
+    keepalive(s, backbone)
+    keepalive(s, backbone, flags=NOSUBSCRIBE)
+    pub.send(wire.encode_push(b"x"), backbone.address)
+    assert s.recv(0.2) is None
+    assert backbone.stats()["clients"] == 1
+
+
+def test_request_is_forwarded_to_a_journaling_client_never_a_nojournal_one(backbone, raw_peer):  # (B4)
+    requester, journaling, nojournal = raw_peer(), raw_peer(), raw_peer()
+    keepalive(requester, backbone)
+    keepalive(journaling, backbone)
+    keepalive(nojournal, backbone, flags=NOJOURNAL)
+    for _ in range(30):
+        requester.send(wire.encode_request("", 0, 5, 9), backbone.address)
+    forwards = delivers(journaling)
+    assert forwards == [Forward("127.0.0.1", requester.address[1], 5, 9)] * 30
+    assert nojournal.recv(0.2) is None
+    assert requester.recv(0.1) is None  # never to the requester itself
+
+
+def test_request_choice_is_random_among_journaling_clients(backbone, raw_peer):
+    requester = raw_peer()
+    peers = [raw_peer() for _ in range(3)]
+    for p in [requester] + peers:
+        keepalive(p, backbone)
+    for _ in range(150):
+        requester.send(wire.encode_request("", 0, 1, 1), backbone.address)
+    counts = [len(p.recv_all(0.2)) for p in peers]
+    assert sum(counts) == 150
+    assert all(c >= 20 for c in counts), counts  # each expects 50; 20 is ~5 sigma below
+
+
+def test_request_with_no_journaling_peer_is_counted(backbone, raw_peer):
+    requester = raw_peer()
+    keepalive(requester, backbone)
+    requester.send(wire.encode_request("", 0, 1, 2), backbone.address)
+    wait_for(lambda: backbone.stats()["drops"]["no_journal_peer"] == 1)
+    assert backbone.stats()["drops"]["no_journal_peer"] == 1
+
+
+def test_request_range_limit_at_and_past(backbone_factory, raw_peer):
+    bb = backbone_factory(max_request_range=10)
+    requester, peer = raw_peer(), raw_peer()
+    keepalive(requester, bb)
+    keepalive(peer, bb)
+    requester.send(wire.encode_request("", 0, 100, 109), bb.address)  # 10 sequences
+    requester.send(wire.encode_request("", 0, 100, 110), bb.address)  # 11
+    assert delivers(peer) == [Forward("127.0.0.1", requester.address[1], 100, 109)]
+    assert bb.stats()["drops"]["request_too_large"] == 1
+
+
+def test_keepalive_or_request_naming_another_host_is_refused_by_default(backbone, raw_peer):
+    s, peer = raw_peer(), raw_peer()
+    keepalive(peer, backbone)
+    assert keepalive(s, backbone, addr="10.1.2.3", port=9) is None  # no ACK, no table entry
+    s.send(wire.encode_request("10.1.2.3", 9, 1, 1), backbone.address)
+    assert peer.recv(0.2) is None
+    st = backbone.stats()
+    assert st["drops"]["foreign_address"] == 2 and st["clients"] == 1
+
+
+def test_keepalive_may_name_another_port_on_its_own_host(backbone, raw_peer):
+    control, listener, pub = raw_peer(), raw_peer(), raw_peer()
+    ack = keepalive(control, backbone, addr="127.0.0.1", port=listener.address[1])
+    assert ack == KeepaliveAck(TOKEN)  # the ACK goes to the KEEPALIVE's source
+    pub.send(wire.encode_push(b"x"), backbone.address)
+    assert delivers(listener) == [Deliver(1000, b"x")]
+    assert control.recv(0.1) is None
+
+
+def test_allow_foreign_addresses_option(backbone_factory, raw_peer):
+    bb = backbone_factory(allow_foreign_addresses=True)
+    control, listener = raw_peer(), raw_peer()
+    keepalive(control, bb, addr="127.0.0.2", port=listener.address[1])
+    assert bb.subscribers()[0][:2] == ("127.0.0.2", listener.address[1])
+
+
+def test_subscriber_table_limit_at_and_past(backbone_factory, raw_peer):
+    bb = backbone_factory(max_subscribers=3)
+    peers = [raw_peer() for _ in range(4)]
+    acks = [keepalive(p, bb) for p in peers]
+    assert acks[:3] == [KeepaliveAck(TOKEN)] * 3 and acks[3] is None
+    assert bb.stats()["drops"]["table_full"] == 1
+    assert keepalive(peers[0], bb) == KeepaliveAck(TOKEN)  # known clients still refresh
+
+
+def test_full_table_frees_expired_entries(backbone_factory, raw_peer):
+    bb = backbone_factory(max_subscribers=1, window=0.2)
+    a, b = raw_peer(), raw_peer()
+    assert keepalive(a, bb) is not None
+    time.sleep(0.3)
+    assert keepalive(b, bb) == KeepaliveAck(TOKEN)
+
+
+def test_sequence_wraps_from_the_largest_48_bit_value_to_zero(backbone_factory, raw_peer):
+    bb = backbone_factory(first_sequence=MAX_SEQUENCE)
+    s = raw_peer()
+    keepalive(s, bb)
+    s.send(wire.encode_push(b"a"), bb.address)
+    s.send(wire.encode_push(b"b"), bb.address)
+    assert [d.sequence for d in delivers(s)] == [MAX_SEQUENCE, 0]
+
+
+def test_default_first_sequence_follows_the_clock(backbone_factory):
+    before = int(time.time() * 1e6) % (1 << 48)
+    bb = backbone_factory()
+    after = int(time.time() * 1e6) % (1 << 48)
+    assert before <= bb.next_sequence <= after or after < before  # (unless the clock wrapped)
+
+
+# Malformed and unexpected datagrams, each with the drop reason it must be counted under.
+CORPUS = [
+    (b"", "truncated"),
+    (b"\x02\x00\x01\x00\x00\x00\x00\x00", "truncated"),
+    (b"\x02\x00\x09\x00\x00\x00\x00\x00\x00short", "length_mismatch"),
+    (b"\x10" + b"\x00" * 30, "length_mismatch"),
+    (b"\x04" + b"\x00" * 6 + b"\x00\x00\x00\x00\x00\x09" + b"\x00\x00\x00\x00\x00\x01", "invalid_field"),
+    (b"\x99garbage", "unknown_type"),
+    (b"\x00" * 64, "unknown_type"),
+    # (DATA past MAX_DATA cannot be sent at all: the kernel refuses an IPv4 UDP datagram over
+    # 65,507 bytes with EMSGSIZE. Oversize is tested with a lower max_data below.)
+    (b"\x02\x00\x10" + b"\x00" * 6 + b"x" * 65000, "length_mismatch"),
+    (b"\x01\x00\x01\x00\x00\x00\x00\x00\x01x", "unexpected_type"),   # a DELIVER sent to the backbone
+    (b"\x08" + b"\x00" * 18, "unexpected_type"),                     # a FORWARD
+    (b"\x20" + b"\x00" * 16, "unexpected_type"),                     # a KEEPALIVE-ACK
+]
+
+
+def test_malformed_corpus_is_counted_by_reason_and_state_survives(backbone, raw_peer):
+    sub, attacker = raw_peer(), raw_peer()
+    keepalive(sub, backbone)
+    attacker.send(wire.encode_push(b"before"), backbone.address)
+    assert delivers(sub) == [Deliver(1000, b"before")]
+    for datagram, _ in CORPUS:
+        attacker.send(datagram, backbone.address)
+    expected = {}
+    for _, reason in CORPUS:
+        expected[reason] = expected.get(reason, 0) + 1
+    wait_for(lambda: sum(backbone.stats()["drops"].values()) == len(CORPUS))
+    drops = {k: v for k, v in backbone.stats()["drops"].items() if v}
+    assert drops == expected
+    assert sub.recv(0.2) is None  # nothing was delivered or sequenced
+    attacker.send(wire.encode_push(b"after"), backbone.address)
+    assert delivers(sub) == [Deliver(1001, b"after")]  # sequence continuous, subscriber kept
+    assert backbone.running and backbone.stats()["subscribers"] == 1
+
+
+def test_a_flood_of_garbage_does_not_stall_the_loop(backbone, raw_peer):
+    sub, attacker = raw_peer(), raw_peer()
+    keepalive(sub, backbone)
+    junk = b"\xee" * 1400
+    for i in range(20000):
+        attacker.send(junk, backbone.address)
+    attacker.send(wire.encode_push(b"still here"), backbone.address)
+    got = delivers(sub, quiet=0.5)
+    assert got == [Deliver(1000, b"still here")]
+    st = backbone.stats()
+    assert st["drops"]["unknown_type"] + st["receive_errors"] <= 20000
+    assert st["drops"]["unknown_type"] > 0
+
+
+def test_stop_is_prompt_and_releases_the_port(backbone_factory):
+    from pelotari.fyrehose import Backbone
+
+    bb = backbone_factory()
+    port = bb.address[1]
+    t0 = time.monotonic()
+    bb.stop()
+    assert time.monotonic() - t0 < 1.0 and not bb.running
+    again = Backbone(host="127.0.0.1", port=port).start()  # the port is free again
+    again.stop()
+
+
+def test_backbone_limits_are_validated():
+    from pelotari.fyrehose import Backbone
+
+    for bad in ({"max_subscribers": 0}, {"window": 0}, {"max_data": MAX_DATA + 1},
+                {"max_request_range": 0}, {"first_sequence": MAX_SEQUENCE + 1}):
+        with pytest.raises(ValueError):
+            Backbone(host="127.0.0.1", port=0, **bad).start()
+
+
+def test_max_data_limit_at_and_past(backbone_factory, raw_peer):
+    bb = backbone_factory(max_data=100)
+    s = raw_peer()
+    keepalive(s, bb)
+    s.send(wire.encode_push(b"x" * 100), bb.address)
+    s.send(wire.encode_push(b"x" * 101), bb.address)
+    assert [len(d.data) for d in delivers(s)] == [100]
+    assert bb.stats()["drops"]["oversize"] == 1

@@ -1,0 +1,132 @@
+"""The `pelotari` command, run as real processes."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PELOTARI
+
+pytestmark = pytest.mark.e2e
+
+
+def run(*args, input=None, timeout=30):
+    return subprocess.run(PELOTARI + list(args), input=input, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def start(*args, **kw):
+    return subprocess.Popen(PELOTARI + list(args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def start_backbone(*extra):
+    proc = start("backbone", "--host", "127.0.0.1", "--port", "0", *extra)
+    line = proc.stderr.readline()
+    assert "listening on 127.0.0.1:" in line, line
+    port = int(line.split("127.0.0.1:")[1].split("/")[0])
+    return proc, port
+
+
+def test_version_and_help():
+    from pelotari import __version__
+
+    out = run("--version")
+    assert out.returncode == 0 and __version__ in out.stdout
+    for cmd in ([], ["backbone"], ["pub"], ["sub"], ["demo"]):
+        res = run(*cmd, "--help")
+        assert res.returncode == 0 and "Usage:" in res.stdout and len(res.stdout) > 200, cmd
+
+
+def test_cli_import_does_not_pull_scapy_or_the_backbone():
+    code = ("import sys, pelotari.cli; "
+            "print(sorted(m for m in ('scapy', 'pyspark', 'fastpath.backbone') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["backbone", "--port", "70000"], "70000"),
+    (["pub", "-b", "127.0.0.1:notaport", "x"], "bad port"),
+    (["sub", "--count", "0"], "0"),
+    (["backbone", "--bogus"], "No such option"),
+])
+def test_bad_options_give_one_clear_line(args, needle):
+    res = run(*args)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr and needle in res.stderr
+
+
+def test_port_in_use_is_one_line_not_a_traceback():
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    try:
+        res = run("backbone", "--host", "127.0.0.1", "--port", str(port))
+    finally:
+        holder.close()
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        f"Error: cannot bind 127.0.0.1:{port}: Address already in use"]
+
+
+def test_pub_and_sub_through_a_backbone_process_and_clean_ctrl_c():
+    bb, port = start_backbone("--json-stats", "--stats-interval", "0.2")
+    try:
+        sub = start("sub", "-b", f"127.0.0.1:{port}", "--count", "3", "--json")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # wait until the backbone counts the subscriber
+            stats = json.loads(bb.stdout.readline())
+            if stats["subscribers"] == 1:
+                break
+        pub = run("pub", "-b", f"127.0.0.1:{port}", "one", "two", "three")
+        assert pub.returncode == 0, pub.stderr
+        seqs = [int(line.split("\t")[0]) for line in pub.stdout.splitlines()]
+        assert seqs == [seqs[0], seqs[0] + 1, seqs[0] + 2]
+        out, err = sub.communicate(timeout=10)
+        assert sub.returncode == 0, err
+        records = [json.loads(line) for line in out.splitlines()]
+        assert records == [{"sequence": s, "data": d} for s, d in zip(seqs, ["one", "two", "three"])]
+        assert "received 3 messages" in err
+    finally:
+        bb.send_signal(signal.SIGINT)
+        out, err = bb.communicate(timeout=10)
+    assert bb.returncode == 0
+    assert "Traceback" not in err and "stopped after" in err and "3 pushes" in err
+
+
+def test_pub_reads_stdin_lines_and_count_limits_them():
+    bb, port = start_backbone()
+    try:
+        res = run("pub", "-b", f"127.0.0.1:{port}", "--count", "2", input="a\nb\nc\n")
+        assert res.returncode == 0, res.stderr
+        assert [line.split("\t")[1] for line in res.stdout.splitlines()] == ["a", "b"]
+        res = run("pub", "-b", f"127.0.0.1:{port}", "-n", "5", "-r", "100", "--no-confirm", "-q", "x")
+        assert res.returncode == 0 and "published 5 messages" in res.stderr
+    finally:
+        bb.terminate()
+        bb.wait(10)
+    assert bb.returncode == 0  # SIGTERM is a clean stop too
+
+
+def test_pub_without_backbone_fails_in_one_line():
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    try:
+        res = run("pub", "-b", f"127.0.0.1:{silent.getsockname()[1]}", "--timeout", "0.3", "x")
+    finally:
+        silent.close()
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr and "no KEEPALIVE-ACK" in res.stderr
+
+
+def test_demo_shows_messages_flowing_to_every_subscriber():
+    res = run("demo", "--messages", "8", "--rate", "50", timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "sub-1 received 8/8 messages, in sequence order" in res.stdout
+    assert "sub-2 received 8/8 messages, in sequence order" in res.stdout
+    assert res.stdout.count("message 8 of 8") == 3  # both subscribers and the publisher
