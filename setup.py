@@ -6,6 +6,8 @@ from setuptools import Extension, setup
 # PELOTARI_DEBUG=1 builds with line tracing (for coverage/profilers) and no optimisation.
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
 MODULES = ["wire", "codec", "batchio", "backbone", "journal"]
+# Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
+PACKAGES = ["fastpath", "pelotari", "pelotari.cli", "pelotari.fyrehose"]
 
 
 def extensions():
@@ -25,7 +27,7 @@ def extensions():
 
 
 setup(
-    packages=["pelotari", "pelotari.fyrehose", "fastpath"],
+    packages=PACKAGES,
     package_data={"fastpath": ["*.pxd", "*.pyi", "py.typed"]},
     exclude_package_data={"fastpath": ["*.c"]},
     include_package_data=False,
