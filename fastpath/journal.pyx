@@ -111,6 +111,11 @@ cdef class GapTracker:
         return (<uint64_t>self.next_pos & SEQ_MASK) if self.started else None
 
     @property
+    def highest_sequence(self):
+        """The highest SEQUENCE accepted so far (None before the first DELIVER)."""
+        return (<uint64_t>self.highest & SEQ_MASK) if self.started else None
+
+    @property
     def held_count(self):
         """Messages waiting behind a gap."""
         return len(self.held)

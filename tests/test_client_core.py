@@ -110,7 +110,7 @@ def test_pending_publish_limit_at_and_past():
 
 
 def test_gap_leads_to_request_with_zero_address_then_lost_after_retries():
-    core = make(request_retries=1, request_backoff=2.0)
+    core = make(request_retries=1, request_backoff=2.0, tail_probe=0)
     core.receive_datagram(wire.encode_deliver(10, b"a"), BB, 0.0)
     core.receive_datagram(wire.encode_deliver(13, b"d"), BB, 0.0)
     core.handle_timer(0.0)
@@ -187,3 +187,31 @@ def test_malformed_datagrams_are_counted_by_reason_and_dropped():
     assert core.stats["dropped_unknown_type"] == 1
     assert core.stats["dropped_length_mismatch"] == 1
     assert core.stats["dropped_unexpected_type"] == 1
+
+
+def test_quiet_stream_probes_for_a_lost_tail_with_backoff_then_stops():
+    core = make(tail_probe=0.25, request_retries=2, tail_probe_range=8)
+    core.handle_timer(0.0)
+    sent(core)
+    core.receive_datagram(wire.encode_deliver(41, b"a"), BB, 0.0)
+    core.receive_datagram(wire.encode_deliver(42, b"b"), BB, 0.0)
+    probes = []
+    for _ in range(30):
+        t = core.get_timer()
+        if t > 5.0:
+            break
+        core.handle_timer(t)
+        probes += [(round(t, 3), p) for p, _ in sent(core) if isinstance(p, Request)]
+    assert probes == [(0.25, Request("0.0.0.0", 0, 43, 50)), (0.75, Request("0.0.0.0", 0, 43, 50)),
+                      (1.75, Request("0.0.0.0", 0, 43, 50))]
+    # A peer's answer to the probe is a normal message, and quiet starts over.
+    core.receive_datagram(wire.encode_deliver(43, b"c"), PEER, 2.0)
+    assert Message(43, b"c") in events(core)
+    assert core.get_timer() == pytest.approx(2.25)
+
+
+def test_tail_probe_can_be_disabled():
+    core = make(tail_probe=0)
+    core.handle_timer(0.0)
+    core.receive_datagram(wire.encode_deliver(1, b"a"), BB, 0.0)
+    assert core.get_timer() == 1.0  # only the next KEEPALIVE

@@ -162,3 +162,20 @@ def test_on_message_callback_gets_items_in_order(backbone):
                 pub.publish(b"%d" % i)
         assert done.wait(3)
     assert [m.sequence for m in got] == list(range(1000, 1010))
+
+
+def test_publishing_from_many_threads_sends_each_push_exactly_once(backbone):
+    with Client(addr(backbone), receive=False) as pub:
+        assert pub.wait_connected(3)
+        results = []
+
+        def worker(k):
+            results.extend(pub.publish(b"t%d-%d" % (k, i)) for i in range(50))
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(results) == list(range(1000, 1400))
+    assert backbone.stats()["pushes"] == 400

@@ -82,7 +82,8 @@ class Client:
         self._receive = receive
         self._items: "queue.Queue[Item]" = queue.Queue()
         self._futures: Dict[int, Future] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the core
+        self._send_lock = threading.Lock()  # guards the SendBatch (its queue is not thread-safe)
         self._closed = threading.Event()
         self._up = threading.Event()
         self._sock: Optional[socket.socket] = None
@@ -144,7 +145,7 @@ class Client:
             if pid is not None:
                 fut = self._futures[pid] = Future()
             out = self.core.datagrams_to_send()
-        self._tx.send(self._sock, out)
+        self._send(out)
         return fut
 
     def publish(self, data: bytes, timeout: Optional[float] = None) -> Optional[int]:
@@ -217,12 +218,16 @@ class Client:
                 while (ev := core.next_event()) is not None:
                     events.append(ev)
             if out:
-                self._tx.send(sock, out)
+                self._send(out)
             for ev in events:
                 try:
                     self._dispatch(ev)
                 except Exception:  # an application callback must not kill the I/O thread
                     log.exception("fyrehose client callback failed on %r", ev)
+
+    def _send(self, datagrams) -> None:
+        with self._send_lock:
+            self._tx.send(self._sock, datagrams)
 
     def _dispatch(self, ev: Event) -> None:
         if isinstance(ev, (Message, Lost, Resync)):

@@ -32,6 +32,8 @@ class ClientConfig:
     max_gap: int = 65536  # a larger jump is a Resync, not a gap
     max_held: int = 65536  # messages held behind gaps before the oldest gap is given up
     publish_timeout: float = 2.0
+    tail_probe: float = 0.25  # quiet seconds before asking peers for what may follow (0: never)
+    tail_probe_range: int = 64
     max_pending_publishes: int = 65536
     backbone_silence: float = 3.0  # seconds without ACK before BackboneDown
 
@@ -67,6 +69,8 @@ class ClientCore:
         self._pending_by_data: Dict[bytes, Deque[int]] = defaultdict(deque)
         self._pending: Dict[int, Tuple[float, bytes]] = {}
         self._deadlines: Deque[Tuple[float, int]] = deque()
+        self._next_probe: Optional[float] = None
+        self._probes = 0
         self.stats: Dict[str, int] = defaultdict(int)
 
     @property
@@ -117,6 +121,9 @@ class ClientCore:
         if status == DUPLICATE:  # (C3) any one copy will do
             self.stats["duplicates"] += 1
             return
+        if self.config.tail_probe > 0:
+            self._probes = 0
+            self._next_probe = now + self.config.tail_probe
         if self.journaling:
             self.journal.store(seq, data)
         self._drain_tracker()
@@ -187,6 +194,8 @@ class ClientCore:
         gap = self.tracker.next_deadline()
         if gap is not None and gap < when:
             when = gap
+        if self._next_probe is not None and self._next_probe < when:
+            when = self._next_probe
         while self._deadlines and self._deadlines[0][1] not in self._pending:
             self._deadlines.popleft()
         if self._deadlines and self._deadlines[0][0] < when:
@@ -201,6 +210,8 @@ class ClientCore:
             # ADDR/PORT zero: "reply to the address this REQUEST came from" (our one socket).
             self._out.append((codec.encode_request("", 0, lo, hi), self.backbone))
             self.stats["requests"] += 1
+        if self._next_probe is not None and now >= self._next_probe:
+            self._probe_tail(now)
         self._drain_tracker()
         while self._deadlines and self._deadlines[0][0] <= now:
             _, pid = self._deadlines.popleft()
@@ -212,6 +223,23 @@ class ClientCore:
             if not ids:
                 del self._pending_by_data[entry[1]]
             self._events.append(PublishFailed(pid, "timeout"))
+
+    def _probe_tail(self, now: float) -> None:
+        # A lost DELIVER is only noticed when a later one arrives, so the last message of a burst
+        # could wait forever. After a quiet spell, ask peers for whatever follows the highest
+        # sequence seen; they serve only what exists. Backs off, and stops after the retries.
+        cfg = self.config
+        if self._probes > cfg.request_retries:
+            self._next_probe = None
+            return
+        first = (self.tracker.highest_sequence + 1) % (1 << 48)
+        last = (first + min(cfg.tail_probe_range, cfg.max_request_range) - 1) % (1 << 48)
+        if last < first:  # do not straddle the 48-bit wrap
+            last = (1 << 48) - 1
+        self._out.append((codec.encode_request("", 0, first, last), self.backbone))
+        self.stats["tail_probes"] += 1
+        self._probes += 1
+        self._next_probe = now + cfg.tail_probe * (cfg.request_backoff ** self._probes)
 
     def _send_keepalive(self, now: float) -> None:
         self._keepalive_count += 1
