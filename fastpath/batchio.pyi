@@ -1,0 +1,22 @@
+import socket
+from typing import Iterable, List, Tuple, Union
+
+Address = Tuple[str, int]
+Buffer = Union[bytes, bytearray, memoryview]
+
+class RecvBatch:
+    capacity: int
+    slot_size: int
+    count: int
+    def __init__(self, capacity: int = ..., slot_size: int = ...) -> None: ...
+    def recv(self, sock: socket.socket) -> List[Tuple[bytes, Address]]: ...
+
+class SendBatch:
+    capacity: int
+    count: int
+    sent: int
+    bytes_sent: int
+    errors: int
+    def __init__(self, capacity: int = ...) -> None: ...
+    def send(self, sock: socket.socket, datagrams: Iterable[Tuple[Buffer, Address]]) -> int: ...
+    def fan_out(self, sock: socket.socket, header: Buffer, payload: Buffer, addrs: Iterable[Address]) -> int: ...
