@@ -179,3 +179,19 @@ def test_publishing_from_many_threads_sends_each_push_exactly_once(backbone):
             t.join()
     assert sorted(results) == list(range(1000, 1400))
     assert backbone.stats()["pushes"] == 400
+
+
+def test_flags_can_be_changed_while_running(backbone):
+    with Client(addr(backbone)) as sub, Client(addr(backbone), flags=NOSUBSCRIBE) as pub:
+        assert sub.wait_connected(3) and pub.wait_connected(3)
+        pub.publish(b"one")
+        assert collect(sub, 1) == [Message(1000, b"one")]
+        sub.set_flags(NOSUBSCRIBE)
+        wait_for(lambda: backbone.stats()["subscribers"] == 0, timeout=2)
+        pub.publish(b"two")
+        assert sub.receive(0.3) is None
+        sub.set_flags(0)
+        wait_for(lambda: backbone.stats()["subscribers"] == 1, timeout=2)
+        pub.publish(b"three")
+        # 1001 went out while it was not subscribed, and no peer journals it: reported lost.
+        assert collect(sub, 2, timeout=5) == [Lost(1001, 1001), Message(1002, b"three")]

@@ -16,6 +16,11 @@ class PelotariGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except BrokenPipeError:  # `pelotari sub | head`: the reader is gone, so are we
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(0)
         except (OSError, ValueError) as exc:
             raise click.ClickException(_one_line(exc)) from None
 

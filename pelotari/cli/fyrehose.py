@@ -102,7 +102,7 @@ def _client_options(fn):
               help="Fire and forget: sign on with NOSUBSCRIBE and do not wait for DELIVERs.")
 @click.option("--timeout", type=click.FloatRange(0.01), default=2.0, show_default=True,
               help="Seconds to wait for each message's DELIVER to come back.")
-@click.option("--window", "in_flight", type=click.IntRange(1, 65536), default=256,
+@click.option("--in-flight", type=click.IntRange(1, 65536), default=256,
               show_default=True, help="Most unconfirmed messages at once.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
 def pub(backbone, bind, messages, count, rate, no_confirm, timeout, in_flight, quiet):

@@ -85,6 +85,11 @@ class AsyncClient(asyncio.DatagramProtocol):
         except asyncio.TimeoutError:
             raise PublishTimeout("no DELIVER came back from the backbone") from None
 
+    def set_flags(self, flags: int) -> None:
+        """Change NOSUBSCRIBE/NOJOURNAL now; the backbone hears it in this KEEPALIVE."""
+        self.core.set_flags(flags, self._now())
+        self._pump()
+
     async def receive(self) -> Item:
         """The next Message, Lost or Resync in sequence order."""
         return await self._items.get()

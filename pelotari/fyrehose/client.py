@@ -163,6 +163,13 @@ class Client:
         except TimeoutError:
             raise PublishTimeout("no DELIVER came back from the backbone") from None
 
+    def set_flags(self, flags: int) -> None:
+        """Change NOSUBSCRIBE/NOJOURNAL now; the backbone hears it in this KEEPALIVE."""
+        with self._lock:
+            self.core.set_flags(flags, time.monotonic())
+            out = self.core.datagrams_to_send()
+        self._send(out)
+
     # ---- receiving -----------------------------------------------------------------------
 
     def receive(self, timeout: Optional[float] = None) -> Optional[Item]:
@@ -193,15 +200,18 @@ class Client:
 
     def _run(self) -> None:
         sock, core = self._sock, self.core
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         while not self._closed.is_set():
             with self._lock:
                 delay = core.get_timer() - time.monotonic()
+            readable = False
             if delay > 0:
-                readable, _, _ = select.select([sock, self._wake_r], [], [], min(delay, 0.5))
-            else:
-                readable = ()
+                ready = poller.poll(min(delay, 0.5) * 1000)
+                readable = any(fd == sock.fileno() for fd, _ in ready)
             batch = []
-            if sock in readable:
+            if readable:
                 for _ in range(16):  # bounded so timers still run under a flood
                     got = self._rx.recv(sock)
                     batch.extend(got)

@@ -5,7 +5,7 @@ Client rules of the seed are cited as (C1)..(C6). Sockets live in client.py and 
 import logging
 import os
 from collections import defaultdict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Deque, Dict, List, Optional, Tuple
 
 from fastpath.journal import LOST, MESSAGE, RESET, RESYNCED, DUPLICATE, GapTracker, Journal
@@ -185,6 +185,11 @@ class ClientCore:
         self._pending_by_data[key].append(pid)
         self._deadlines.append((now + self.config.publish_timeout, pid))
         return pid
+
+    def set_flags(self, flags: int, now: float) -> None:
+        """Change FLAGS (NOSUBSCRIBE/NOJOURNAL); a KEEPALIVE carrying them goes out at once."""
+        self.config = replace(self.config, flags=flags)
+        self._send_keepalive(now)
 
     # ---- timers --------------------------------------------------------------------------
 
