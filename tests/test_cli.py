@@ -32,6 +32,15 @@ def start_backbone(*extra):
     return proc, port
 
 
+def wait_subscribers(bb, count, timeout=10):
+    """Read a --json-stats backbone's lines until it counts `count` subscribers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if json.loads(bb.stdout.readline())["subscribers"] == count:
+            return
+    raise AssertionError(f"backbone never counted {count} subscribers")
+
+
 def test_version_and_help():
     from pelotari import __version__
 
@@ -78,11 +87,7 @@ def test_pub_and_sub_through_a_backbone_process_and_clean_ctrl_c():
     bb, port = start_backbone("--json-stats", "--stats-interval", "0.2")
     try:
         sub = start("sub", "-b", f"127.0.0.1:{port}", "--count", "3", "--json")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # wait until the backbone counts the subscriber
-            stats = json.loads(bb.stdout.readline())
-            if stats["subscribers"] == 1:
-                break
+        wait_subscribers(bb, 1)
         pub = run("pub", "-b", f"127.0.0.1:{port}", "one", "two", "three")
         assert pub.returncode == 0, pub.stderr
         seqs = [int(line.split("\t")[0]) for line in pub.stdout.splitlines()]
@@ -111,6 +116,27 @@ def test_pub_reads_stdin_lines_and_count_limits_them():
         bb.terminate()
         bb.wait(10)
     assert bb.returncode == 0  # SIGTERM is a clean stop too
+
+
+def test_sub_prints_sequence_tab_text_and_repr_for_binary():
+    bb, port = start_backbone("--json-stats", "--stats-interval", "0.2")
+    try:
+        sub = start("sub", "-b", f"127.0.0.1:{port}", "--count", "2")
+        wait_subscribers(bb, 1)
+        from pelotari.fyrehose import Client
+        from pelotari.fyrehose.codec import NOSUBSCRIBE
+
+        with Client(f"127.0.0.1:{port}", flags=NOSUBSCRIBE) as pub:
+            pub.wait_connected(3)
+            pub.publish("héllo".encode())
+            pub.publish(b"\xff\x00")
+        out, err = sub.communicate(timeout=10)
+    finally:
+        bb.terminate()
+        bb.wait(10)
+    lines = [line.split("\t") for line in out.splitlines()]
+    assert [text for _, text in lines] == ["héllo", "b'\\xff\\x00'"]
+    assert int(lines[1][0]) == int(lines[0][0]) + 1
 
 
 def test_pub_without_backbone_fails_in_one_line():

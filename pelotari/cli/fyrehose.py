@@ -248,7 +248,8 @@ def _print_message(msg, as_json):
             record["data"] = text
         click.echo(json.dumps(record))
     else:
-        click.echo(f"{msg.sequence}\t{text if text is not None else msg.data!r}")
+        shown = text if text is not None else repr(msg.data)
+        click.echo(f"{msg.sequence}\t{shown}")
     sys.stdout.flush()
 
 
