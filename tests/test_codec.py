@@ -183,3 +183,13 @@ def test_implementations_agree_on_error_messages():
                 impl.decode(datagram)
             messages.append(str(info.value))
         assert messages[0] == messages[1]
+
+
+def test_push_unused_field_is_sent_as_zero_and_ignored_on_receipt(codec):
+    assert codec.encode_push(b"a")[3:9] == b"\0" * 6
+    wire = b"\x02\x00\x01" + b"\xde\xad\xbe\xef\x00\x01" + b"a"
+    assert codec.decode(wire) == Push(b"a")
+
+
+def test_keepalive_reserved_flag_bits_are_carried_not_rejected(codec):
+    assert codec.decode(codec.encode_keepalive("", 0, 0x4 | 0x2, TOKEN)).flags == 0x6
