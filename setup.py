@@ -5,7 +5,7 @@ from setuptools import Extension, setup
 
 # PELOTARI_DEBUG=1 builds with line tracing (for coverage/profilers) and no optimisation.
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
-MODULES = ["wire", "codec", "batchio", "backbone", "journal"]
+MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen"]
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
 PACKAGES = ["fastpath", "pelotari", "pelotari.cli", "pelotari.fyrehose"]
 
@@ -28,7 +28,7 @@ def extensions():
 
 setup(
     packages=PACKAGES,
-    package_data={"fastpath": ["*.pxd", "*.pyi", "py.typed"]},
+    package_data={"fastpath": ["*.pxd", "*.pyi", "py.typed", "include/*.h"]},
     exclude_package_data={"fastpath": ["*.c"]},
     include_package_data=False,
     ext_modules=extensions(),

@@ -1,0 +1,335 @@
+# cython: language_level=3
+"""The bench's load generator: paced sendmmsg publishers and recvmmsg subscribers for fyrehose,
+with per-publisher stream counting and a latency histogram kept in C (include/loadstats.h)."""
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memset, memcpy
+from posix.time cimport nanosleep, timespec
+from posix.uio cimport iovec
+
+from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, recvmmsg, poll, pollfd, POLLIN,
+                               MSG_DONTWAIT, AF_INET, htons, htonl, errno, EINTR)
+from fastpath.wire cimport put_u16, put_u48, get_u16
+
+import socket
+
+from fastpath.codec import encode_keepalive
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t sendto(int fd, const void* buf, size_t n, int flags, const void* addr, unsigned int addrlen)
+
+STAMP_SIZE = LS_STAMP_SIZE
+MAX_PUBLISHERS = LS_MAX_PUBLISHERS
+DEFAULT_BATCH = 64
+cdef int RECV_BATCH = 64
+cdef int RECV_SLOT = 65536
+
+
+cdef class LatencyHistogram:
+    """Log-linear histogram of nanosecond values (16 sub-buckets per power of two)."""
+
+    def __cinit__(self):
+        ls_hist_init(&self.h)
+
+    def record(self, uint64_t value):
+        """Count one value."""
+        ls_hist_record(&self.h, value)
+
+    def quantile(self, double q):
+        """Upper bound of the bucket holding quantile q, capped at the maximum; 0 if empty."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError("q must be within 0..1")
+        return ls_hist_quantile(&self.h, q)
+
+    @property
+    def total(self):
+        return self.h.total
+
+    @property
+    def max(self):
+        return self.h.max if self.h.total else 0
+
+    @property
+    def mean(self):
+        return self.h.sum / self.h.total if self.h.total else 0.0
+
+    def buckets(self):
+        """Sparse {bucket upper bound: count}, for merging histograms across processes."""
+        return {ls_bucket_high(b): self.h.counts[b] for b in range(LS_BUCKETS) if self.h.counts[b]}
+
+    def summary(self):
+        """Count, mean, p50/p90/p99/max in nanoseconds."""
+        return {"count": self.total, "mean_ns": self.mean, "p50_ns": self.quantile(0.5),
+                "p90_ns": self.quantile(0.9), "p99_ns": self.quantile(0.99), "max_ns": self.max}
+
+
+cdef class StreamCounter:
+    """Per-publisher accounting of received payloads: unique, duplicates, reordered, latency."""
+
+    def __cinit__(self):
+        self.c = <ls_counter*>PyMem_Calloc(1, sizeof(ls_counter))
+        if self.c == NULL:
+            raise MemoryError()
+        ls_counter_init(self.c)
+
+    def __dealloc__(self):
+        PyMem_Free(self.c)
+
+    def record(self, payload, uint64_t now_ns):
+        """Account one received payload (as a subscriber received it) at time now_ns."""
+        cdef const uint8_t[::1] view = payload
+        return ls_counter_record(self.c, &view[0] if len(view) else NULL, len(view), now_ns)
+
+    def summary(self):
+        """Totals over publishers, and the latency summary."""
+        cdef int p
+        cdef ls_stream* s
+        out = {"unique": 0, "duplicates": 0, "reordered": 0, "too_old": 0,
+               "foreign": self.c.foreign, "publishers": {}}
+        for p in range(LS_MAX_PUBLISHERS):
+            s = &self.c.streams[p]
+            if not s.started:
+                continue
+            out["unique"] += s.unique
+            out["duplicates"] += s.duplicates
+            out["reordered"] += s.reordered
+            out["too_old"] += s.too_old
+            out["publishers"][p] = {"unique": s.unique, "highest": s.highest,
+                                    "missing_below_highest": s.highest + 1 - s.unique
+                                    if s.unique <= s.highest + 1 else 0}
+        hist = LatencyHistogram()
+        ls_hist_merge(&hist.h, &self.c.latency)
+        out["latency"] = hist.summary()
+        out["latency_buckets"] = hist.buckets()
+        return out
+
+
+def stamp(int pub_id, uint64_t counter, uint64_t now_ns, Py_ssize_t size=STAMP_SIZE):
+    """A payload as the publisher sends it (for tests and tools)."""
+    if size < LS_STAMP_SIZE:
+        raise ValueError(f"payloads are at least {LS_STAMP_SIZE} bytes")
+    out = bytearray(size)
+    cdef uint8_t[::1] view = out
+    ls_stamp(&view[0], <uint16_t>pub_id, counter, now_ns)
+    return bytes(out)
+
+
+def now_ns():
+    """CLOCK_MONOTONIC in nanoseconds, the clock payload timestamps use."""
+    return ls_now_ns()
+
+
+cdef void _fill_sockaddr(sockaddr_in* sa, host, int port) except *:
+    packed = socket.inet_aton(host)
+    memset(sa, 0, sizeof(sockaddr_in))
+    sa.sin_family = AF_INET
+    sa.sin_port = htons(<uint16_t>port)
+    sa.sin_addr.s_addr = htonl(int.from_bytes(packed, "big"))
+
+
+cdef inline void _sleep_ns(int64_t ns) noexcept nogil:
+    cdef timespec ts
+    ts.tv_sec = ns // 1000000000
+    ts.tv_nsec = ns % 1000000000
+    nanosleep(&ts, NULL)
+
+
+def _udp_socket(int buffer):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for force, opt in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, buffer)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, opt, buffer)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double duration=1.0,
+                     double rate=0.0, int pub_id=0, uint64_t count=0, int batch=DEFAULT_BATCH):
+    """Send stamped PUSHes for `duration` seconds (or `count` messages) at `rate` per second
+    (0: as fast as possible), in sendmmsg batches; return what was sent."""
+    if payload_size < LS_STAMP_SIZE or payload_size > 65498:
+        raise ValueError(f"payload_size must be within {LS_STAMP_SIZE}..65498")
+    if not 0 <= pub_id < LS_MAX_PUBLISHERS:
+        raise ValueError(f"pub_id must be within 0..{LS_MAX_PUBLISHERS - 1}")
+    if batch < 1 or batch > 1024:
+        raise ValueError("batch must be within 1..1024")
+    sock = _udp_socket(4 << 20)
+    cdef int fd = sock.fileno()
+    cdef sockaddr_in dst
+    _fill_sockaddr(&dst, host, port)
+    cdef Py_ssize_t dgram = 9 + payload_size
+    cdef uint8_t* arena = <uint8_t*>PyMem_Calloc(batch, dgram)
+    cdef mmsghdr* msgs = <mmsghdr*>PyMem_Calloc(batch, sizeof(mmsghdr))
+    cdef iovec* iovs = <iovec*>PyMem_Calloc(batch, sizeof(iovec))
+    if not (arena and msgs and iovs):
+        raise MemoryError()
+    cdef int i, n, rc, off
+    cdef uint64_t sent = 0, failed = 0, calls = 0, due
+    cdef uint64_t start, now, deadline
+    cdef int64_t ahead
+    cdef double interval_ns = 1e9 / rate if rate > 0 else 0.0
+    for i in range(batch):
+        arena[i * dgram] = 0x02
+        put_u16(arena + i * dgram + 1, <uint16_t>payload_size)
+        iovs[i].iov_base = arena + i * dgram
+        iovs[i].iov_len = dgram
+        msgs[i].msg_hdr.msg_name = &dst
+        msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in)
+        msgs[i].msg_hdr.msg_iov = &iovs[i]
+        msgs[i].msg_hdr.msg_iovlen = 1
+    try:
+        with nogil:
+            start = ls_now_ns()
+            deadline = start + <uint64_t>(duration * 1e9)
+            while True:
+                now = ls_now_ns()
+                if now >= deadline or (count and sent >= count):
+                    break
+                n = batch
+                if rate > 0:
+                    due = <uint64_t>((now - start) / interval_ns) + 1
+                    if due <= sent:
+                        ahead = <int64_t>((sent * interval_ns) - (now - start))
+                        if ahead > 50000:
+                            _sleep_ns(ahead - 20000)
+                        continue
+                    if due - sent < <uint64_t>n:
+                        n = <int>(due - sent)
+                if count and count - sent < <uint64_t>n:
+                    n = <int>(count - sent)
+                for i in range(n):
+                    ls_stamp(arena + i * dgram + 9, <uint16_t>pub_id, sent + i, now)
+                off = 0
+                while off < n:
+                    rc = sendmmsg(fd, msgs + off, n - off, 0)
+                    calls += 1
+                    if rc > 0:
+                        off += rc
+                    elif rc < 0 and errno == EINTR:
+                        continue
+                    else:
+                        failed += 1
+                        off += 1
+                sent += n
+            now = ls_now_ns()
+    finally:
+        PyMem_Free(arena)
+        PyMem_Free(msgs)
+        PyMem_Free(iovs)
+        sock.close()
+    return {"sent": sent, "send_failures": failed, "sendmmsg_calls": calls,
+            "elapsed": (now - start) / 1e9, "pub_id": pub_id}
+
+
+def subscribe_fyrehose(host, int port, *, int subscribers=1, double max_duration=30.0,
+                       double idle=0.5, double ack_timeout=3.0, ready=None, int buffer=32 << 20):
+    """Sign `subscribers` sockets on (NOJOURNAL), call ready(), then count every DELIVER until
+    `idle` seconds pass without one (after the first) or `max_duration` ends."""
+    if subscribers < 1 or subscribers > 1024:
+        raise ValueError("subscribers must be within 1..1024")
+    socks = [_udp_socket(buffer) for _ in range(subscribers)]
+    keepalive = encode_keepalive("", 0, 0x2, b"pelotari-loadgen")
+    dst = (host, port)
+    cdef int k
+    for s in socks:
+        s.settimeout(ack_timeout)
+        s.sendto(keepalive, dst)
+    for s in socks:
+        try:
+            data, _ = s.recvfrom(64)
+        except socket.timeout:
+            raise TimeoutError(f"no KEEPALIVE-ACK from {host}:{port}") from None
+        s.setblocking(False)
+    counters = [StreamCounter() for _ in range(subscribers)]
+    cdef int nsub = subscribers
+    cdef ls_counter** cs = <ls_counter**>PyMem_Calloc(nsub, sizeof(ls_counter*))
+    cdef pollfd* pfds = <pollfd*>PyMem_Calloc(nsub, sizeof(pollfd))
+    cdef uint8_t* arena = <uint8_t*>PyMem_Calloc(RECV_BATCH, RECV_SLOT)
+    cdef mmsghdr* msgs = <mmsghdr*>PyMem_Calloc(RECV_BATCH, sizeof(mmsghdr))
+    cdef iovec* iovs = <iovec*>PyMem_Calloc(RECV_BATCH, sizeof(iovec))
+    cdef sockaddr_in bb
+    _fill_sockaddr(&bb, host, port)
+    cdef const uint8_t* ka = keepalive
+    cdef Py_ssize_t ka_len = len(keepalive)
+    if not (cs and pfds and arena and msgs and iovs):
+        raise MemoryError()
+    for k in range(nsub):
+        cs[k] = (<StreamCounter>counters[k]).c
+        pfds[k].fd = socks[k].fileno()
+        pfds[k].events = POLLIN
+    for k in range(RECV_BATCH):
+        iovs[k].iov_base = arena + k * RECV_SLOT
+        iovs[k].iov_len = RECV_SLOT
+    cdef uint64_t start, now, last_rx = 0, next_keepalive, deadline, idle_ns = <uint64_t>(idle * 1e9)
+    cdef uint64_t other = 0, datagrams = 0
+    cdef int rc, i, j, ready_n
+    cdef const uint8_t* p
+    if ready is not None:
+        ready()
+    try:
+        with nogil:
+            start = ls_now_ns()
+            deadline = start + <uint64_t>(max_duration * 1e9)
+            next_keepalive = start + 1000000000
+            while True:
+                now = ls_now_ns()
+                if now >= deadline or (last_rx and now - last_rx > idle_ns):
+                    break
+                if now >= next_keepalive:  # (C1) stay subscribed
+                    for k in range(nsub):
+                        sendto(pfds[k].fd, ka, ka_len, 0, &bb, sizeof(sockaddr_in))
+                    next_keepalive = now + 1000000000
+                ready_n = poll(pfds, nsub, 50)
+                if ready_n <= 0:
+                    continue
+                for k in range(nsub):
+                    if not (pfds[k].revents & POLLIN):
+                        continue
+                    while True:
+                        for i in range(RECV_BATCH):
+                            msgs[i].msg_hdr.msg_iov = &iovs[i]
+                            msgs[i].msg_hdr.msg_iovlen = 1
+                            msgs[i].msg_hdr.msg_name = NULL
+                            msgs[i].msg_hdr.msg_namelen = 0
+                        rc = recvmmsg(pfds[k].fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL)
+                        if rc <= 0:
+                            break
+                        now = ls_now_ns()
+                        last_rx = now
+                        datagrams += rc
+                        for i in range(rc):
+                            p = arena + i * RECV_SLOT
+                            if msgs[i].msg_len >= 9 and p[0] == 0x01:
+                                ls_counter_record(cs[k], p + 9, msgs[i].msg_len - 9, now)
+                            else:
+                                other += 1
+                        if rc < RECV_BATCH:
+                            break
+            now = ls_now_ns()
+    finally:
+        PyMem_Free(cs)
+        PyMem_Free(pfds)
+        PyMem_Free(arena)
+        PyMem_Free(msgs)
+        PyMem_Free(iovs)
+        for s in socks:
+            s.close()
+    merged = LatencyHistogram()
+    per_sub = []
+    for c in counters:
+        per_sub.append(c.summary())
+        ls_hist_merge(&merged.h, &(<StreamCounter>c).c.latency)
+    return {
+        "subscribers": per_sub,
+        "unique": sum(s["unique"] for s in per_sub),
+        "duplicates": sum(s["duplicates"] for s in per_sub),
+        "reordered": sum(s["reordered"] for s in per_sub),
+        "datagrams": datagrams,
+        "other_datagrams": other,
+        "latency": merged.summary(),
+        "latency_buckets": merged.buckets(),
+        "elapsed": (now - start) / 1e9,
+        "active": ((last_rx - start) / 1e9) if last_rx else 0.0,
+    }

@@ -1,0 +1,129 @@
+"""The load generator's accounting (gaps, duplicates, reordering, latency) on known inputs,
+and its publisher/subscriber loops against a real backbone."""
+import threading
+
+import pytest
+
+from fastpath.loadgen import (LatencyHistogram, StreamCounter, publish_fyrehose, stamp,
+                              subscribe_fyrehose)
+
+
+def test_payload_stamp_layout():
+    assert stamp(3, 0x0102030405, 0x1122334455667788, 20) == (
+        b"\x00\x03" + b"\x00\x01\x02\x03\x04\x05" + bytes.fromhex("1122334455667788") + b"\0" * 4)
+    with pytest.raises(ValueError):
+        stamp(0, 0, 0, 15)
+
+
+def test_histogram_small_values_are_exact_and_large_ones_within_a_sixteenth():
+    h = LatencyHistogram()
+    for v in range(1, 11):
+        h.record(v)
+    assert (h.quantile(0.5), h.quantile(0.9), h.quantile(1.0), h.total, h.max) == (5, 9, 10, 10, 10)
+    h = LatencyHistogram()
+    h.record(1000)
+    # 1000 = 0b1111101000: bucket [992, 1023] (sub-bucket width 32); the maximum caps it.
+    assert h.quantile(0.5) == 1000
+    h.record(5000)
+    assert h.quantile(0.5) == 1023 and h.quantile(1.0) == 5000
+
+
+def test_histogram_percentiles_of_a_known_distribution():
+    h = LatencyHistogram()
+    for v in range(1, 1001):  # 1..1000 ns, one each
+        h.record(v * 1000)
+    s = h.summary()
+    assert s["count"] == 1000 and s["max_ns"] == 1_000_000
+    assert s["mean_ns"] == pytest.approx(500_500)
+    for q, exact in ((0.5, 500_000), (0.9, 900_000), (0.99, 990_000)):
+        got = h.quantile(q)
+        assert exact <= got <= exact * (1 + 1 / 16), (q, got)  # never optimistic, <= 6.25% high
+
+
+def test_histogram_empty_and_bounds():
+    h = LatencyHistogram()
+    assert h.quantile(0.99) == 0 and h.summary()["max_ns"] == 0
+    with pytest.raises(ValueError):
+        h.quantile(1.5)
+
+
+def record(counter, pub, counters, now=1000):
+    for c in counters:
+        counter.record(stamp(pub, c, 0), now)
+
+
+def test_counts_unique_duplicates_and_reordering():
+    c = StreamCounter()
+    record(c, 0, [0, 1, 2, 5, 3, 3, 4, 9, 9, 1])
+    s = c.summary()
+    # unique 0,1,2,3,4,5,9; duplicates: 3, 9, 1; reordered: 3 and 4 arrived after 5.
+    assert (s["unique"], s["duplicates"], s["reordered"]) == (7, 3, 2)
+    assert s["publishers"][0] == {"unique": 7, "highest": 9, "missing_below_highest": 3}
+
+
+def test_publishers_are_counted_separately_and_foreign_payloads_flagged():
+    c = StreamCounter()
+    record(c, 0, [0, 1, 2])
+    record(c, 5, [0, 2])
+    c.record(stamp(64, 0, 0), 1)  # PUB_ID past the maximum
+    assert c.record(b"short", 1) == -1
+    s = c.summary()
+    assert s["unique"] == 5 and s["foreign"] == 2
+    assert s["publishers"][5]["missing_below_highest"] == 1
+
+
+def test_window_slots_are_reused_correctly_at_the_window_boundary():
+    window = 65536
+    c = StreamCounter()
+    record(c, 1, range(10))                    # 0..9
+    record(c, 1, [window + 4])                 # slots of 0..4 now stand for window..window+4
+    record(c, 1, [window + 1])                 # arrived late, not a duplicate of 1
+    record(c, 1, [5])                          # 5 is still inside the window: a duplicate
+    record(c, 1, [3])                          # window + 4 - 3 > window: too old to check
+    s = c.summary()
+    assert (s["unique"], s["duplicates"], s["reordered"], s["too_old"]) == (13, 1, 2, 1)
+
+
+def test_latency_is_measured_from_the_stamp():
+    c = StreamCounter()
+    c.record(stamp(0, 0, 1_000), 3_000)
+    c.record(stamp(0, 1, 1_000), 11_000)
+    lat = c.summary()["latency"]
+    assert lat["count"] == 2 and lat["max_ns"] == 10_000 and lat["mean_ns"] == 6_000
+
+
+def test_publisher_and_subscribers_against_a_live_backbone(backbone):
+    port = backbone.address[1]
+    result, ready = {}, threading.Event()
+    t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
+        "127.0.0.1", port, subscribers=3, ready=ready.set, idle=0.3, max_duration=20)))
+    t.start()
+    assert ready.wait(5)
+    pubs = [publish_fyrehose("127.0.0.1", port, payload_size=64, count=500, duration=10,
+                             pub_id=i) for i in range(2)]
+    t.join()
+    assert [p["sent"] for p in pubs] == [500, 500]
+    assert result["unique"] == 3 * 1000 and result["duplicates"] == 0
+    for sub in result["subscribers"]:
+        assert {p: v["unique"] for p, v in sub["publishers"].items()} == {0: 500, 1: 500}
+    assert backbone.stats()["pushes"] == 1000
+
+
+def test_paced_publisher_sends_rate_times_duration():
+    import socket
+
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    try:
+        res = publish_fyrehose("127.0.0.1", sink.getsockname()[1], rate=2000, duration=0.5)
+    finally:
+        sink.close()
+    assert 990 <= res["sent"] <= 1001  # pacing counts messages due, it does not burst ahead
+
+
+def test_loadgen_arguments_are_validated():
+    for kw in ({"payload_size": 15}, {"payload_size": 65499}, {"pub_id": 64}, {"batch": 0}):
+        with pytest.raises(ValueError):
+            publish_fyrehose("127.0.0.1", 9, **kw)
+    with pytest.raises(ValueError):
+        subscribe_fyrehose("127.0.0.1", 9, subscribers=0)
