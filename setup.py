@@ -7,7 +7,7 @@ from setuptools import Extension, setup
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
 MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen"]
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
-PACKAGES = ["fastpath", "pelotari", "pelotari.cli", "pelotari.fyrehose"]
+PACKAGES = ["fastpath", "pelotari", "pelotari.bench", "pelotari.cli", "pelotari.fyrehose"]
 
 
 def extensions():

@@ -191,9 +191,9 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
                 if rate > 0:
                     due = <uint64_t>((now - start) / interval_ns) + 1
                     if due <= sent:
+                        # Always sleep, never spin: the subscribers may share this core.
                         ahead = <int64_t>((sent * interval_ns) - (now - start))
-                        if ahead > 50000:
-                            _sleep_ns(ahead - 20000)
+                        _sleep_ns(ahead if ahead > 1000 else 1000)
                         continue
                     if due - sent < <uint64_t>n:
                         n = <int>(due - sent)
@@ -223,113 +223,165 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
             "elapsed": (now - start) / 1e9, "pub_id": pub_id}
 
 
+cdef class SubscriberGroup:
+    """`subscribers` UDP sockets signed on to a fyrehose backbone, counting DELIVERs in trials.
+
+    sign_on() sends NOJOURNAL KEEPALIVEs and waits for the ACKs; measure() runs one trial;
+    sign_off() sends NOSUBSCRIBE so the backbone stops fanning out to these sockets at once.
+    """
+    cdef list socks
+    cdef object host
+    cdef int port
+    cdef int nsub
+    cdef bytes keepalive
+    cdef pollfd* pfds
+    cdef uint8_t* arena
+    cdef mmsghdr* msgs
+    cdef iovec* iovs
+    cdef sockaddr_in bb
+
+    def __cinit__(self, host, int port, int subscribers=1, int buffer=32 << 20):
+        if subscribers < 1 or subscribers > 1024:
+            raise ValueError("subscribers must be within 1..1024")
+        self.host, self.port, self.nsub = host, port, subscribers
+        self.socks = [_udp_socket(buffer) for _ in range(subscribers)]
+        self.keepalive = encode_keepalive("", 0, 0x2, b"pelotari-loadgen")
+        _fill_sockaddr(&self.bb, host, port)
+        self.pfds = <pollfd*>PyMem_Calloc(subscribers, sizeof(pollfd))
+        self.arena = <uint8_t*>PyMem_Calloc(RECV_BATCH, RECV_SLOT)
+        self.msgs = <mmsghdr*>PyMem_Calloc(RECV_BATCH, sizeof(mmsghdr))
+        self.iovs = <iovec*>PyMem_Calloc(RECV_BATCH, sizeof(iovec))
+        if not (self.pfds and self.arena and self.msgs and self.iovs):
+            raise MemoryError()
+        cdef int k
+        for k in range(subscribers):
+            self.pfds[k].fd = self.socks[k].fileno()
+            self.pfds[k].events = POLLIN
+        for k in range(RECV_BATCH):
+            self.iovs[k].iov_base = self.arena + k * RECV_SLOT
+            self.iovs[k].iov_len = RECV_SLOT
+
+    def __dealloc__(self):
+        PyMem_Free(self.pfds)
+        PyMem_Free(self.arena)
+        PyMem_Free(self.msgs)
+        PyMem_Free(self.iovs)
+
+    def sign_on(self, double ack_timeout=3.0):
+        """KEEPALIVE from every socket; raise TimeoutError if the backbone does not ACK."""
+        for s in self.socks:
+            s.setblocking(True)
+            s.settimeout(ack_timeout)
+            s.sendto(self.keepalive, (self.host, self.port))
+        for s in self.socks:
+            try:
+                while s.recvfrom(65536)[0][:1] != b"\x20":  # skip DELIVERs still in flight
+                    pass
+            except socket.timeout:
+                raise TimeoutError(f"no KEEPALIVE-ACK from {self.host}:{self.port}") from None
+            s.setblocking(False)
+
+    def sign_off(self):
+        """NOSUBSCRIBE from every socket, then close them."""
+        bye = encode_keepalive("", 0, 0x3, b"pelotari-loadgen")
+        for s in self.socks:
+            try:
+                s.sendto(bye, (self.host, self.port))
+            except OSError:
+                pass
+            s.close()
+
+    def measure(self, double max_duration=30.0, double idle=0.5):
+        """Count DELIVERs until `idle` seconds pass without one (after the first) or
+        `max_duration` ends; return the counts and latency summary."""
+        counters = [StreamCounter() for _ in range(self.nsub)]
+        cdef int nsub = self.nsub
+        cdef ls_counter** cs = <ls_counter**>PyMem_Calloc(nsub, sizeof(ls_counter*))
+        if cs == NULL:
+            raise MemoryError()
+        cdef int k
+        for k in range(nsub):
+            cs[k] = (<StreamCounter>counters[k]).c
+        cdef const uint8_t* ka = self.keepalive
+        cdef Py_ssize_t ka_len = len(self.keepalive)
+        cdef uint64_t start, now, last_rx = 0, next_keepalive, deadline
+        cdef uint64_t idle_ns = <uint64_t>(idle * 1e9)
+        cdef uint64_t other = 0, datagrams = 0
+        cdef int rc, i, ready_n
+        cdef const uint8_t* p
+        cdef pollfd* pfds = self.pfds
+        cdef mmsghdr* msgs = self.msgs
+        cdef iovec* iovs = self.iovs
+        cdef uint8_t* arena = self.arena
+        try:
+            with nogil:
+                start = ls_now_ns()
+                deadline = start + <uint64_t>(max_duration * 1e9)
+                next_keepalive = start
+                while True:
+                    now = ls_now_ns()
+                    if now >= deadline or (last_rx and now - last_rx > idle_ns):
+                        break
+                    if now >= next_keepalive:  # (C1) stay subscribed
+                        for k in range(nsub):
+                            sendto(pfds[k].fd, ka, ka_len, 0, &self.bb, sizeof(sockaddr_in))
+                        next_keepalive = now + 1000000000
+                    ready_n = poll(pfds, nsub, 50)
+                    if ready_n <= 0:
+                        continue
+                    for k in range(nsub):
+                        if not (pfds[k].revents & POLLIN):
+                            continue
+                        while True:
+                            for i in range(RECV_BATCH):
+                                msgs[i].msg_hdr.msg_iov = &iovs[i]
+                                msgs[i].msg_hdr.msg_iovlen = 1
+                                msgs[i].msg_hdr.msg_name = NULL
+                                msgs[i].msg_hdr.msg_namelen = 0
+                            rc = recvmmsg(pfds[k].fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL)
+                            if rc <= 0:
+                                break
+                            now = ls_now_ns()
+                            datagrams += rc
+                            for i in range(rc):
+                                p = arena + i * RECV_SLOT
+                                if msgs[i].msg_len >= 9 and p[0] == 0x01:
+                                    last_rx = now
+                                    ls_counter_record(cs[k], p + 9, msgs[i].msg_len - 9, now)
+                                else:
+                                    other += 1
+                            if rc < RECV_BATCH:
+                                break
+                now = ls_now_ns()
+        finally:
+            PyMem_Free(cs)
+        merged = LatencyHistogram()
+        per_sub = []
+        for c in counters:
+            per_sub.append(c.summary())
+            ls_hist_merge(&merged.h, &(<StreamCounter>c).c.latency)
+        return {
+            "subscribers": per_sub,
+            "unique": sum(s["unique"] for s in per_sub),
+            "duplicates": sum(s["duplicates"] for s in per_sub),
+            "reordered": sum(s["reordered"] for s in per_sub),
+            "datagrams": datagrams,
+            "other_datagrams": other,
+            "latency": merged.summary(),
+            "latency_buckets": merged.buckets(),
+            "elapsed": (now - start) / 1e9,
+            "active": ((last_rx - start) / 1e9) if last_rx else 0.0,
+        }
+
+
 def subscribe_fyrehose(host, int port, *, int subscribers=1, double max_duration=30.0,
                        double idle=0.5, double ack_timeout=3.0, ready=None, int buffer=32 << 20):
-    """Sign `subscribers` sockets on (NOJOURNAL), call ready(), then count every DELIVER until
-    `idle` seconds pass without one (after the first) or `max_duration` ends."""
-    if subscribers < 1 or subscribers > 1024:
-        raise ValueError("subscribers must be within 1..1024")
-    socks = [_udp_socket(buffer) for _ in range(subscribers)]
-    keepalive = encode_keepalive("", 0, 0x2, b"pelotari-loadgen")
-    dst = (host, port)
-    cdef int k
-    for s in socks:
-        s.settimeout(ack_timeout)
-        s.sendto(keepalive, dst)
-    for s in socks:
-        try:
-            data, _ = s.recvfrom(64)
-        except socket.timeout:
-            raise TimeoutError(f"no KEEPALIVE-ACK from {host}:{port}") from None
-        s.setblocking(False)
-    counters = [StreamCounter() for _ in range(subscribers)]
-    cdef int nsub = subscribers
-    cdef ls_counter** cs = <ls_counter**>PyMem_Calloc(nsub, sizeof(ls_counter*))
-    cdef pollfd* pfds = <pollfd*>PyMem_Calloc(nsub, sizeof(pollfd))
-    cdef uint8_t* arena = <uint8_t*>PyMem_Calloc(RECV_BATCH, RECV_SLOT)
-    cdef mmsghdr* msgs = <mmsghdr*>PyMem_Calloc(RECV_BATCH, sizeof(mmsghdr))
-    cdef iovec* iovs = <iovec*>PyMem_Calloc(RECV_BATCH, sizeof(iovec))
-    cdef sockaddr_in bb
-    _fill_sockaddr(&bb, host, port)
-    cdef const uint8_t* ka = keepalive
-    cdef Py_ssize_t ka_len = len(keepalive)
-    if not (cs and pfds and arena and msgs and iovs):
-        raise MemoryError()
-    for k in range(nsub):
-        cs[k] = (<StreamCounter>counters[k]).c
-        pfds[k].fd = socks[k].fileno()
-        pfds[k].events = POLLIN
-    for k in range(RECV_BATCH):
-        iovs[k].iov_base = arena + k * RECV_SLOT
-        iovs[k].iov_len = RECV_SLOT
-    cdef uint64_t start, now, last_rx = 0, next_keepalive, deadline, idle_ns = <uint64_t>(idle * 1e9)
-    cdef uint64_t other = 0, datagrams = 0
-    cdef int rc, i, j, ready_n
-    cdef const uint8_t* p
-    if ready is not None:
-        ready()
+    """One trial: sign `subscribers` sockets on, call ready(), measure, sign off."""
+    group = SubscriberGroup(host, port, subscribers, buffer)
     try:
-        with nogil:
-            start = ls_now_ns()
-            deadline = start + <uint64_t>(max_duration * 1e9)
-            next_keepalive = start + 1000000000
-            while True:
-                now = ls_now_ns()
-                if now >= deadline or (last_rx and now - last_rx > idle_ns):
-                    break
-                if now >= next_keepalive:  # (C1) stay subscribed
-                    for k in range(nsub):
-                        sendto(pfds[k].fd, ka, ka_len, 0, &bb, sizeof(sockaddr_in))
-                    next_keepalive = now + 1000000000
-                ready_n = poll(pfds, nsub, 50)
-                if ready_n <= 0:
-                    continue
-                for k in range(nsub):
-                    if not (pfds[k].revents & POLLIN):
-                        continue
-                    while True:
-                        for i in range(RECV_BATCH):
-                            msgs[i].msg_hdr.msg_iov = &iovs[i]
-                            msgs[i].msg_hdr.msg_iovlen = 1
-                            msgs[i].msg_hdr.msg_name = NULL
-                            msgs[i].msg_hdr.msg_namelen = 0
-                        rc = recvmmsg(pfds[k].fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL)
-                        if rc <= 0:
-                            break
-                        now = ls_now_ns()
-                        last_rx = now
-                        datagrams += rc
-                        for i in range(rc):
-                            p = arena + i * RECV_SLOT
-                            if msgs[i].msg_len >= 9 and p[0] == 0x01:
-                                ls_counter_record(cs[k], p + 9, msgs[i].msg_len - 9, now)
-                            else:
-                                other += 1
-                        if rc < RECV_BATCH:
-                            break
-            now = ls_now_ns()
+        group.sign_on(ack_timeout)
+        if ready is not None:
+            ready()
+        return group.measure(max_duration, idle)
     finally:
-        PyMem_Free(cs)
-        PyMem_Free(pfds)
-        PyMem_Free(arena)
-        PyMem_Free(msgs)
-        PyMem_Free(iovs)
-        for s in socks:
-            s.close()
-    merged = LatencyHistogram()
-    per_sub = []
-    for c in counters:
-        per_sub.append(c.summary())
-        ls_hist_merge(&merged.h, &(<StreamCounter>c).c.latency)
-    return {
-        "subscribers": per_sub,
-        "unique": sum(s["unique"] for s in per_sub),
-        "duplicates": sum(s["duplicates"] for s in per_sub),
-        "reordered": sum(s["reordered"] for s in per_sub),
-        "datagrams": datagrams,
-        "other_datagrams": other,
-        "latency": merged.summary(),
-        "latency_buckets": merged.buckets(),
-        "elapsed": (now - start) / 1e9,
-        "active": ((last_rx - start) / 1e9) if last_rx else 0.0,
-    }
+        group.sign_off()

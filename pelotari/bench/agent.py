@@ -1,0 +1,80 @@
+"""Load-generator agents, run as separate processes pinned to the client cores.
+
+    python -m pelotari.bench.agent sub --host H --port P --subscribers N
+    python -m pelotari.bench.agent pub --host H --port P --pub-id K
+
+Each reads one JSON command per stdin line and answers one JSON line on stdout; `sub` first
+prints {"ready": true} once every socket is signed on. EOF or {"cmd": "quit"} ends it. Every
+answer carries the agent's CPU seconds for that command, so the runner can tell a run whose
+clients were the bottleneck.
+"""
+import argparse
+import json
+import resource
+import sys
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds used by this process so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def answer(record) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def run_sub(args) -> None:
+    from fastpath.loadgen import SubscriberGroup
+
+    group = SubscriberGroup(args.host, args.port, args.subscribers)
+    try:
+        group.sign_on()
+        answer({"ready": True})
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd.get("cmd") == "quit":
+                break
+            before = cpu_seconds()
+            result = group.measure(cmd.get("max_duration", 30.0), cmd.get("idle", 0.5))
+            result["cpu"] = cpu_seconds() - before
+            result.pop("subscribers", None)
+            answer(result)
+    finally:
+        group.sign_off()
+
+
+def run_pub(args) -> None:
+    from fastpath.loadgen import publish_fyrehose
+
+    answer({"ready": True})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "quit":
+            break
+        before = cpu_seconds()
+        result = publish_fyrehose(args.host, args.port, payload_size=cmd["payload_size"],
+                                  duration=cmd["duration"], rate=cmd.get("rate", 0.0),
+                                  pub_id=args.pub_id, batch=cmd.get("batch", 64))
+        result["cpu"] = cpu_seconds() - before
+        answer(result)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pelotari.bench.agent")
+    parser.add_argument("role", choices=["sub", "pub"])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--subscribers", type=int, default=1)
+    parser.add_argument("--pub-id", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        (run_sub if args.role == "sub" else run_pub)(args)
+    except (TimeoutError, OSError, ValueError) as exc:
+        answer({"error": str(exc)})
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

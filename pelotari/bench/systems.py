@@ -1,0 +1,176 @@
+"""The systems the bench measures, each started on 127.0.0.1 with a free port, pinned to a core."""
+import hashlib
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import pelotari
+
+
+class Unavailable(Exception):
+    """The system cannot run here; the message says why (reported, and the system skipped)."""
+
+
+def bench_dir() -> pathlib.Path:
+    """The source tree's bench/ folder (reference backbone, baseline, peers' clients)."""
+    env = os.environ.get("PELOTARI_BENCH_DIR")
+    path = pathlib.Path(env) if env else pathlib.Path(pelotari.__file__).resolve().parent.parent / "bench"
+    if not (path / "reference").is_dir():
+        raise Unavailable(f"needs the source tree's bench/ folder (not found at {path}); "
+                          "set PELOTARI_BENCH_DIR")
+    return path
+
+
+def cache_dir() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = pathlib.Path(base) / "pelotari" / "bench"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compile_c(source: pathlib.Path, extra: List[str] = ()) -> pathlib.Path:
+    """Build source with the system C compiler (cached by content); raise Unavailable without one."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise Unavailable("no C compiler (cc) on PATH")
+    digest = hashlib.sha256(source.read_bytes() + " ".join(extra).encode()).hexdigest()[:12]
+    out = cache_dir() / f"{source.stem}-{digest}"
+    if not out.exists():
+        res = subprocess.run([cc, "-O2", "-o", str(out) + ".tmp", str(source), *extra],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise Unavailable(f"{source.name} does not compile: {res.stderr.strip().splitlines()[-1:]}")
+        os.replace(str(out) + ".tmp", out)
+    return out
+
+
+def free_udp_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def udp_gso_supported() -> bool:
+    """Whether this kernel accepts UDP_SEGMENT (Linux >= 4.18)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.IPPROTO_UDP, 103, 1400)  # UDP_SEGMENT
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def pin(cpus: Optional[set]) -> Optional[Callable[[], None]]:
+    """A preexec_fn that pins the child to cpus."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Server:
+    """A running system under test."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen
+
+    def cpu_seconds(self) -> float:
+        return proc_cpu_seconds(self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class System:
+    """One system: how to check for it, and how to start it on a port."""
+
+    name: str
+    protocol: str  # the load generator agents speak this ("fyrehose", ...)
+    description: str
+    command: Callable[[int], List[str]] = field(repr=False)
+    ready_text: str = "listening"
+    requires: Callable[[], None] = field(default=lambda: None, repr=False)
+
+    def check(self) -> Optional[str]:
+        """None if the system can run here, else why not."""
+        try:
+            self.requires()
+            self.command(0)
+        except Unavailable as exc:
+            return str(exc)
+        return None
+
+    def start(self, cpus: Optional[set] = None, timeout: float = 10.0) -> Server:
+        """Start on a free port and wait until it says it is listening."""
+        port = free_udp_port()
+        proc = subprocess.Popen(self.command(port), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=pin(cpus))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if self.ready_text in line:
+                # Keep draining stderr so a chatty server never blocks on a full pipe.
+                import threading
+
+                threading.Thread(target=proc.stderr.read, daemon=True).start()
+                return Server(self.name, port, proc)
+            if not line and proc.poll() is not None:
+                break
+        proc.kill()
+        raise Unavailable(f"{self.name} did not start (exit {proc.poll()})")
+
+
+def _reference(gso: bool) -> Callable[[int], List[str]]:
+    def command(port: int) -> List[str]:
+        binary = compile_c(bench_dir() / "reference" / "fyrehose_ref.c")
+        return [str(binary), str(port)] + (["--gso"] if gso else [])
+    return command
+
+
+def _require_gso() -> None:
+    if not udp_gso_supported():
+        raise Unavailable("the kernel does not support UDP_SEGMENT (needs Linux >= 4.18)")
+
+
+SYSTEMS: Dict[str, System] = {s.name: s for s in [
+    System("pelotari", "fyrehose", "the pelotari backbone (Cython, recvmmsg/sendmmsg)",
+           lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
+                         "--port", str(port), "--stats-interval", "3600"]),
+    System("reference", "fyrehose", "minimal C backbone, sendmmsg fan-out (bench/reference)",
+           _reference(gso=False)),
+    System("reference-gso", "fyrehose", "minimal C backbone, UDP GSO fan-out (bench/reference)",
+           _reference(gso=True), requires=_require_gso),
+    System("asyncio", "fyrehose", "naive asyncio backbone (bench/baseline)",
+           lambda port: [sys.executable, str(bench_dir() / "baseline" / "asyncio_backbone.py"),
+                         str(port)]),
+]}
