@@ -75,6 +75,7 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
         if why:
             click.secho(f"skipping {name}: {why}", fg="yellow", err=True)
             records.append(results.skipped(name, why, env))
+            results.write(output, records[-1:])
         else:
             runnable.append(name)
     scenarios = [Scenario(s, n, publishers) for s in payloads for n in subscribers]

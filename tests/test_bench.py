@@ -1,0 +1,123 @@
+"""The bench: lossless-rate search on modelled systems, the table, and a real small run."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from pelotari.bench.results import table
+from pelotari.bench.search import find_lossless_rate
+from pelotari.bench.trial import TrialResult
+
+from conftest import PELOTARI
+
+
+def model(capacity, subscribers=4, publisher_max=float("inf"), flaky_calls=()):
+    """A system that delivers everything up to `capacity` msgs/s in and drops the excess
+    (and 10 % more on the trials numbered in flaky_calls)."""
+    calls = []
+
+    def trial(rate):
+        flaky = len(calls) in flaky_calls
+        calls.append(rate)
+        sent_rate = min(rate or publisher_max, publisher_max)
+        if sent_rate == float("inf"):
+            sent_rate = capacity * 3
+        kept = min(sent_rate, capacity)
+        if flaky:
+            kept *= 0.9
+        return TrialResult(offered_rate=rate, sent=int(sent_rate), unique=int(kept * subscribers),
+                           expected=int(sent_rate) * subscribers, duplicates=0, reordered=0,
+                           elapsed=1.0, server_cpu=0.5, client_cpu={},
+                           latency={"p50_ns": 1000, "p99_ns": 5000})
+    trial.calls = calls
+    return trial
+
+
+def test_search_finds_the_capacity_within_the_precision():
+    trial = model(100_000)
+    found = find_lossless_rate(trial, precision=0.05, max_probes=20)
+    assert 100_000 / 1.05 <= found.rate <= 100_000
+    assert len(found.repeats) == 3 and all(r.loss == 0 for r in found.repeats)
+    assert [t.offered_rate for t in found.latency_trials] == [found.rate / 2] * 3
+    assert found.latency() == {"p50_ns": 1000, "p99_ns": 5000}
+
+
+def test_search_stops_climbing_when_the_publishers_are_the_limit():
+    trial = model(1_000_000, publisher_max=50_000)
+    found = find_lossless_rate(trial, max_probes=20)
+    assert found.rate == pytest.approx(50_000)
+    # ceiling, 50k (passes), 75k (publishers fall short: stop), 3 repeats, 3 latency trials
+    assert trial.calls[:3] == [0.0, 50_000, 75_000] and len(trial.calls) == 9
+
+
+def test_search_steps_down_when_the_repeats_are_not_lossless():
+    clean = find_lossless_rate(model(100_000), precision=0.05, max_probes=20)
+    first_repeat = len(clean.probes) - 6  # the probes end with 3 repeats and 3 latency trials
+    rate = clean.repeats[0].offered_rate
+    # Two of the three repeats lose 10 %: the median is not lossless, so step down and repeat.
+    trial = model(100_000, flaky_calls={first_repeat, first_repeat + 1})
+    found = find_lossless_rate(trial, precision=0.05, max_probes=20)
+    assert trial.calls[first_repeat:first_repeat + 6] == [rate] * 3 + [pytest.approx(rate * 0.9)] * 3
+    assert found.median("loss") == 0
+
+
+def test_search_gives_zero_when_nothing_is_lossless():
+    found = find_lossless_rate(model(10), floor=100)
+    assert found.rate == 0 and found.repeats == []
+
+
+def rec(system, scenario, rate, **kw):
+    return {"kind": "bench", "system": system, "scenario": scenario, "delivered_rate": rate,
+            "client_bound": False, "latency_p99_us": 120.0, "server_cpu_us_per_msg": 1.5, **kw}
+
+
+def test_table_shows_rates_and_pelotari_ratios():
+    records = [rec("pelotari", "S=16 N=4 P=1", 900_000), rec("reference", "S=16 N=4 P=1", 1_000_000),
+               rec("asyncio", "S=16 N=4 P=1", 50_000, client_bound=True),
+               {"kind": "bench-skipped", "system": "redis", "reason": "not installed"}]
+    assert table(records, ["pelotari", "reference", "asyncio"]).splitlines() == [
+        "| scenario | pelotari msgs/s | reference msgs/s | asyncio msgs/s | pelotari/reference"
+        " | pelotari p99 µs | pelotari µs CPU/msg |",
+        "|---|---|---|---|---|---|---|",
+        "| S=16 N=4 P=1 | 900.0k | 1.00M | 50.0k (client-bound) | 0.90 | 120 | 1.50 |",
+    ]
+
+
+def test_unavailable_system_is_reported_not_faked(tmp_path):
+    env = dict(os.environ, PELOTARI_BENCH_DIR=str(tmp_path))
+    out = subprocess.run(PELOTARI + ["bench", "--list"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0
+    assert "reference      unavailable: needs the source tree's bench/ folder" in out.stdout
+    assert "pelotari       ok" in out.stdout
+    res = subprocess.run(PELOTARI + ["bench", "--systems", "reference", "-S", "16", "-N", "1",
+                                     "-o", str(tmp_path / "r.jsonl")],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0 and "skipping reference: needs the source tree" in res.stderr
+    (skipped,) = [json.loads(line) for line in open(tmp_path / "r.jsonl")]
+    assert skipped["kind"] == "bench-skipped" and skipped["system"] == "reference"
+
+
+def test_bad_bench_options_are_one_line():
+    for args, needle in ((["--systems", "nope"], "unknown system 'nope'"),
+                         (["-S", "8"], "at least 16"), (["-N", "x"], "comma-separated")):
+        res = subprocess.run(PELOTARI + ["bench", *args], capture_output=True, text=True)
+        assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.e2e
+def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
+    out = tmp_path / "bench.jsonl"
+    res = subprocess.run(PELOTARI + ["bench", "--systems", "pelotari,reference", "-S", "16",
+                                     "-N", "2", "-d", "0.3", "--repeats", "1", "-o", str(out)],
+                         capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    records = [json.loads(line) for line in open(out)]
+    assert [r["system"] for r in records] == ["pelotari", "reference"]
+    for r in records:
+        assert r["kind"] == "bench" and r["scenario"] == "S=16 N=2 P=1"
+        assert r["lossless_rate"] > 1000 and r["delivered_rate"] > 1000
+        assert r["loss"] < 0.001 and r["runs"][0]["duplicates"] == 0
+        assert r["latency_p99_us"] > 0 and r["server_cpu_s"] > 0
+        assert {"commit", "time", "cores", "kernel", "python"} <= set(r["env"])
+    assert "| S=16 N=2 P=1 |" in res.stdout and "pelotari/reference" in res.stdout
