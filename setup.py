@@ -7,7 +7,8 @@ from setuptools import Extension, setup
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
 MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen"]
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
-PACKAGES = ["fastpath", "pelotari", "pelotari.bench", "pelotari.cli", "pelotari.fyrehose"]
+PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.cli",
+            "pelotari.fyrehose"]
 
 
 def extensions():
@@ -28,7 +29,8 @@ def extensions():
 
 setup(
     packages=PACKAGES,
-    package_data={"fastpath": ["*.pxd", "*.pyi", "py.typed", "include/*.h"]},
+    package_data={"fastpath": ["*.pxd", "*.pyi", "py.typed", "include/*.h"],
+                  "pelotari.analysis": ["log4j2.properties"]},
     exclude_package_data={"fastpath": ["*.c"]},
     include_package_data=False,
     ext_modules=extensions(),

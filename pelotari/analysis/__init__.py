@@ -1,0 +1,1 @@
+"""Throughput trend analysis of bench results in PySpark."""

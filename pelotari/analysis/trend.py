@@ -1,0 +1,115 @@
+"""Trend transformations: pure DataFrame -> DataFrame functions over bench results.
+
+Input rows come from `pelotari bench` JSON lines (one record per system and scenario of a run)
+and from pytest-benchmark JSON files. Nothing here reads or writes files; see report.py.
+"""
+from typing import Iterable
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, StructField,
+                               StructType)
+
+PEERS = ("redis", "nats", "zeromq")
+
+BENCH_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("system", StringType()),
+    StructField("scenario", StringType()),
+    StructField("payload", LongType()),
+    StructField("subscribers", LongType()),
+    StructField("publishers", LongType()),
+    StructField("lossless_rate", DoubleType()),
+    StructField("delivered_rate", DoubleType()),
+    StructField("ingress_rate", DoubleType()),
+    StructField("loss", DoubleType()),
+    StructField("latency_p50_us", DoubleType()),
+    StructField("latency_p90_us", DoubleType()),
+    StructField("latency_p99_us", DoubleType()),
+    StructField("server_cpu_us_per_msg", DoubleType()),
+    StructField("client_bound", BooleanType()),
+    StructField("env", StructType([
+        StructField("commit", StringType()),
+        StructField("time", StringType()),
+        StructField("host", StringType()),
+        StructField("cores", LongType()),
+        StructField("kernel", StringType()),
+    ])),
+])
+
+
+def bench_runs(raw: DataFrame) -> DataFrame:
+    """Bench records → one typed row per (run, system, scenario); skipped systems dropped."""
+    return (raw.where(F.col("kind") == "bench")
+            .select("system", "scenario", "payload", "subscribers", "publishers",
+                    "delivered_rate", "ingress_rate", "loss", "latency_p50_us",
+                    "latency_p90_us", "latency_p99_us", "server_cpu_us_per_msg",
+                    F.coalesce("client_bound", F.lit(False)).alias("client_bound"),
+                    F.col("env.commit").alias("commit"),
+                    F.to_timestamp("env.time").alias("run_time"),
+                    F.col("env.host").alias("host")))
+
+
+def throughput_trend(runs: DataFrame) -> DataFrame:
+    """Median delivered and ingress msgs/s per (scenario, system, commit), dated by the
+    commit's first run; `runs` counts how many runs each median is over."""
+    return (runs.groupBy("scenario", "payload", "subscribers", "system", "commit")
+            .agg(F.min("run_time").alias("time"),
+                 F.median("delivered_rate").alias("delivered_rate"),
+                 F.median("ingress_rate").alias("ingress_rate"),
+                 F.max(F.col("client_bound").cast("int")).cast("boolean").alias("client_bound"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def ratios(trend: DataFrame, base: str = "pelotari") -> DataFrame:
+    """base's delivered rate over every other system's, per (scenario, commit)."""
+    mine = trend.where(F.col("system") == base).select(
+        "scenario", "commit", "time", F.col("delivered_rate").alias("base_rate"))
+    other = trend.where(F.col("system") != base).select(
+        "scenario", "commit", F.col("system").alias("versus"),
+        F.col("delivered_rate").alias("versus_rate"))
+    return (mine.join(other, ["scenario", "commit"])
+            .withColumn("ratio", F.col("base_rate") / F.col("versus_rate"))
+            .select("scenario", "commit", "time", "versus", "base_rate", "versus_rate", "ratio"))
+
+
+def best_peer_ratio(ratio_rows: DataFrame, peers: Iterable[str] = PEERS) -> DataFrame:
+    """The ratio to the fastest peer broker per (scenario, commit)."""
+    w = Window.partitionBy("scenario", "commit").orderBy(F.col("versus_rate").desc())
+    return (ratio_rows.where(F.col("versus").isin(list(peers)))
+            .withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1)
+            .select("scenario", "commit", "time", F.col("versus").alias("best_peer"),
+                    "versus_rate", "base_rate", "ratio"))
+
+
+def regressions(trend: DataFrame, threshold: float = 0.1) -> DataFrame:
+    """(scenario, system) medians that fell more than `threshold` below the previous one."""
+    w = Window.partitionBy("scenario", "system").orderBy("time")
+    return (trend.withColumn("previous_rate", F.lag("delivered_rate").over(w))
+            .withColumn("previous_commit", F.lag("commit").over(w))
+            .where(F.col("previous_rate").isNotNull())
+            .withColumn("change", F.col("delivered_rate") / F.col("previous_rate") - 1)
+            .where(F.col("change") < -threshold)
+            .select("scenario", "system", "previous_commit", "commit", "time", "previous_rate",
+                    "delivered_rate", "change"))
+
+
+def latency(runs: DataFrame) -> DataFrame:
+    """Median latency percentiles (µs, measured at half the lossless rate) per (scenario,
+    system, commit)."""
+    return (runs.groupBy("scenario", "system", "commit")
+            .agg(F.min("run_time").alias("time"),
+                 F.median("latency_p50_us").alias("p50_us"),
+                 F.median("latency_p90_us").alias("p90_us"),
+                 F.median("latency_p99_us").alias("p99_us")))
+
+
+def micro_benchmarks(raw: DataFrame) -> DataFrame:
+    """pytest-benchmark files → one row per benchmark: name, group, median ns, ops/s, commit."""
+    return (raw.select(F.col("commit_info.id").alias("commit"),
+                       F.to_timestamp("datetime").alias("time"),
+                       F.explode("benchmarks").alias("b"))
+            .select("commit", "time", F.col("b.name").alias("name"),
+                    F.col("b.group").alias("group"),
+                    (F.col("b.stats.median") * 1e9).alias("median_ns"),
+                    F.col("b.stats.ops").alias("ops")))
