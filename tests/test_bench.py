@@ -62,6 +62,26 @@ def test_search_steps_down_when_the_repeats_are_not_lossless():
     assert found.median("loss") == 0
 
 
+def buffering_model(capacity, subscribers=4, duration=1.0):
+    """A broker that never drops (it buffers without limit) but falls behind above capacity."""
+    def trial(rate):
+        sent = int((rate or capacity * 5) * duration)
+        return TrialResult(offered_rate=rate, sent=sent, unique=sent * subscribers,
+                           expected=sent * subscribers, duplicates=0, reordered=0,
+                           elapsed=duration, server_cpu=0.5, client_cpu={}, latency={},
+                           received_until=max(duration, sent / capacity))
+    return trial
+
+
+def test_a_broker_that_buffers_is_held_to_the_rate_it_keeps_up_with():
+    found = find_lossless_rate(buffering_model(200_000), precision=0.05, max_probes=20)
+    assert 200_000 / 1.05 <= found.rate <= 200_000 * 1.1  # lag within 10 % of the duration
+    assert all(r.sustained for r in found.repeats)
+    flat_out = found.probes[0]
+    assert flat_out.loss == 0 and not flat_out.sustained  # no loss, yet 5x behind
+    assert flat_out.delivered_rate == pytest.approx(200_000 * 4)  # counted to the last receipt
+
+
 def test_search_gives_zero_when_nothing_is_lossless():
     found = find_lossless_rate(model(10), floor=100)
     assert found.rate == 0 and found.repeats == []

@@ -3,8 +3,9 @@
     python -m pelotari.bench.agent sub --host H --port P --subscribers N
     python -m pelotari.bench.agent pub --host H --port P --pub-id K
 
-Each reads one JSON command per stdin line and answers one JSON line on stdout; `sub` first
-prints {"ready": true} once every socket is signed on. EOF or {"cmd": "quit"} ends it. Every
+Each prints {"ready": true} once signed on, then reads one JSON command per stdin line and
+answers with JSON lines on stdout; `sub` answers "measure" with {"armed": true} at once and its
+counts when the trial ends. bench/clients/peer_client.c speaks the same protocol for the peers. EOF or {"cmd": "quit"} ends it. Every
 answer carries the agent's CPU seconds for that command, so the runner can tell a run whose
 clients were the bottleneck.
 """
@@ -36,6 +37,7 @@ def run_sub(args) -> None:
             cmd = json.loads(line)
             if cmd.get("cmd") == "quit":
                 break
+            answer({"armed": True})
             before = cpu_seconds()
             result = group.measure(cmd.get("max_duration", 30.0), cmd.get("idle", 0.5))
             result["cpu"] = cpu_seconds() - before
@@ -68,6 +70,8 @@ def main(argv=None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--subscribers", type=int, default=1)
     parser.add_argument("--pub-id", type=int, default=0)
+    parser.add_argument("--system", default="fyrehose", choices=["fyrehose"],
+                        help="only fyrehose: the peers' agent is bench/clients/peer_client.c")
     args = parser.parse_args(argv)
     try:
         (run_sub if args.role == "sub" else run_pub)(args)

@@ -34,7 +34,8 @@ def find_lossless_rate(trial: Callable[[float], TrialResult], *, threshold: floa
                        floor: float = 100.0,
                        progress: Callable[[str, TrialResult], None] = lambda *_: None) -> SearchResult:
     """Probe as fast as possible to find the ceiling, then bisect (in log space) between the
-    highest offered rate that lost < threshold and the lowest that did not, until they are
+    highest offered rate that was lossless (loss < threshold, delivery kept up) and the lowest
+    that was not, until they are
     within `precision`. The winner is repeated `repeats` times; if their median loss is not
     below the threshold the rate steps down 10 % and is repeated again. Latency is measured
     at half the rate, `repeats` times. Rates are what the publishers achieved, not what they were asked for:
@@ -50,14 +51,15 @@ def find_lossless_rate(trial: Callable[[float], TrialResult], *, threshold: floa
 
     flat_out = run(0.0, "ceiling")
     # What the system absorbed flat out: no lossless rate can be far above it.
-    ceiling = max(flat_out.unique / max(flat_out.expected, 1) * flat_out.ingress_rate, floor)
+    subscribers = flat_out.expected / flat_out.sent if flat_out.sent else 1
+    ceiling = max(flat_out.delivered_rate / subscribers, floor)
     passed: Optional[float] = None
     failed: Optional[float] = None
     rate = ceiling
     for _ in range(max_probes):
         result = run(rate, "search")
         publishers_short = result.ingress_rate < 0.9 * rate
-        if result.loss < threshold:
+        if result.lossless(threshold):
             passed = result.ingress_rate if publishers_short else rate
             if publishers_short:  # the load generator is the limit: no higher rate is reachable
                 break
@@ -77,7 +79,8 @@ def find_lossless_rate(trial: Callable[[float], TrialResult], *, threshold: floa
         return SearchResult(0.0, [], [], probes)
     for attempt in range(3):
         runs = [run(passed, f"repeat {i + 1}/{repeats}") for i in range(repeats)]
-        if statistics.median(r.loss for r in runs) < threshold:
+        if statistics.median(r.loss for r in runs) < threshold and \
+                sum(r.sustained for r in runs) * 2 > len(runs):
             break
         passed *= 0.9
     latency = [run(passed / 2, f"latency {i + 1}/{repeats}") for i in range(repeats)]

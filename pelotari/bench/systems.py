@@ -51,8 +51,9 @@ def compile_c(source: pathlib.Path, extra: List[str] = ()) -> pathlib.Path:
     return out
 
 
-def free_udp_port() -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    """A port on 127.0.0.1 that is free right now (UDP by default)."""
+    s = socket.socket(socket.AF_INET, kind)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
@@ -87,11 +88,15 @@ def proc_cpu_seconds(pid: int) -> float:
 
 @dataclass
 class Server:
-    """A running system under test."""
+    """A running system under test: publishers use `port`, subscribers `sub_port`."""
 
     name: str
     port: int
     proc: subprocess.Popen
+    sub_port: int = 0
+
+    def __post_init__(self):
+        self.sub_port = self.sub_port or self.port
 
     def cpu_seconds(self) -> float:
         return proc_cpu_seconds(self.proc.pid)
@@ -114,36 +119,40 @@ class System:
     """One system: how to check for it, and how to start it on a port."""
 
     name: str
-    protocol: str  # the load generator agents speak this ("fyrehose", ...)
+    protocol: str  # what the load generator speaks to it: "fyrehose", "redis", "nats", "zeromq"
     description: str
-    command: Callable[[int], List[str]] = field(repr=False)
+    command: Callable[..., List[str]] = field(repr=False)  # (port[, sub_port]) -> argv
     ready_text: str = "listening"
     requires: Callable[[], None] = field(default=lambda: None, repr=False)
+    transport: int = socket.SOCK_DGRAM
+    two_ports: bool = False  # publishers and subscribers connect to different ports
 
     def check(self) -> Optional[str]:
         """None if the system can run here, else why not."""
         try:
             self.requires()
-            self.command(0)
+            self.command(1, 2) if self.two_ports else self.command(1)
+            agent_command(self.protocol)
         except Unavailable as exc:
             return str(exc)
         return None
 
     def start(self, cpus: Optional[set] = None, timeout: float = 10.0) -> Server:
-        """Start on a free port and wait until it says it is listening."""
-        port = free_udp_port()
-        proc = subprocess.Popen(self.command(port), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=pin(cpus))
+        """Start on free port(s) and wait until its output says it is ready."""
+        port = free_port(self.transport)
+        sub_port = free_port(self.transport) if self.two_ports else port
+        argv = self.command(port, sub_port) if self.two_ports else self.command(port)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, preexec_fn=pin(cpus))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            line = proc.stderr.readline()
+            line = proc.stdout.readline()
             if self.ready_text in line:
-                # Keep draining stderr so a chatty server never blocks on a full pipe.
+                # Keep draining its output so a chatty server never blocks on a full pipe.
                 import threading
 
-                threading.Thread(target=proc.stderr.read, daemon=True).start()
-                return Server(self.name, port, proc)
+                threading.Thread(target=proc.stdout.read, daemon=True).start()
+                return Server(self.name, port, proc, sub_port)
             if not line and proc.poll() is not None:
                 break
         proc.kill()
@@ -155,6 +164,52 @@ def _reference(gso: bool) -> Callable[[int], List[str]]:
         binary = compile_c(bench_dir() / "reference" / "fyrehose_ref.c")
         return [str(binary), str(port)] + (["--gso"] if gso else [])
     return command
+
+
+PEER_HINT = "run: sudo bash bench/peers/install.sh"
+
+
+def _have_zmq_headers() -> bool:
+    return any(os.path.exists(p) for p in ("/usr/include/zmq.h", "/usr/local/include/zmq.h"))
+
+
+def peer_client() -> pathlib.Path:
+    """The C load-generator client for the peer brokers (with ZeroMQ when libzmq is here)."""
+    include = pathlib.Path(__file__).resolve().parent.parent.parent / "fastpath" / "include"
+    extra = [f"-I{include}"] + (["-DWITH_ZMQ", "-lzmq"] if _have_zmq_headers() else [])
+    return compile_c(bench_dir() / "clients" / "peer_client.c", extra)
+
+
+def agent_command(protocol: str) -> List[str]:
+    """argv prefix of the load-generator agent for a protocol."""
+    if protocol == "fyrehose":
+        return [sys.executable, "-m", "pelotari.bench.agent"]
+    if protocol == "zeromq" and not _have_zmq_headers():
+        raise Unavailable(f"needs libzmq3-dev; {PEER_HINT}")
+    return [str(peer_client())]
+
+
+def _program(name: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise Unavailable(f"{name} is not installed; {PEER_HINT}")
+    return path
+
+
+def _redis(port: int) -> List[str]:
+    return [_program("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--protected-mode", "no", "--logfile", ""]
+
+
+def _nats(port: int) -> List[str]:
+    return [_program("nats-server"), "-a", "127.0.0.1", "-p", str(port)]
+
+
+def _zeromq(port: int, sub_port: int) -> List[str]:
+    if not _have_zmq_headers():
+        raise Unavailable(f"needs libzmq3-dev; {PEER_HINT}")
+    binary = compile_c(bench_dir() / "clients" / "zmq_proxy.c", ["-lzmq"])
+    return [str(binary), str(port), str(sub_port)]
 
 
 def _require_gso() -> None:
@@ -173,4 +228,10 @@ SYSTEMS: Dict[str, System] = {s.name: s for s in [
     System("asyncio", "fyrehose", "naive asyncio backbone (bench/baseline)",
            lambda port: [sys.executable, str(bench_dir() / "baseline" / "asyncio_backbone.py"),
                          str(port)]),
+    System("redis", "redis", "Redis pub/sub, pipelined PUBLISH (Debian redis-server)", _redis,
+           ready_text="Ready to accept connections", transport=socket.SOCK_STREAM),
+    System("nats", "nats", "NATS, pipelined PUB (Debian nats-server)", _nats,
+           ready_text="Server is ready", transport=socket.SOCK_STREAM),
+    System("zeromq", "zeromq", "ZeroMQ XSUB/XPUB proxy (libzmq zmq_proxy)", _zeromq,
+           transport=socket.SOCK_STREAM, two_ports=True),
 ]}

@@ -6,9 +6,14 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from pelotari.bench.systems import Server, System, Unavailable, pin
+from pelotari.bench.systems import Server, System, Unavailable, agent_command, pin
 
 CLIENT_BOUND = 0.9  # a client process busy for this share of the trial was the bottleneck
+# A trial is sustained when the last message arrives within this share of the trial's duration
+# (and at least MIN_LAG seconds) after publishing ends; a broker that buffers without limit
+# "loses" nothing but falls behind, and that is not a rate it can keep up.
+MAX_LAG = 0.1
+MIN_LAG = 0.05
 
 
 @dataclass(frozen=True)
@@ -40,10 +45,25 @@ class TrialResult:
     latency: dict  # p50/p90/p99/max in ns over all subscribers
     client_bound: bool = False
     notes: List[str] = field(default_factory=list)
+    received_until: float = 0.0  # seconds from the trial's start to the last message received
 
     @property
     def loss(self) -> float:
         return 1.0 - self.unique / self.expected if self.expected else 1.0
+
+    @property
+    def lag(self) -> float:
+        """Seconds the last message arrived after publishing ended."""
+        return max(0.0, self.received_until - self.elapsed)
+
+    @property
+    def sustained(self) -> bool:
+        """Delivery kept up: the last message came soon after the publishers stopped."""
+        return self.lag <= max(MAX_LAG * self.elapsed, MIN_LAG)
+
+    def lossless(self, threshold: float) -> bool:
+        """Loss below threshold, and delivery kept up."""
+        return self.loss < threshold and self.sustained
 
     @property
     def ingress_rate(self) -> float:
@@ -51,19 +71,22 @@ class TrialResult:
 
     @property
     def delivered_rate(self) -> float:
-        return self.unique / self.elapsed if self.elapsed else 0.0
+        """Distinct messages received per second, until the last one arrived."""
+        window = max(self.elapsed, self.received_until)
+        return self.unique / window if window else 0.0
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d.update(loss=self.loss, ingress_rate=self.ingress_rate, delivered_rate=self.delivered_rate)
+        d.update(loss=self.loss, ingress_rate=self.ingress_rate, delivered_rate=self.delivered_rate,
+                 lag=self.lag, sustained=self.sustained)
         return d
 
 
 class Agent:
     """A load-generator process speaking JSON lines over stdio."""
 
-    def __init__(self, args: List[str], cpus: Optional[set]):
-        self.proc = subprocess.Popen([sys.executable, "-m", "pelotari.bench.agent", *args],
+    def __init__(self, argv: List[str], cpus: Optional[set]):
+        self.proc = subprocess.Popen(argv,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, bufsize=1,
                                      preexec_fn=pin(cpus))
@@ -110,13 +133,16 @@ class Session:
         self.server: Server = system.start(server_cpus)
         self.agents: List[Agent] = []
         try:
-            host, port = "127.0.0.1", str(self.server.port)
-            self.sub = Agent(["sub", "--host", host, "--port", port,
-                              "--subscribers", str(scenario.subscribers)], client_cpus)
+            agent = agent_command(system.protocol)
+            extra = [] if system.protocol == "fyrehose" else ["--system", system.protocol]
+            self.sub = Agent(agent + ["sub", "--port", str(self.server.sub_port),
+                                      "--subscribers", str(scenario.subscribers)] + extra,
+                             client_cpus)
             self.agents.append(self.sub)
             self.pubs = []
             for k in range(scenario.publishers):
-                agent = Agent(["pub", "--host", host, "--port", port, "--pub-id", str(k)], client_cpus)
+                agent = Agent(agent_command(system.protocol) + [
+                    "pub", "--port", str(self.server.port), "--pub-id", str(k)] + extra, client_cpus)
                 self.pubs.append(agent)
                 self.agents.append(agent)
         except BaseException:
@@ -129,6 +155,9 @@ class Session:
             raise Unavailable(f"{self.system.name} exited during the run")
         cpu_before = self.server.cpu_seconds()
         self.sub.send({"cmd": "measure", "max_duration": duration + 10.0, "idle": 0.5})
+        armed = self.sub.read()  # every subscriber is subscribed: publishing may start
+        if not armed.get("armed"):
+            raise Unavailable(f"load generator failed: {armed.get('error', armed)}")
         per_pub = rate / len(self.pubs) if rate else 0.0
         for agent in self.pubs:
             agent.send({"cmd": "publish", "payload_size": self.scenario.payload,
@@ -144,7 +173,7 @@ class Session:
             offered_rate=rate, sent=sent, unique=sub["unique"],
             expected=sent * self.scenario.subscribers, duplicates=sub["duplicates"],
             reordered=sub["reordered"], elapsed=elapsed, server_cpu=server_cpu,
-            client_cpu=client_cpu, latency=sub["latency"])
+            client_cpu=client_cpu, latency=sub["latency"], received_until=sub.get("active", 0.0))
         busy = [name for name, cpu in client_cpu.items() if cpu >= CLIENT_BOUND * elapsed]
         if busy:
             result.client_bound = True
@@ -152,6 +181,8 @@ class Session:
         if sum(client_cpu.values()) >= CLIENT_BOUND * elapsed * self.client_cores:
             result.client_bound = True
             result.notes.append(f"client-bound: the client cores were >= {CLIENT_BOUND:.0%} busy")
+        if not result.sustained:
+            result.notes.append(f"fell behind: last message {result.lag:.2f}s after publishing ended")
         if rate and result.ingress_rate < 0.9 * rate:
             result.notes.append(f"publishers reached {result.ingress_rate:.0f} of {rate:.0f} msgs/s")
         return result

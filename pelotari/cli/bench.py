@@ -7,7 +7,7 @@ import click
 
 from pelotari.cli import main
 
-DEFAULT_SYSTEMS = "pelotari,reference,reference-gso,asyncio"
+DEFAULT_SYSTEMS = "pelotari,reference,reference-gso,asyncio,redis,nats,zeromq"
 
 
 def _int_list(ctx, param, value):
