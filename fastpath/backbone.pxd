@@ -61,6 +61,7 @@ cdef class BackboneLoop:
     cdef int* index        # open-addressing hash: subscriber index + 1, 0 = empty
     cdef uint64_t index_mask
     cdef int64_t next_sweep_ns
+    cdef bint dry                # dry_run(): queued sends are discarded, never sent
 
     cdef void handle(self, int i, int64_t now) noexcept nogil
     cdef void on_push(self, int i, const uint8_t* p, Py_ssize_t n, int64_t now) noexcept nogil

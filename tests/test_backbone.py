@@ -302,3 +302,22 @@ def test_serving_leaks_no_python_memory(backbone, raw_peer):
     grown = sys.getallocatedblocks() - before
     assert backbone.stats()["pushes"] == 22000
     assert grown < 500, f"{grown} Python blocks still allocated after 40,000 datagrams"
+
+
+def test_dry_run_counts_fan_out_without_sending(raw_peer):
+    import socket as s
+
+    from fastpath.backbone import BackboneLoop
+
+    listener = raw_peer()
+    sock = s.socket(s.AF_INET, s.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    loop = BackboneLoop(sock.fileno(), first_sequence=0)
+    ka = wire.encode_keepalive("", 0, 0, TOKEN)
+    loop.dry_run([(ka, listener.address), (ka, ("127.0.0.2", 5)), (ka, ("127.0.0.3", 5))])
+    assert loop.dry_run([(wire.encode_push(b"x"), ("127.0.0.1", 9))] * 10, repeat=7) == 210
+    assert loop.next_sequence == 70 and loop.stats()["subscribers"] == 3
+    assert listener.recv(0.2) is None  # nothing was sent, not even the ACKs
+    with pytest.raises(ValueError):
+        loop.dry_run([(ka, ("127.0.0.1", 1))] * 65)
+    sock.close()

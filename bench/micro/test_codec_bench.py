@@ -1,6 +1,6 @@
 """Codec micro-benchmarks: Cython vs the pure-Python reference, side by side in one run.
 
-    .venv/bin/python -m pytest bench/ --benchmark-enable --benchmark-group-by=param:case
+    .venv/bin/python -m pytest bench/micro --benchmark-enable --benchmark-group-by=param:case
 """
 import pytest
 

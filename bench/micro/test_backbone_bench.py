@@ -1,0 +1,39 @@
+"""Per-message cost of the backbone's sequencing and fan-out, without the kernel.
+
+BackboneLoop.dry_run() feeds PUSHes through the real receive path with every send discarded,
+so this is the user-space work per message (and, across N, per subscriber):
+
+    .venv/bin/python -m pytest bench/micro --benchmark-enable -k fanout
+"""
+import socket
+
+import pytest
+
+from fastpath.backbone import BackboneLoop
+from fastpath.codec import encode_keepalive, encode_push
+from fastpath.packets import NOJOURNAL
+
+MESSAGES_PER_BATCH = 64
+BATCHES = 50
+
+
+def loop_with_subscribers(n):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    loop = BackboneLoop(sock.fileno(), max_subscribers=max(n, 1))
+    ka = encode_keepalive("", 0, NOJOURNAL, b"t" * 16)
+    addrs = [("127.0.%d.%d" % (k // 250, 1 + k % 250), 40000) for k in range(n)]
+    for i in range(0, n, MESSAGES_PER_BATCH):
+        loop.dry_run([(ka, a) for a in addrs[i:i + MESSAGES_PER_BATCH]])
+    return loop, sock
+
+
+@pytest.mark.parametrize("subscribers", [1, 16, 1000])
+@pytest.mark.parametrize("payload", [16, 1024])
+def test_fanout(benchmark, subscribers, payload):
+    loop, sock = loop_with_subscribers(subscribers)
+    pushes = [(encode_push(b"x" * payload), ("127.0.0.1", 9))] * MESSAGES_PER_BATCH
+    benchmark.extra_info.update(messages_per_round=MESSAGES_PER_BATCH * BATCHES,
+                                subscribers=subscribers)
+    benchmark(loop.dry_run, pushes, BATCHES)
+    sock.close()
