@@ -2,14 +2,15 @@
 """The bench's load generator: paced sendmmsg publishers and recvmmsg subscribers for fyrehose,
 with per-publisher stream counting and a latency histogram kept in C (include/loadstats.h)."""
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from libc.string cimport memset, memcpy
+from libc.stdint cimport uint8_t, uint16_t, uint64_t, int64_t
+from libc.string cimport memset
 from posix.time cimport nanosleep, timespec
 from posix.uio cimport iovec
 
-from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, recvmmsg, poll, pollfd, POLLIN,
-                               MSG_DONTWAIT, AF_INET, htons, htonl, errno, EINTR)
-from fastpath.wire cimport put_u16, put_u48, get_u16
+from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, poll, pollfd, POLLIN, AF_INET,
+                               htons, htonl, errno, EINTR)
+from fastpath.wire cimport put_u16
+from fastpath.batchio cimport RecvBatch
 
 import socket
 
@@ -235,9 +236,7 @@ cdef class SubscriberGroup:
     cdef int nsub
     cdef bytes keepalive
     cdef pollfd* pfds
-    cdef uint8_t* arena
-    cdef mmsghdr* msgs
-    cdef iovec* iovs
+    cdef RecvBatch rx
     cdef sockaddr_in bb
 
     def __cinit__(self, host, int port, int subscribers=1, int buffer=32 << 20):
@@ -248,24 +247,16 @@ cdef class SubscriberGroup:
         self.keepalive = encode_keepalive("", 0, 0x2, b"pelotari-loadgen")
         _fill_sockaddr(&self.bb, host, port)
         self.pfds = <pollfd*>PyMem_Calloc(subscribers, sizeof(pollfd))
-        self.arena = <uint8_t*>PyMem_Calloc(RECV_BATCH, RECV_SLOT)
-        self.msgs = <mmsghdr*>PyMem_Calloc(RECV_BATCH, sizeof(mmsghdr))
-        self.iovs = <iovec*>PyMem_Calloc(RECV_BATCH, sizeof(iovec))
-        if not (self.pfds and self.arena and self.msgs and self.iovs):
+        if not self.pfds:
             raise MemoryError()
+        self.rx = RecvBatch(RECV_BATCH, RECV_SLOT)
         cdef int k
         for k in range(subscribers):
             self.pfds[k].fd = self.socks[k].fileno()
             self.pfds[k].events = POLLIN
-        for k in range(RECV_BATCH):
-            self.iovs[k].iov_base = self.arena + k * RECV_SLOT
-            self.iovs[k].iov_len = RECV_SLOT
 
     def __dealloc__(self):
         PyMem_Free(self.pfds)
-        PyMem_Free(self.arena)
-        PyMem_Free(self.msgs)
-        PyMem_Free(self.iovs)
 
     def sign_on(self, double ack_timeout=3.0):
         """KEEPALIVE from every socket; raise TimeoutError if the backbone does not ACK."""
@@ -310,9 +301,8 @@ cdef class SubscriberGroup:
         cdef int rc, i, ready_n
         cdef const uint8_t* p
         cdef pollfd* pfds = self.pfds
-        cdef mmsghdr* msgs = self.msgs
-        cdef iovec* iovs = self.iovs
-        cdef uint8_t* arena = self.arena
+        cdef RecvBatch rx = self.rx
+        cdef Py_ssize_t n
         try:
             with nogil:
                 start = ls_now_ns()
@@ -333,21 +323,17 @@ cdef class SubscriberGroup:
                         if not (pfds[k].revents & POLLIN):
                             continue
                         while True:
-                            for i in range(RECV_BATCH):
-                                msgs[i].msg_hdr.msg_iov = &iovs[i]
-                                msgs[i].msg_hdr.msg_iovlen = 1
-                                msgs[i].msg_hdr.msg_name = NULL
-                                msgs[i].msg_hdr.msg_namelen = 0
-                            rc = recvmmsg(pfds[k].fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL)
+                            rc = rx.receive(pfds[k].fd)
                             if rc <= 0:
                                 break
                             now = ls_now_ns()
                             datagrams += rc
                             for i in range(rc):
-                                p = arena + i * RECV_SLOT
-                                if msgs[i].msg_len >= 9 and p[0] == 0x01:
+                                p = rx.slot(i)
+                                n = rx.length(i)
+                                if n >= 9 and p[0] == 0x01:
                                     last_rx = now
-                                    ls_counter_record(cs[k], p + 9, msgs[i].msg_len - 9, now)
+                                    ls_counter_record(cs[k], p + 9, n - 9, now)
                                 else:
                                     other += 1
                             if rc < RECV_BATCH:

@@ -115,10 +115,13 @@ def test_latency_medians(raw):
 
 MICRO = {"machine_info": {"node": "h"}, "commit_info": {"id": "aaa"},
          "datetime": "2026-11-01T10:00:00+00:00",
-         "benchmarks": [{"name": "test_codec[decode-cython]", "group": None,
+         "benchmarks": [{"name": "test_codec[decode-cython]", "group": None, "extra_info": {},
                          "stats": {"median": 4.5e-7, "ops": 2000000.0}},
-                        {"name": "test_codec[decode-python]", "group": None,
-                         "stats": {"median": 2.0e-6, "ops": 500000.0}}]}
+                        {"name": "test_codec[decode-python]", "group": None, "extra_info": {},
+                         "stats": {"median": 2.0e-6, "ops": 500000.0}},
+                        {"name": "test_fanout[16-4]", "group": None,
+                         "extra_info": {"messages_per_round": 3200},
+                         "stats": {"median": 6.4e-5, "ops": 15625.0}}]}
 
 
 def test_micro_benchmarks_from_pytest_benchmark_json(spark, tmp_path):
@@ -126,9 +129,20 @@ def test_micro_benchmarks_from_pytest_benchmark_json(spark, tmp_path):
     path.write_text(json.dumps(MICRO))
     df = spark.read.option("multiLine", True).json(str(path))
     rows = collect(trend.micro_benchmarks(df), "name")
-    assert [(x["commit"], x["name"], round(x["median_ns"], 6), x["ops"]) for x in rows] == [
-        ("aaa", "test_codec[decode-cython]", 450.0, 2000000.0),
-        ("aaa", "test_codec[decode-python]", 2000.0, 500000.0)]
+    assert [(x["commit"], x["name"], round(x["median_ns"], 6), round(x["per_item_ns"], 6), x["ops"])
+            for x in rows] == [
+        ("aaa", "test_codec[decode-cython]", 450.0, 450.0, 2000000.0),
+        ("aaa", "test_codec[decode-python]", 2000.0, 2000.0, 500000.0),
+        ("aaa", "test_fanout[16-4]", 64000.0, 20.0, 15625.0)]
+
+
+def test_micro_benchmarks_without_extra_info(spark, tmp_path):
+    old = dict(MICRO, benchmarks=[{k: v for k, v in b.items() if k != "extra_info"}
+                                  for b in MICRO["benchmarks"]])
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    rows = collect(trend.micro_benchmarks(spark.read.option("multiLine", True).json(str(path))), "name")
+    assert [round(x["per_item_ns"], 6) for x in rows] == [450.0, 2000.0, 64000.0]
 
 
 def write_results(folder):
@@ -155,7 +169,8 @@ def test_report_writes_parquet_plots_and_summary(spark, tmp_path):
     assert (out / "ratios.png").stat().st_size > 1000
     summary = (out / "summary.md").read_text()
     assert "| S=16 N=4 | pelotari | `aaa` | `bbb` | 0.2k | 0.1k | -25.0% |" in summary
-    assert "| test_codec[decode-cython] | 450 | 2000000 |" in summary
+    assert "| test_codec[decode-cython] | 450 | 450.0 | 2000000 |" in summary
+    assert "| test_fanout[16-4] | 64000 | 20.0 | 15625 |" in summary
 
 
 @pytest.mark.e2e

@@ -97,15 +97,16 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
             pts = sorted((order.index(r["commit"]), r["delivered_rate"]) for r in rows
                          if r["scenario"] == sc and r["system"] == system)
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker="o", label=system)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=system)
         ax.set_title(sc, fontsize=10)
-        ax.set_ylabel("delivered M msgs/s")
+        ax.set_yscale("log")  # systems differ by 100x: a linear axis hides the close ones
+        ax.set_ylabel("delivered msgs/s")
         ax.set_xticks(range(len(order)))
         ax.set_xticklabels([_short(c) for c in order], rotation=30, fontsize=7)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(scenarios):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
+    axes.flat[0].legend(fontsize=7, ncol=2)
     fig.suptitle("Highest lossless delivered rate per commit (loss < 0.1 %)")
     fig.tight_layout()
     path = out / "throughput.png"
@@ -122,7 +123,8 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
             xs = [s for s in scenarios if s in latest]
             ax.plot(xs, [latest[s] for s in xs], marker="o", label=f"pelotari / {versus}")
         ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_ylabel("ratio (latest commit)")
+        ax.set_yscale("log")
+        ax.set_ylabel("pelotari's delivered rate / theirs (latest commit)")
         ax.tick_params(axis="x", rotation=30, labelsize=7)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -192,11 +194,11 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
         lines.append("")
     micro = data.get("micro", [])
     if micro:
-        lines += ["## Micro-benchmarks (latest file, median ns)", "", "| benchmark | median ns | ops/s |",
-                  "|---|---|---|"]
+        lines += ["## Micro-benchmarks (latest file)", "",
+                  "| benchmark | median ns per call | ns per item | calls/s |", "|---|---|---|---|"]
         newest = max(r["time"] for r in micro)
         for r in sorted((r for r in micro if r["time"] == newest), key=lambda r: r["name"]):
-            lines.append(f"| {r['name']} | {r['median_ns']:.0f} | {r['ops']:.0f} |")
+            lines.append(f"| {r['name']} | {r['median_ns']:.0f} | {r['per_item_ns']:.1f} | {r['ops']:.0f} |")
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]

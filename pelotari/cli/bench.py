@@ -85,7 +85,9 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
     for scenario in scenarios:
         for name in runnable:
             done += 1
-            label = f"[{done}/{total}] {name:<13} {scenario.name}"
+            spent = time.monotonic() - started
+            eta = f", ETA {_clock(spent / (done - 1) * (total - done + 1))}" if done > 1 else ""
+            label = f"[{done}/{total}{eta}] {name:<13} {scenario.name}"
 
             def progress(what, r, label=label):
                 click.echo(f"\r{label}  {what:<14} offered {_r(r.offered_rate):>7}/s  "
@@ -111,6 +113,11 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
     click.echo(f"\n{results.table(records, runnable)}\n")
     click.echo(f"{where}; {duration:g}s trials; loss < 0.1 %; results in {output} "
                f"({elapsed:.0f}s)", err=True)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{secs:02d}s"
 
 
 def _r(v):
