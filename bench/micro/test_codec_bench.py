@@ -1,16 +1,40 @@
-"""Codec micro-benchmarks: Cython vs the pure-Python reference, side by side in one run.
+"""Codec micro-benchmarks: the Cython codec, the pure-Python reference and the scapy layer,
+side by side in one run.
 
     .venv/bin/python -m pytest bench/micro --benchmark-enable --benchmark-group-by=param:case
 """
 import pytest
+from scapy.all import raw
 
 from fastpath import codec as cython_codec
 from fastpath import refcodec as python_codec
+from pelotari.layers import fyrehose as layers
 
-IMPLS = {"cython": cython_codec, "python": python_codec}
+
+class ScapyCodec:
+    """The scapy layer behind the codec's call signatures."""
+
+    decode = staticmethod(layers.Fyrehose)
+
+    @staticmethod
+    def encode_deliver(sequence, data):
+        return raw(layers.FyrehoseDeliver(sequence=sequence, data=data))
+
+    @staticmethod
+    def encode_push(data):
+        return raw(layers.FyrehosePush(data=data))
+
+
+IMPLS = {"cython": cython_codec, "python": python_codec, "scapy": ScapyCodec}
 DELIVER_16 = cython_codec.encode_deliver(123456789, b"x" * 16)
 DELIVER_1K = cython_codec.encode_deliver(123456789, b"x" * 1024)
 KEEPALIVE = cython_codec.encode_keepalive("", 0, 2, b"t" * 16)
+
+
+def test_implementations_agree_on_the_benchmarked_inputs():
+    for impl in IMPLS.values():
+        assert impl.encode_deliver(123456789, b"x" * 16) == DELIVER_16
+        assert impl.encode_push(b"x" * 1024) == cython_codec.encode_push(b"x" * 1024)
 
 
 @pytest.mark.parametrize("impl", sorted(IMPLS))

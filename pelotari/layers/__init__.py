@@ -1,0 +1,17 @@
+"""Scapy layers for pelotari's protocols, in scapy's contrib style.
+
+Each protocol is one module here plus one line in LAYERS; `load()` imports them (scapy's import
+is slow, so nothing imports this package until a scapy tool runs).
+"""
+import importlib
+from typing import Dict, List
+
+# protocol name -> module defining its layers, a `bind_port(port)` and DEFAULT_PORTS
+LAYERS: Dict[str, str] = {
+    "fyrehose": "pelotari.layers.fyrehose",
+}
+
+
+def load(names: List[str] = None) -> Dict[str, object]:
+    """Import the layer modules (all by default) and return them by protocol name."""
+    return {name: importlib.import_module(LAYERS[name]) for name in (names or LAYERS)}

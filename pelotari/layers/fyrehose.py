@@ -1,0 +1,186 @@
+# SPDX-License-Identifier: MIT
+# This file is part of pelotari.
+# scapy.contrib.description = fyrehose backbone pub/sub (sequenced UDP)
+# scapy.contrib.status = loads
+
+"""
+fyrehose: a sequenced UDP pub/sub backbone (pelotari, docs/protocols/fyrehose.md).
+
+Six packet types, big-endian; the first byte is the type. Field names are the seed's.
+
+    >>> from pelotari.layers.fyrehose import FyrehoseKeepalive
+    >>> raw(FyrehoseKeepalive(token=b"0123456789abcdef"))
+
+A datagram on the fyrehose port that is not a valid fyrehose packet dissects as
+FyrehoseMalformed, whose summary says why; dissection never raises.
+"""
+
+from scapy.fields import (BitField, ByteEnumField, FlagsField, IPField, ShortField,
+                          StrFixedLenField, StrLenField)
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, Raw, bind_layers
+
+from fastpath import refcodec
+from fastpath.errors import CodecError
+
+DEFAULT_PORT = 2323
+DEFAULT_PORTS = (DEFAULT_PORT,)
+
+TYPES = {0x01: "DELIVER", 0x02: "PUSH", 0x04: "REQUEST", 0x08: "FORWARD", 0x10: "KEEPALIVE",
+         0x20: "KEEPALIVE-ACK"}
+FLAG_NAMES = ["NOSUBSCRIBE", "NOJOURNAL"] + [f"bit{i}" for i in range(2, 48)]
+
+
+class _Fyrehose(Packet):
+    """Common behaviour: no payload after a fyrehose packet (it fills the datagram)."""
+
+    def extract_padding(self, s):
+        return b"", s
+
+    def guess_payload_class(self, payload):
+        return Raw
+
+
+class _DataPacket(_Fyrehose):
+    def post_build(self, pkt, pay):
+        if self.length is None:  # LENGTH: bytes of DATA
+            n = len(pkt) - 9
+            pkt = pkt[:1] + n.to_bytes(2, "big") + pkt[3:]
+        return pkt + pay
+
+
+class FyrehoseDeliver(_DataPacket):
+    """0x1 DELIVER: SEQUENCE and DATA."""
+
+    name = "fyrehose DELIVER"
+    fields_desc = [
+        ByteEnumField("type", 0x01, TYPES),
+        ShortField("length", None),
+        BitField("sequence", 0, 48),
+        StrLenField("data", b"", length_from=lambda p: p.length),
+    ]
+
+    def mysummary(self):
+        return self.sprintf("fyrehose DELIVER seq=%sequence% len=%length%")
+
+
+class FyrehosePush(_DataPacket):
+    """0x2 PUSH: DATA to publish."""
+
+    name = "fyrehose PUSH"
+    fields_desc = [
+        ByteEnumField("type", 0x02, TYPES),
+        ShortField("length", None),
+        BitField("unused", 0, 48),
+        StrLenField("data", b"", length_from=lambda p: p.length),
+    ]
+
+    def mysummary(self):
+        return self.sprintf("fyrehose PUSH len=%length%")
+
+
+class _RangePacket(_Fyrehose):
+    def mysummary(self):
+        return self.sprintf(f"fyrehose {TYPES[self.type]} %addr%:%port% seq %from_seq%..%to_seq%")
+
+
+class FyrehoseRequest(_RangePacket):
+    """0x4 REQUEST: re-send FROM_SEQ..TO_SEQ (inclusive) to ADDR:PORT (0 = the sender)."""
+
+    name = "fyrehose REQUEST"
+    fields_desc = [
+        ByteEnumField("type", 0x04, TYPES),
+        IPField("addr", "0.0.0.0"),
+        ShortField("port", 0),
+        BitField("from_seq", 0, 48),
+        BitField("to_seq", 0, 48),
+    ]
+
+
+class FyrehoseForward(_RangePacket):
+    """0x8 FORWARD: the backbone asks a journaling client to serve a REQUEST."""
+
+    name = "fyrehose FORWARD"
+    fields_desc = [
+        ByteEnumField("type", 0x08, TYPES),
+        IPField("addr", "0.0.0.0"),
+        ShortField("port", 0),
+        BitField("from_seq", 0, 48),
+        BitField("to_seq", 0, 48),
+    ]
+
+
+class FyrehoseKeepalive(_Fyrehose):
+    """0x10 KEEPALIVE: sign on for the subscriber window, with FLAGS and a TOKEN to echo."""
+
+    name = "fyrehose KEEPALIVE"
+    fields_desc = [
+        ByteEnumField("type", 0x10, TYPES),
+        IPField("addr", "0.0.0.0"),
+        ShortField("port", 0),
+        FlagsField("flags", 0, 48, FLAG_NAMES),
+        StrFixedLenField("token", b"\0" * 16, 16),
+    ]
+
+    def mysummary(self):
+        return self.sprintf("fyrehose KEEPALIVE %addr%:%port% flags=%flags%")
+
+
+class FyrehoseKeepaliveAck(_Fyrehose):
+    """0x20 KEEPALIVE-ACK: the TOKEN of the KEEPALIVE it answers."""
+
+    name = "fyrehose KEEPALIVE-ACK"
+    fields_desc = [
+        ByteEnumField("type", 0x20, TYPES),
+        StrFixedLenField("token", b"\0" * 16, 16),
+    ]
+
+    def mysummary(self):
+        return "fyrehose KEEPALIVE-ACK token=" + self.token.hex()
+
+
+class FyrehoseMalformed(Packet):
+    """A datagram on a fyrehose port that is not a valid fyrehose packet."""
+
+    name = "fyrehose malformed"
+    fields_desc = [StrLenField("load", b"", length_from=lambda p: None)]
+
+    def do_dissect(self, s):
+        self.load = s
+        try:
+            refcodec.packet_type(s)
+            self.reason = "valid"  # only reached when dissected directly
+        except CodecError as exc:
+            self.reason = f"{type(exc).__name__}: {exc}"
+        return b""
+
+    def mysummary(self):
+        return f"fyrehose malformed ({getattr(self, 'reason', 'unknown')}), {len(self.load)} bytes"
+
+
+CLASSES = {0x01: FyrehoseDeliver, 0x02: FyrehosePush, 0x04: FyrehoseRequest,
+           0x08: FyrehoseForward, 0x10: FyrehoseKeepalive, 0x20: FyrehoseKeepaliveAck}
+
+
+class Fyrehose(Packet):
+    """Dispatches a datagram to its packet class after checking it the way the codec does."""
+
+    name = "fyrehose"
+
+    @classmethod
+    def dispatch_hook(cls, _pkt=None, *args, **kargs):
+        if _pkt is None:
+            return cls
+        try:
+            return CLASSES[refcodec.packet_type(_pkt)]
+        except (CodecError, KeyError):
+            return FyrehoseMalformed
+
+
+def bind_port(port: int) -> None:
+    """Dissect UDP datagrams to or from `port` as fyrehose."""
+    bind_layers(UDP, Fyrehose, dport=port)
+    bind_layers(UDP, Fyrehose, sport=port)
+
+
+bind_port(DEFAULT_PORT)

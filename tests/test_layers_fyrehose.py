@@ -1,0 +1,111 @@
+"""The fyrehose scapy layer against the fastpath codec: exact bytes both ways, every type,
+random field values, and malformed input that must dissect without raising."""
+import socket
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+scapy_all = pytest.importorskip("scapy.all")
+from scapy.all import IP, UDP, raw  # noqa: E402
+
+from fastpath import codec  # noqa: E402
+from fastpath.errors import LengthMismatch  # noqa: E402
+from fastpath.packets import Deliver, Forward, Keepalive, KeepaliveAck, Push, Request  # noqa: E402
+from pelotari.layers import fyrehose as fl  # noqa: E402
+
+from test_codec import MALFORMED, VECTORS  # noqa: E402
+from test_codec_crosscheck import packets  # noqa: E402
+
+
+def to_scapy(packet):
+    """The scapy packet with the same fields as a decoded codec packet."""
+    kind = type(packet)
+    if kind is Deliver:
+        return fl.FyrehoseDeliver(sequence=packet.sequence, data=bytes(packet.data))
+    if kind is Push:
+        return fl.FyrehosePush(data=bytes(packet.data))
+    if kind in (Request, Forward):
+        cls = fl.FyrehoseRequest if kind is Request else fl.FyrehoseForward
+        return cls(addr=packet.addr, port=packet.port, from_seq=packet.from_seq, to_seq=packet.to_seq)
+    if kind is Keepalive:
+        return fl.FyrehoseKeepalive(addr=packet.addr, port=packet.port, flags=packet.flags,
+                                    token=packet.token)
+    return fl.FyrehoseKeepaliveAck(token=packet.token)
+
+
+def fields(layer):
+    """A scapy packet's field values (defaults included), as the codec would report them."""
+    f = {fd.name: layer.getfieldval(fd.name) for fd in layer.fields_desc
+         if fd.name not in ("type", "length", "unused")}
+    if "flags" in f:
+        f["flags"] = int(f["flags"])
+    return f
+
+
+@pytest.mark.parametrize("packet,wire", VECTORS, ids=[type(p).__name__ for p, _ in VECTORS])
+def test_layers_build_and_dissect_the_seed_vectors_exactly(packet, wire):
+    assert raw(to_scapy(packet)) == wire
+    dissected = fl.Fyrehose(wire)
+    assert type(dissected) is type(to_scapy(packet))
+    assert fields(dissected) == fields(to_scapy(packet))
+    assert raw(dissected) == wire
+
+
+@settings(max_examples=300, deadline=None)
+@given(packets)
+def test_scapy_and_codec_agree_on_random_packets(packet):
+    wire = codec.encode(packet)
+    assert raw(to_scapy(packet)) == wire        # scapy builds the codec's bytes
+    assert codec.decode(raw(to_scapy(packet))) == packet  # and the codec reads scapy's
+    assert fields(fl.Fyrehose(wire)) == fields(to_scapy(packet))  # scapy reads the codec's
+
+
+def test_length_is_computed_on_build_unless_given():
+    assert raw(fl.FyrehosePush(data=b"abc"))[1:3] == b"\x00\x03"
+    forced = raw(fl.FyrehosePush(data=b"abc", length=9))  # crafting a lie on purpose
+    assert forced[1:3] == b"\x00\x09"
+    with pytest.raises(LengthMismatch):
+        codec.decode(forced)
+
+
+# Every malformed datagram that fits in an IP packet (an empty one and one past 65,507 bytes
+# are covered just below).
+ON_THE_WIRE = [m for m in MALFORMED if 0 < len(m[0]) <= 65507]
+
+
+@pytest.mark.parametrize("datagram,error,why", ON_THE_WIRE, ids=[m[2] for m in ON_THE_WIRE])
+def test_malformed_datagrams_dissect_as_malformed_with_the_reason(datagram, error, why):
+    pkt = IP(raw(IP() / UDP(sport=40000, dport=fl.DEFAULT_PORT) / datagram))
+    layer = pkt[UDP].payload
+    assert isinstance(layer, fl.FyrehoseMalformed)
+    assert error.__name__ in pkt.summary() and layer.load == datagram
+
+
+def test_empty_and_oversize_datagrams_never_raise():
+    empty = IP(raw(IP() / UDP(sport=40000, dport=fl.DEFAULT_PORT)))
+    assert not empty.haslayer(fl.Fyrehose) and empty[UDP].len == 8
+    oversize = fl.Fyrehose(b"\x01\xff\xe3" + b"\0" * 6 + b"x" * 65499)
+    assert isinstance(oversize, fl.FyrehoseMalformed) and "OversizePacket" in oversize.summary()
+
+
+def test_dissection_is_bound_to_the_default_port_both_ways_and_to_any_named_port():
+    wire = codec.encode_deliver(9, b"x")
+    to_bb = IP(raw(IP() / UDP(sport=40000, dport=2323) / wire))
+    from_bb = IP(raw(IP() / UDP(sport=2323, dport=40000) / wire))
+    assert to_bb.haslayer(fl.FyrehoseDeliver) and from_bb.haslayer(fl.FyrehoseDeliver)
+    other = IP(raw(IP() / UDP(sport=40000, dport=24555) / wire))
+    assert not other.haslayer(fl.FyrehoseDeliver)
+    fl.bind_port(24555)
+    assert IP(raw(IP() / UDP(sport=40000, dport=24555) / wire))[fl.FyrehoseDeliver].sequence == 9
+
+
+def test_registry_loads_every_protocol_module():
+    from pelotari.layers import LAYERS, load
+
+    modules = load()
+    assert set(modules) == set(LAYERS) and modules["fyrehose"] is fl
+
+
+def test_flags_show_their_names():
+    assert "NOSUBSCRIBE+NOJOURNAL" in fl.FyrehoseKeepalive(flags=3).summary()
+    assert socket.inet_aton(fl.FyrehoseKeepalive(addr="10.0.0.1").addr)
