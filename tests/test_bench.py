@@ -139,5 +139,9 @@ def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
         assert r["lossless_rate"] > 1000 and r["delivered_rate"] > 1000
         assert r["loss"] < 0.001 and r["runs"][0]["duplicates"] == 0
         assert r["latency_p99_us"] > 0 and r["server_cpu_s"] > 0
-        assert {"commit", "time", "cores", "kernel", "python"} <= set(r["env"])
+        assert {"commit", "time", "cores", "kernel", "python", "versions"} <= set(r["env"])
+        assert r["system_version"]
     assert "| S=16 N=2 P=1 |" in res.stdout and "pelotari/reference" in res.stdout
+    assert records[0]["system_version"] == "pelotari 0.1.0"
+    assert records[1]["system_version"].startswith(("cc ", "gcc "))  # the compiler that built it
+    assert "[##########..........] 2/2" in res.stderr  # the progress bar, half full at the second

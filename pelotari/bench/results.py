@@ -37,10 +37,24 @@ def environment() -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "pelotari": pelotari.__version__,
+        "versions": _library_versions(),
     }
 
 
-def record(system: str, scenario, search, env: dict, placement: str, duration: float) -> dict:
+def _library_versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for name in ("cython", "numpy", "pyspark", "scapy", "click"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def record(system: str, scenario, search, env: dict, placement: str, duration: float,
+           version: str = "") -> dict:
     """The JSON-lines record of one system on one scenario."""
     rep = search.repeats
     lat = search.latency()
@@ -48,6 +62,7 @@ def record(system: str, scenario, search, env: dict, placement: str, duration: f
     return {
         "kind": "bench",
         "system": system,
+        "system_version": version,
         "scenario": scenario.name,
         "payload": scenario.payload,
         "subscribers": scenario.subscribers,

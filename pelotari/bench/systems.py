@@ -126,6 +126,18 @@ class System:
     requires: Callable[[], None] = field(default=lambda: None, repr=False)
     transport: int = socket.SOCK_DGRAM
     two_ports: bool = False  # publishers and subscribers connect to different ports
+    version_command: List[str] = field(default_factory=list, repr=False)
+
+    def version(self) -> str:
+        """What `version_command` prints (first line), or pelotari's own version."""
+        if not self.version_command:
+            return f"pelotari {pelotari.__version__}"
+        try:
+            out = subprocess.run(self.version_command, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return "unknown"
+        text = (out.stdout or out.stderr).strip().splitlines()
+        return text[0] if text else "unknown"
 
     def check(self) -> Optional[str]:
         """None if the system can run here, else why not."""
@@ -222,16 +234,19 @@ SYSTEMS: Dict[str, System] = {s.name: s for s in [
            lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
                          "--port", str(port), "--stats-interval", "3600"]),
     System("reference", "fyrehose", "minimal C backbone, sendmmsg fan-out (bench/reference)",
-           _reference(gso=False)),
+           _reference(gso=False), version_command=["cc", "--version"]),
     System("reference-gso", "fyrehose", "minimal C backbone, UDP GSO fan-out (bench/reference)",
-           _reference(gso=True), requires=_require_gso),
+           _reference(gso=True), requires=_require_gso, version_command=["cc", "--version"]),
     System("asyncio", "fyrehose", "naive asyncio backbone (bench/baseline)",
            lambda port: [sys.executable, str(bench_dir() / "baseline" / "asyncio_backbone.py"),
-                         str(port)]),
+                         str(port)], version_command=[sys.executable, "--version"]),
     System("redis", "redis", "Redis pub/sub, pipelined PUBLISH (Debian redis-server)", _redis,
-           ready_text="Ready to accept connections", transport=socket.SOCK_STREAM),
+           ready_text="Ready to accept connections", transport=socket.SOCK_STREAM,
+           version_command=["redis-server", "--version"]),
     System("nats", "nats", "NATS, pipelined PUB (Debian nats-server)", _nats,
-           ready_text="Server is ready", transport=socket.SOCK_STREAM),
+           ready_text="Server is ready", transport=socket.SOCK_STREAM,
+           version_command=["nats-server", "--version"]),
     System("zeromq", "zeromq", "ZeroMQ XSUB/XPUB proxy (libzmq zmq_proxy)", _zeromq,
-           transport=socket.SOCK_STREAM, two_ports=True),
+           transport=socket.SOCK_STREAM, two_ports=True,
+           version_command=["pkg-config", "--modversion", "--print-errors", "libzmq"]),
 ]}

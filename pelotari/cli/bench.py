@@ -78,6 +78,7 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
             results.write(output, records[-1:])
         else:
             runnable.append(name)
+    versions = {name: SYSTEMS[name].version() for name in runnable}
     scenarios = [Scenario(s, n, publishers) for s in payloads for n in subscribers]
     total = len(scenarios) * len(runnable)
     started = time.monotonic()
@@ -86,8 +87,9 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
         for name in runnable:
             done += 1
             spent = time.monotonic() - started
-            eta = f", ETA {_clock(spent / (done - 1) * (total - done + 1))}" if done > 1 else ""
-            label = f"[{done}/{total}{eta}] {name:<13} {scenario.name}"
+            eta = f" ETA {_clock(spent / (done - 1) * (total - done + 1))}" if done > 1 else ""
+            filled = round(20 * (done - 1) / total)
+            label = f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total}{eta} {name:<13} {scenario.name}"
 
             def progress(what, r, label=label):
                 click.echo(f"\r{label}  {what:<14} offered {_r(r.offered_rate):>7}/s  "
@@ -98,7 +100,7 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
                 with Session(SYSTEMS[name], scenario) as session:
                     found = find_lossless_rate(lambda rate: session.trial(rate, duration),
                                                repeats=repeats, progress=progress)
-                rec = results.record(name, scenario, found, env, where, duration)
+                rec = results.record(name, scenario, found, env, where, duration, versions[name])
             except Unavailable as exc:
                 click.secho(f"\n{label}: {exc}", fg="red", err=True)
                 rec = results.skipped(name, str(exc), env)
