@@ -1,0 +1,289 @@
+"""`pelotari craft` and `pelotari inspect`: the scapy tools (scapy is imported only when they run)."""
+import os
+import socket
+import sys
+
+import click
+
+from pelotari.cli import main
+from pelotari.cli.common import AddressType
+
+TYPES = ["deliver", "push", "request", "forward", "keepalive", "keepalive-ack"]
+
+
+def _bytes(text: str, what: str) -> bytes:
+    """'hex:0a0b', or text taken as UTF-8."""
+    if text.startswith("hex:"):
+        try:
+            return bytes.fromhex(text[4:])
+        except ValueError:
+            raise click.BadParameter(f"{what}: {text[4:]!r} is not hex") from None
+    return text.encode()
+
+
+def _flags(text: str) -> int:
+    value = 0
+    for part in filter(None, text.replace("+", ",").split(",")):
+        part = part.strip().upper()
+        if part == "NOSUBSCRIBE":
+            value |= 1
+        elif part == "NOJOURNAL":
+            value |= 2
+        else:
+            try:
+                value |= int(part, 0)
+            except ValueError:
+                raise click.BadParameter(f"unknown flag {part!r} (NOSUBSCRIBE, NOJOURNAL or a number)",
+                                         param_hint="--flags") from None
+    return value
+
+
+@main.command()
+@click.argument("kind", type=click.Choice(TYPES, case_sensitive=False), metavar="TYPE")
+@click.option("--sequence", type=click.IntRange(0, (1 << 48) - 1), default=0, show_default=True,
+              help="DELIVER's SEQUENCE.")
+@click.option("--data", default="", help="DELIVER/PUSH DATA: text, or hex:... for bytes.")
+@click.option("--length", type=click.IntRange(0, 65535), default=None,
+              help="Force LENGTH (default: computed from DATA; set it to craft a bad packet).")
+@click.option("--addr", default="0.0.0.0", show_default=True, help="ADDR of REQUEST/FORWARD/KEEPALIVE.")
+@click.option("--port", "field_port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="PORT field of REQUEST/FORWARD/KEEPALIVE (0: the sender's).")
+@click.option("--from-seq", type=click.IntRange(0, (1 << 48) - 1), default=0, help="REQUEST/FORWARD FROM_SEQ.")
+@click.option("--to-seq", type=click.IntRange(0, (1 << 48) - 1), default=0, help="REQUEST/FORWARD TO_SEQ.")
+@click.option("--flags", default="", help="KEEPALIVE FLAGS: NOSUBSCRIBE, NOJOURNAL (comma-separated) or a number.")
+@click.option("--token", default="pelotari-craft!!", show_default=True,
+              help="KEEPALIVE/KEEPALIVE-ACK TOKEN: 16 bytes of text, or hex:... (32 hex digits).")
+@click.option("--send", "target", type=AddressType(2323), default=None,
+              help="Send the packet to HOST:PORT (a fyrehose backbone: port 2323).")
+@click.option("--src", type=AddressType(0), default=None,
+              help="Send from this address (a raw socket: needs root).")
+@click.option("--wait", type=click.FloatRange(0, 60), default=0.0,
+              help="After sending, wait this many seconds for answers and dissect them.")
+@click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not show the packet; only send and answers.")
+def craft(kind, sequence, data, length, addr, field_port, from_seq, to_seq, flags, token, target,
+          src, wait, hexdump, quiet):
+    """Build any fyrehose packet, show it, and optionally send it and dissect the answer.
+
+    \b
+      pelotari craft keepalive --send 127.0.0.1:2323 --wait 1     sign on; prints the ACK
+      pelotari craft push --data hello --send 127.0.0.1:2323      publish "hello"
+      pelotari craft request --from-seq 5 --to-seq 9 --hexdump    just show the bytes
+      pelotari craft push --data abc --length 99 --send ...       a LENGTH that lies
+    """
+    from scapy.all import hexdump as scapy_hexdump, raw
+
+    from pelotari.layers import fyrehose as fl
+
+    tok = _bytes(token, "--token")
+    if kind in ("keepalive", "keepalive-ack") and len(tok) != 16:
+        raise click.BadParameter(f"TOKEN must be 16 bytes, got {len(tok)}", param_hint="--token")
+    try:
+        socket.inet_aton(addr)
+    except OSError:
+        raise click.BadParameter(f"{addr!r} is not an IPv4 address", param_hint="--addr") from None
+    payload = _bytes(data, "--data")
+    kind = kind.lower()
+    if kind == "deliver":
+        pkt = fl.FyrehoseDeliver(sequence=sequence, data=payload, length=length)
+    elif kind == "push":
+        pkt = fl.FyrehosePush(data=payload, length=length)
+    elif kind in ("request", "forward"):
+        cls = fl.FyrehoseRequest if kind == "request" else fl.FyrehoseForward
+        pkt = cls(addr=addr, port=field_port, from_seq=from_seq, to_seq=to_seq)
+    elif kind == "keepalive":
+        pkt = fl.FyrehoseKeepalive(addr=addr, port=field_port, flags=_flags(flags), token=tok)
+    else:
+        pkt = fl.FyrehoseKeepaliveAck(token=tok)
+    wire = raw(pkt)
+    if not quiet:
+        if hexdump:
+            scapy_hexdump(wire)
+        else:
+            fl.Fyrehose(wire).show()
+    if target is None:
+        return
+    sock = _sender(src, target, wire)
+    click.echo(f"sent {len(wire)} bytes to {target[0]}:{target[1]}", err=True)
+    if wait and sock is not None:
+        _answers(sock, wait, fl)
+
+
+def _sender(src, target, wire):
+    """Send wire to target; return the socket answers will come back to (None for raw sends)."""
+    if src is not None:
+        if os.geteuid() != 0:
+            click.echo("--src needs a raw socket, which needs root: sending from an ordinary UDP "
+                       "socket instead", err=True)
+        else:
+            from scapy.all import IP, UDP, conf, send
+
+            conf.verb = 0
+            send(IP(src=src[0], dst=target[0]) / UDP(sport=src[1] or 40000, dport=target[1]) / wire)
+            return None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", 0))
+    sock.sendto(wire, target)
+    return sock
+
+
+def _answers(sock, wait, fl):
+    import time
+
+    deadline = time.monotonic() + wait
+    got = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock.settimeout(left)
+        try:
+            data, addr = sock.recvfrom(70000)
+        except socket.timeout:
+            break
+        got += 1
+        answer = fl.Fyrehose(data)
+        click.echo(f"answer from {addr[0]}:{addr[1]}: {answer.summary()}")
+        answer.show()
+    if not got:
+        click.echo(f"no answer within {wait:g}s", err=True)
+
+
+def _row(pkt, fl):
+    """One captured packet as a dict (None if it carries no fyrehose layer)."""
+    from scapy.layers.inet import IP, UDP
+
+    if not pkt.haslayer(UDP) or not pkt.haslayer(IP):
+        return None
+    layer = pkt[UDP].payload
+    if not isinstance(layer, tuple(fl.CLASSES.values()) + (fl.FyrehoseMalformed,)):
+        return None
+    row = {"time": float(pkt.time), "src": f"{pkt[IP].src}:{pkt[UDP].sport}",
+           "dst": f"{pkt[IP].dst}:{pkt[UDP].dport}", "length": len(bytes(layer))}
+    if isinstance(layer, fl.FyrehoseMalformed):
+        row.update(type="MALFORMED", reason=getattr(layer, "reason", ""))
+    else:
+        row["type"] = fl.TYPES[layer.type]
+        if isinstance(layer, fl.FyrehoseDeliver):
+            row["sequence"] = layer.sequence
+        elif isinstance(layer, (fl.FyrehoseRequest, fl.FyrehoseForward)):
+            row.update(from_seq=layer.from_seq, to_seq=layer.to_seq)
+    row["summary"] = layer.summary()
+    return row
+
+
+class GapFollower:
+    """Missing DELIVER sequence numbers per stream (source → destination)."""
+
+    def __init__(self):
+        self.seen = {}
+
+    def add(self, row) -> None:
+        if row.get("type") == "DELIVER":
+            self.seen.setdefault((row["src"], row["dst"]), set()).add(row["sequence"])
+
+    def gaps(self):
+        """{(src, dst): [(first, last), ...]} of sequences missing between the lowest and highest seen."""
+        out = {}
+        for stream, seqs in sorted(self.seen.items()):
+            ordered = sorted(seqs)
+            missing = [(a + 1, b - 1) for a, b in zip(ordered, ordered[1:]) if b > a + 1]
+            out[stream] = missing
+        return out
+
+
+@main.command()
+@click.argument("pcap", type=click.Path(exists=True, dir_okay=False), required=False)
+@click.option("-i", "--interface", default=None,
+              help="Capture live on this interface (e.g. lo) instead of reading a pcap; needs root.")
+@click.option("-f", "--filter", "bpf", default=None,
+              help='BPF filter for live capture [default: "udp port 2323" and any --port; on lo '
+                   'add "and inbound": loopback shows every packet twice].')
+@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
+              help="Also dissect this UDP port as fyrehose (repeatable; 2323 always is).")
+@click.option("-c", "--count", type=click.IntRange(1), default=None, help="Stop after this many packets.")
+@click.option("-t", "--timeout", type=click.FloatRange(0.1), default=None, help="Stop live capture after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per packet, then a summary object.")
+@click.option("--follow-gaps", is_flag=True, help="Report missing DELIVER sequence numbers per stream.")
+@click.option("-w", "--write", "out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the fyrehose packets shown to this pcap file.")
+def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, out):
+    """Decode fyrehose traffic from a pcap file or a live interface, one line per packet.
+
+    Each line: time, source → destination, type, sequence (DELIVER) or range (REQUEST/FORWARD),
+    length and summary; malformed datagrams say why. A per-type count closes the output.
+
+    \b
+      pelotari inspect capture.pcap --follow-gaps
+      sudo pelotari inspect -i lo -f "udp port 2323 and inbound" --json
+    """
+    import json
+    import time as _time
+
+    if (pcap is None) == (interface is None):
+        raise click.UsageError("give a PCAP file or --interface (not both)")
+    if interface is not None and os.geteuid() != 0:
+        raise click.ClickException("live capture needs root (raw packet sockets): run it with sudo")
+    from scapy.all import PcapReader, PcapWriter, conf, sniff
+
+    from pelotari.layers import fyrehose as fl
+
+    conf.verb = 0
+    for port in ports:
+        fl.bind_port(port)
+    counts = {}
+    follower = GapFollower()
+    writer = PcapWriter(out, sync=True) if out else None
+    shown = 0
+    start = None
+
+    def handle(pkt):
+        nonlocal shown, start
+        row = _row(pkt, fl)
+        if row is None:
+            return
+        shown += 1
+        counts[row["type"]] = counts.get(row["type"], 0) + 1
+        follower.add(row)
+        if writer:
+            writer.write(pkt)
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            start = start if start is not None else row["time"]
+            seq = row.get("sequence", "")
+            if "from_seq" in row:
+                seq = f"{row['from_seq']}..{row['to_seq']}"
+            click.echo(f"{row['time'] - start:10.6f}  {row['src']:>21} > {row['dst']:<21} "
+                       f"{row['type']:<13} {seq!s:>15} {row['length']:>6}  {row['summary']}")
+
+    try:
+        if pcap:
+            with PcapReader(pcap) as reader:
+                for pkt in reader:
+                    handle(pkt)
+                    if count and shown >= count:
+                        break
+        else:
+            expr = bpf or " or ".join(f"udp port {p}" for p in (fl.DEFAULT_PORT, *ports))
+            click.echo(f"capturing on {interface} ({expr}); Ctrl-C to stop", err=True)
+            sniff(iface=interface, filter=expr, prn=handle, store=False, timeout=timeout,
+                  stop_filter=lambda _: bool(count) and shown >= count)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if writer:
+            writer.close()
+    gaps = follower.gaps() if follow_gaps else {}
+    if as_json:
+        summary = {"counts": counts, "packets": shown}
+        if follow_gaps:
+            summary["gaps"] = [{"src": s, "dst": d, "missing": [list(g) for g in m]}
+                               for (s, d), m in gaps.items()]
+        click.echo(json.dumps({"summary": summary}))
+        return
+    click.echo(f"{shown} fyrehose packets: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"),
+               err=True)
+    for (src, dst), missing in gaps.items():
+        text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in missing) or "none"
+        click.echo(f"stream {src} > {dst}: missing {text}", err=True)
