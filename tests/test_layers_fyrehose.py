@@ -109,3 +109,12 @@ def test_registry_loads_every_protocol_module():
 def test_flags_show_their_names():
     assert "NOSUBSCRIBE+NOJOURNAL" in fl.FyrehoseKeepalive(flags=3).summary()
     assert socket.inet_aton(fl.FyrehoseKeepalive(addr="10.0.0.1").addr)
+
+
+def test_describe_reports_our_packets_and_declines_others():
+    from scapy.all import Raw
+
+    assert fl.describe(fl.Fyrehose(codec.encode_deliver(3, b"x")))["sequence"] == 3
+    assert fl.describe(fl.Fyrehose(codec.encode_forward("1.2.3.4", 5, 6, 7)))["to_seq"] == 7
+    assert fl.describe(fl.Fyrehose(b"\x77"))["type"] == "MALFORMED"
+    assert fl.describe(Raw(b"something else")) is None

@@ -98,7 +98,7 @@ def test_inspect_text_lines_and_the_pcap_it_writes_reads_back_identical(tmp_path
     assert res.returncode == 0
     assert len(res.stdout.splitlines()) == 6
     assert "stream 127.0.0.1:2323 > 127.0.0.2:40000: missing 12, 14..15" in res.stderr
-    assert "6 fyrehose packets: DELIVER 4, MALFORMED 1, REQUEST 1" in res.stderr
+    assert "6 packets: DELIVER 4, MALFORMED 1, REQUEST 1" in res.stderr
     assert [bytes(p) for p in rdpcap(str(tmp_path / "out.pcap"))] == [bytes(p) for p in packets[:6]]
     again = run("inspect", str(tmp_path / "out.pcap"))
     assert again.stdout == res.stdout
@@ -137,3 +137,41 @@ def test_live_capture_on_loopback_decodes_a_pub_sub_session(backbone_factory, tm
     from scapy.all import rdpcap
 
     assert summary["summary"]["packets"] == len(seen) == len(rdpcap(str(out)))
+
+
+def test_scapy_shell_has_the_layers_loaded():
+    import pathlib
+    import sys
+
+    shell = pathlib.Path(__file__).resolve().parent.parent / "tools" / "scapy-shell"
+    res = subprocess.run([sys.executable, str(shell)], input='print("HEX", raw(FyrehoseKeepaliveAck'
+                         '(token=b"x" * 16)).hex())\n', capture_output=True, text=True, timeout=60)
+    assert "HEX 20" + "78" * 16 in res.stdout
+
+
+def test_scapy_crafted_request_is_forwarded_to_a_journaling_client(backbone, raw_peer):
+    from scapy.all import raw
+
+    from pelotari.layers.fyrehose import Fyrehose, FyrehoseForward, FyrehoseKeepalive, FyrehoseRequest
+
+    requester, journaling = raw_peer(), raw_peer()
+    for peer in (requester, journaling):
+        peer.send(raw(FyrehoseKeepalive(token=b"k" * 16)), backbone.address)
+        assert peer.recv()[0][:1] == b"\x20"
+    requester.send(raw(FyrehoseRequest(from_seq=7, to_seq=9)), backbone.address)
+    forward = Fyrehose(journaling.recv()[0])
+    assert isinstance(forward, FyrehoseForward)
+    assert (forward.addr, forward.port, forward.from_seq, forward.to_seq) == (
+        "127.0.0.1", requester.address[1], 7, 9)
+
+
+def test_src_without_root_says_so_in_one_line_and_sends_from_an_ordinary_socket(raw_peer, capsys):
+    from pelotari.cli.scapy_tools import _sender
+
+    peer = raw_peer()
+    sock = _sender(("127.0.0.5", 4000), peer.address, b"\x20" + b"t" * 16, root=False)
+    data, source = peer.recv()
+    assert data == b"\x20" + b"t" * 16 and source == ("127.0.0.1", sock.getsockname()[1])
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "--src needs a raw socket, which needs root: sending from an ordinary UDP socket instead"]
+    sock.close()

@@ -109,10 +109,12 @@ def craft(kind, sequence, data, length, addr, field_port, from_seq, to_seq, flag
         _answers(sock, wait, fl)
 
 
-def _sender(src, target, wire):
-    """Send wire to target; return the socket answers will come back to (None for raw sends)."""
+def _sender(src, target, wire, root=None):
+    """Send wire to target; return the socket answers will come back to (None for raw sends).
+    `root` says whether raw sockets are allowed (default: whether we run as root)."""
+    root = os.geteuid() == 0 if root is None else root
     if src is not None:
-        if os.geteuid() != 0:
+        if not root:
             click.echo("--src needs a raw socket, which needs root: sending from an ordinary UDP "
                        "socket instead", err=True)
         else:
@@ -149,27 +151,20 @@ def _answers(sock, wait, fl):
         click.echo(f"no answer within {wait:g}s", err=True)
 
 
-def _row(pkt, fl):
-    """One captured packet as a dict (None if it carries no fyrehose layer)."""
+def _row(pkt, layers):
+    """One captured packet as a dict, from the first layer module that recognises it."""
     from scapy.layers.inet import IP, UDP
 
     if not pkt.haslayer(UDP) or not pkt.haslayer(IP):
         return None
-    layer = pkt[UDP].payload
-    if not isinstance(layer, tuple(fl.CLASSES.values()) + (fl.FyrehoseMalformed,)):
-        return None
-    row = {"time": float(pkt.time), "src": f"{pkt[IP].src}:{pkt[UDP].sport}",
-           "dst": f"{pkt[IP].dst}:{pkt[UDP].dport}", "length": len(bytes(layer))}
-    if isinstance(layer, fl.FyrehoseMalformed):
-        row.update(type="MALFORMED", reason=getattr(layer, "reason", ""))
-    else:
-        row["type"] = fl.TYPES[layer.type]
-        if isinstance(layer, fl.FyrehoseDeliver):
-            row["sequence"] = layer.sequence
-        elif isinstance(layer, (fl.FyrehoseRequest, fl.FyrehoseForward)):
-            row.update(from_seq=layer.from_seq, to_seq=layer.to_seq)
-    row["summary"] = layer.summary()
-    return row
+    payload = pkt[UDP].payload
+    for module in layers:
+        described = module.describe(payload)
+        if described is not None:
+            return {"time": float(pkt.time), "src": f"{pkt[IP].src}:{pkt[UDP].sport}",
+                    "dst": f"{pkt[IP].dst}:{pkt[UDP].dport}", "length": len(bytes(payload)),
+                    **described}
+    return None
 
 
 class GapFollower:
@@ -200,15 +195,16 @@ class GapFollower:
               help='BPF filter for live capture [default: "udp port 2323" and any --port; on lo '
                    'add "and inbound": loopback shows every packet twice].')
 @click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
-              help="Also dissect this UDP port as fyrehose (repeatable; 2323 always is).")
+              help="Also dissect this UDP port with pelotari's layers (repeatable; each "
+                   "protocol's default port always is).")
 @click.option("-c", "--count", type=click.IntRange(1), default=None, help="Stop after this many packets.")
 @click.option("-t", "--timeout", type=click.FloatRange(0.1), default=None, help="Stop live capture after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per packet, then a summary object.")
 @click.option("--follow-gaps", is_flag=True, help="Report missing DELIVER sequence numbers per stream.")
 @click.option("-w", "--write", "out", type=click.Path(dir_okay=False), default=None,
-              help="Also write the fyrehose packets shown to this pcap file.")
+              help="Also write the packets shown to this pcap file.")
 def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, out):
-    """Decode fyrehose traffic from a pcap file or a live interface, one line per packet.
+    """Decode pelotari traffic from a pcap file or a live interface, one line per packet.
 
     Each line: time, source → destination, type, sequence (DELIVER) or range (REQUEST/FORWARD),
     length and summary; malformed datagrams say why. A per-type count closes the output.
@@ -226,11 +222,13 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
         raise click.ClickException("live capture needs root (raw packet sockets): run it with sudo")
     from scapy.all import PcapReader, PcapWriter, conf, sniff
 
-    from pelotari.layers import fyrehose as fl
+    from pelotari import layers as registry
 
     conf.verb = 0
+    layers = list(registry.load().values())
     for port in ports:
-        fl.bind_port(port)
+        for module in layers:
+            module.bind_port(port)
     counts = {}
     follower = GapFollower()
     writer = PcapWriter(out, sync=True) if out else None
@@ -239,7 +237,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
 
     def handle(pkt):
         nonlocal shown, start
-        row = _row(pkt, fl)
+        row = _row(pkt, layers)
         if row is None:
             return
         shown += 1
@@ -265,7 +263,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
                     if count and shown >= count:
                         break
         else:
-            expr = bpf or " or ".join(f"udp port {p}" for p in (fl.DEFAULT_PORT, *ports))
+            default_ports = sorted({p for m in layers for p in m.DEFAULT_PORTS} | set(ports))
+            expr = bpf or " or ".join(f"udp port {p}" for p in default_ports)
             click.echo(f"capturing on {interface} ({expr}); Ctrl-C to stop", err=True)
             sniff(iface=interface, filter=expr, prn=handle, store=False, timeout=timeout,
                   stop_filter=lambda _: bool(count) and shown >= count)
@@ -282,7 +281,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
                                for (s, d), m in gaps.items()]
         click.echo(json.dumps({"summary": summary}))
         return
-    click.echo(f"{shown} fyrehose packets: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"),
+    click.echo(f"{shown} packets: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"),
                err=True)
     for (src, dst), missing in gaps.items():
         text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in missing) or "none"

@@ -1,7 +1,9 @@
 """Scapy layers for pelotari's protocols, in scapy's contrib style.
 
 Each protocol is one module here plus one line in LAYERS; `load()` imports them (scapy's import
-is slow, so nothing imports this package until a scapy tool runs).
+is slow, so nothing imports this package until a scapy tool runs). A layer module provides its
+Packet classes, `DEFAULT_PORTS`, `bind_port(port)` and `describe(udp_payload) -> dict | None`
+(what `pelotari inspect` prints: protocol, type, summary and any sequence fields).
 """
 import importlib
 from typing import Dict, List

@@ -177,6 +177,22 @@ class Fyrehose(Packet):
             return FyrehoseMalformed
 
 
+def describe(layer):
+    """What `pelotari inspect` shows of one dissected UDP payload, or None if it is not ours."""
+    if isinstance(layer, FyrehoseMalformed):
+        return {"protocol": "fyrehose", "type": "MALFORMED", "reason": getattr(layer, "reason", ""),
+                "summary": layer.summary()}
+    if not isinstance(layer, tuple(CLASSES.values())):
+        return None
+    row = {"protocol": "fyrehose", "type": TYPES[layer.type]}
+    if isinstance(layer, FyrehoseDeliver):
+        row["sequence"] = layer.sequence
+    elif isinstance(layer, (FyrehoseRequest, FyrehoseForward)):
+        row.update(from_seq=layer.from_seq, to_seq=layer.to_seq)
+    row["summary"] = layer.summary()
+    return row
+
+
 def bind_port(port: int) -> None:
     """Dissect UDP datagrams to or from `port` as fyrehose."""
     bind_layers(UDP, Fyrehose, dport=port)
