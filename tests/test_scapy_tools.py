@@ -54,11 +54,25 @@ def test_craft_shows_exact_bytes():
     (["keepalive", "--token", "short"], "TOKEN must be 16 bytes"),
     (["keepalive", "--flags", "BOGUS"], "unknown flag 'BOGUS'"),
     (["request", "--addr", "nowhere"], "not an IPv4 address"),
-    (["explode"], "Invalid value for 'TYPE'"),
+    (["explode"], "unknown type 'explode'; choose from deliver, push"),
+    (["keepalive", "--sequence", "5"], "FyrehoseKeepalive has no field 'sequence'"),
+    (["push", "-F", "nonsense"], "'nonsense' is not NAME=VALUE"),
+    (["request", "--from-seq", "ten"], "from_seq: 'ten' is not a number"),
 ])
 def test_craft_errors_are_one_line(args, needle):
     res = run("craft", *args)
     assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
+
+
+def test_craft_sets_any_field_by_name_and_lists_the_types():
+    res = run("craft", "forward", "-F", "addr=10.1.2.3", "-F", "port=9", "-F", "from_seq=0x10",
+              "-F", "to_seq=20", "--hexdump")
+    want = wire.encode_forward("10.1.2.3", 9, 16, 20)
+    assert res.returncode == 0 and res.stdout.splitlines()[0].startswith(
+        "0000  " + " ".join(f"{b:02X}" for b in want[:16]))
+    listing = run("craft", "keepalive", "--list").stdout
+    assert "keepalive-ack" in listing and "fyrehose.keepalive" in listing
+    assert "type, addr, port, flags, token" in listing
 
 
 def make_pcap(path):

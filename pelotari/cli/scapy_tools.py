@@ -8,9 +8,6 @@ import click
 from pelotari.cli import main
 from pelotari.cli.common import AddressType
 
-TYPES = ["deliver", "push", "request", "forward", "keepalive", "keepalive-ack"]
-
-
 def _bytes(text: str, what: str) -> bytes:
     """'hex:0a0b', or text taken as UTF-8."""
     if text.startswith("hex:"):
@@ -21,38 +18,51 @@ def _bytes(text: str, what: str) -> bytes:
     return text.encode()
 
 
-def _flags(text: str) -> int:
-    value = 0
-    for part in filter(None, text.replace("+", ",").split(",")):
-        part = part.strip().upper()
-        if part == "NOSUBSCRIBE":
-            value |= 1
-        elif part == "NOJOURNAL":
-            value |= 2
-        else:
-            try:
-                value |= int(part, 0)
-            except ValueError:
-                raise click.BadParameter(f"unknown flag {part!r} (NOSUBSCRIBE, NOJOURNAL or a number)",
-                                         param_hint="--flags") from None
-    return value
+def _field_value(cls, name: str, text: str):
+    """A command-line value converted for field `name` of packet class cls."""
+    from scapy.fields import FlagsField, IPField, StrField
+
+    field = next((f for f in cls.fields_desc if f.name == name), None)
+    if field is None:
+        names = ", ".join(f.name for f in cls.fields_desc)
+        raise click.BadParameter(f"{cls.__name__} has no field {name!r} (fields: {names})")
+    if isinstance(field, StrField):
+        return _bytes(text, name)
+    if isinstance(field, IPField):
+        try:
+            socket.inet_aton(text)
+        except OSError:
+            raise click.BadParameter(f"{name}: {text!r} is not an IPv4 address") from None
+        return text
+    if isinstance(field, FlagsField):
+        known = [n.upper() for n in field.names]
+        parts = [p for p in text.replace(",", "+").split("+") if p]
+        for part in parts:
+            if part.upper() not in known and not part.isdigit():
+                raise click.BadParameter(f"{name}: unknown flag {part!r} ({', '.join(known[:2])}, ...)")
+        return int(text) if text.isdigit() else "+".join(p.upper() for p in parts)
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise click.BadParameter(f"{name}: {text!r} is not a number") from None
+
+
+FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_seq", "flags", "token")
 
 
 @main.command()
-@click.argument("kind", type=click.Choice(TYPES, case_sensitive=False), metavar="TYPE")
-@click.option("--sequence", type=click.IntRange(0, (1 << 48) - 1), default=0, show_default=True,
-              help="DELIVER's SEQUENCE.")
-@click.option("--data", default="", help="DELIVER/PUSH DATA: text, or hex:... for bytes.")
-@click.option("--length", type=click.IntRange(0, 65535), default=None,
-              help="Force LENGTH (default: computed from DATA; set it to craft a bad packet).")
-@click.option("--addr", default="0.0.0.0", show_default=True, help="ADDR of REQUEST/FORWARD/KEEPALIVE.")
-@click.option("--port", "field_port", type=click.IntRange(0, 65535), default=0, show_default=True,
-              help="PORT field of REQUEST/FORWARD/KEEPALIVE (0: the sender's).")
-@click.option("--from-seq", type=click.IntRange(0, (1 << 48) - 1), default=0, help="REQUEST/FORWARD FROM_SEQ.")
-@click.option("--to-seq", type=click.IntRange(0, (1 << 48) - 1), default=0, help="REQUEST/FORWARD TO_SEQ.")
-@click.option("--flags", default="", help="KEEPALIVE FLAGS: NOSUBSCRIBE, NOJOURNAL (comma-separated) or a number.")
-@click.option("--token", default="pelotari-craft!!", show_default=True,
-              help="KEEPALIVE/KEEPALIVE-ACK TOKEN: 16 bytes of text, or hex:... (32 hex digits).")
+@click.argument("kind", metavar="TYPE")
+@click.option("--sequence", help="SEQUENCE (DELIVER).")
+@click.option("--data", help="DATA (DELIVER, PUSH): text, or hex:... for bytes.")
+@click.option("--length", help="Force LENGTH (default: computed from DATA; set it to craft a lie).")
+@click.option("--addr", help="ADDR (REQUEST, FORWARD, KEEPALIVE).")
+@click.option("--port", "port", help="PORT field (REQUEST, FORWARD, KEEPALIVE; 0: the sender's).")
+@click.option("--from-seq", "from_seq", help="FROM_SEQ (REQUEST, FORWARD).")
+@click.option("--to-seq", "to_seq", help="TO_SEQ (REQUEST, FORWARD).")
+@click.option("--flags", help="FLAGS (KEEPALIVE): NOSUBSCRIBE, NOJOURNAL (joined with + or ,) or a number.")
+@click.option("--token", help="TOKEN (KEEPALIVE, KEEPALIVE-ACK): 16 bytes of text or hex:<32 digits>.")
+@click.option("-F", "--field", "fields", multiple=True, metavar="NAME=VALUE",
+              help="Set any field of TYPE by its name (repeatable); for every protocol's layers.")
 @click.option("--send", "target", type=AddressType(2323), default=None,
               help="Send the packet to HOST:PORT (a fyrehose backbone: port 2323).")
 @click.option("--src", type=AddressType(0), default=None,
@@ -61,9 +71,12 @@ def _flags(text: str) -> int:
               help="After sending, wait this many seconds for answers and dissect them.")
 @click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not show the packet; only send and answers.")
-def craft(kind, sequence, data, length, addr, field_port, from_seq, to_seq, flags, token, target,
-          src, wait, hexdump, quiet):
-    """Build any fyrehose packet, show it, and optionally send it and dissect the answer.
+@click.option("--list", "list_types", is_flag=True, help="List the packet types and their fields.")
+def craft(kind, fields, target, src, wait, hexdump, quiet, list_types, **named):
+    """Build any pelotari packet, show it, and optionally send it and dissect the answer.
+
+    TYPE is a packet type of any of pelotari's scapy layers (see --list), e.g. keepalive,
+    push, request. Unset fields keep the protocol's defaults; lengths are computed.
 
     \b
       pelotari craft keepalive --send 127.0.0.1:2323 --wait 1     sign on; prints the ACK
@@ -73,34 +86,39 @@ def craft(kind, sequence, data, length, addr, field_port, from_seq, to_seq, flag
     """
     from scapy.all import hexdump as scapy_hexdump, raw
 
+    from pelotari import layers as registry
     from pelotari.layers import fyrehose as fl
 
-    tok = _bytes(token, "--token")
-    if kind in ("keepalive", "keepalive-ack") and len(tok) != 16:
-        raise click.BadParameter(f"TOKEN must be 16 bytes, got {len(tok)}", param_hint="--token")
-    try:
-        socket.inet_aton(addr)
-    except OSError:
-        raise click.BadParameter(f"{addr!r} is not an IPv4 address", param_hint="--addr") from None
-    payload = _bytes(data, "--data")
-    kind = kind.lower()
-    if kind == "deliver":
-        pkt = fl.FyrehoseDeliver(sequence=sequence, data=payload, length=length)
-    elif kind == "push":
-        pkt = fl.FyrehosePush(data=payload, length=length)
-    elif kind in ("request", "forward"):
-        cls = fl.FyrehoseRequest if kind == "request" else fl.FyrehoseForward
-        pkt = cls(addr=addr, port=field_port, from_seq=from_seq, to_seq=to_seq)
-    elif kind == "keepalive":
-        pkt = fl.FyrehoseKeepalive(addr=addr, port=field_port, flags=_flags(flags), token=tok)
-    else:
-        pkt = fl.FyrehoseKeepaliveAck(token=tok)
+    types = registry.craftable()
+    if list_types:
+        for name, cls in types.items():
+            click.echo(f"{name:<24} {', '.join(f.name for f in cls.fields_desc)}")
+        return
+    cls = types.get(kind.lower())
+    if cls is None:
+        plain = ", ".join(n for n in types if "." not in n)
+        raise click.BadParameter(f"unknown type {kind!r}; choose from {plain} (or PROTOCOL.TYPE)",
+                                 param_hint="TYPE")
+    values = {}
+    for name in FIELD_OPTIONS:
+        if named.get(name) is not None:
+            values[name] = named[name]
+    for item in fields:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--field")
+        values[name.strip()] = value
+    converted = {name: _field_value(cls, name, text) for name, text in values.items()}
+    if "token" in converted and len(converted["token"]) != 16:
+        raise click.BadParameter(f"TOKEN must be 16 bytes, got {len(converted['token'])}",
+                                 param_hint="--token")
+    pkt = cls(**converted)
     wire = raw(pkt)
     if not quiet:
         if hexdump:
             scapy_hexdump(wire)
         else:
-            fl.Fyrehose(wire).show()
+            cls(wire).show()
     if target is None:
         return
     sock = _sender(src, target, wire)
@@ -130,6 +148,7 @@ def _sender(src, target, wire, root=None):
 
 
 def _answers(sock, wait, fl):
+    """Print every datagram that comes back within `wait` seconds, dissected."""
     import time
 
     deadline = time.monotonic() + wait

@@ -2,8 +2,9 @@
 
 Each protocol is one module here plus one line in LAYERS; `load()` imports them (scapy's import
 is slow, so nothing imports this package until a scapy tool runs). A layer module provides its
-Packet classes, `DEFAULT_PORTS`, `bind_port(port)` and `describe(udp_payload) -> dict | None`
-(what `pelotari inspect` prints: protocol, type, summary and any sequence fields).
+Packet classes, `CRAFT` (type name -> Packet class, for `pelotari craft`), `DEFAULT_PORTS`,
+`bind_port(port)` and `describe(udp_payload) -> dict | None` (what `pelotari inspect` prints:
+protocol, type, summary and any sequence fields).
 """
 import importlib
 from typing import Dict, List
@@ -12,6 +13,17 @@ from typing import Dict, List
 LAYERS: Dict[str, str] = {
     "fyrehose": "pelotari.layers.fyrehose",
 }
+
+
+def craftable() -> Dict[str, type]:
+    """Every packet type `pelotari craft` can build, by name (a name two protocols share is
+    written PROTOCOL.TYPE)."""
+    out = {}
+    for proto, module in load().items():
+        for name, cls in module.CRAFT.items():
+            out[name if name not in out else f"{proto}.{name}"] = cls
+            out[f"{proto}.{name}"] = cls
+    return out
 
 
 def load(names: List[str] = None) -> Dict[str, object]:

@@ -158,6 +158,11 @@ class FyrehoseMalformed(Packet):
         return f"fyrehose malformed ({getattr(self, 'reason', 'unknown')}), {len(self.load)} bytes"
 
 
+# What `pelotari craft TYPE` can build.
+CRAFT = {"deliver": FyrehoseDeliver, "push": FyrehosePush, "request": FyrehoseRequest,
+         "forward": FyrehoseForward, "keepalive": FyrehoseKeepalive,
+         "keepalive-ack": FyrehoseKeepaliveAck}
+
 CLASSES = {0x01: FyrehoseDeliver, 0x02: FyrehosePush, 0x04: FyrehoseRequest,
            0x08: FyrehoseForward, 0x10: FyrehoseKeepalive, 0x20: FyrehoseKeepaliveAck}
 
