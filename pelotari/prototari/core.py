@@ -1,0 +1,264 @@
+"""Sans-IO prototari node: datagrams, their source and `now` in; datagrams, timers and events out.
+
+Sections of the seed (prototari.md) are cited as 1a (broadcasting), 1b (responding),
+1c (handshake) and 2 (heartbeat). Decisions the seed leaves open are in
+docs/protocols/prototari.md.
+"""
+import logging
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Deque, Dict, List, Optional, Set, Tuple
+
+log = logging.getLogger("pelotari.prototari")
+
+Address = Tuple[str, int]
+
+DISCOVER = b"pelotari?"
+RESPOND = b"aupa!"
+CONFIRM = b"dale!"
+PING = b"hor?"
+PONG = b"hemen nago!"
+CONTROL = {DISCOVER, RESPOND, CONFIRM, PING, PONG}
+# A data frame: this magic, then the application's bytes. It starts with a byte no control
+# string starts with, so a data frame can never be mistaken for one (or one for data).
+DATA_MAGIC = b"\x01PTD"
+MAX_DATAGRAM = 65507  # IPv4 UDP payload
+MAX_DATA = MAX_DATAGRAM - len(DATA_MAGIC)
+
+BROADCAST_PORT = 21451
+UNICAST_PORT = 21450
+
+
+@dataclass(frozen=True)
+class Config:
+    """Node settings: the seed's four, plus what it leaves open (defaults documented)."""
+
+    max_peers: int = 64
+    broadcast_interval: float = 5.0
+    inactive_peer_time: float = 5.0
+    heartbeat_max_wait: float = 1.0
+    reservation_timeout: float = 2.0
+    missed_heartbeats_limit: int = 3
+    broadcast_address: str = "255.255.255.255"
+    broadcast_port: int = BROADCAST_PORT
+    unicast_port: int = UNICAST_PORT
+
+    def __post_init__(self):
+        if self.max_peers < 1:
+            raise ValueError("max_peers must be at least 1")
+        for name in ("broadcast_interval", "inactive_peer_time", "heartbeat_max_wait",
+                     "reservation_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.missed_heartbeats_limit < 1:
+            raise ValueError("missed_heartbeats_limit must be at least 1")
+
+
+@dataclass(frozen=True)
+class PeerJoined:
+    """A peer was registered: by our handshake (`dale!` sent) or by its confirmation."""
+
+    peer: Address
+    via: str  # "handshake" (we broadcast, it answered) or "confirmation" (we answered, it confirmed)
+
+
+@dataclass(frozen=True)
+class PeerLeft:
+    """A peer was removed from the list (its spot is free again)."""
+
+    peer: Address
+    reason: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """Data from a registered peer."""
+
+    peer: Address
+    data: bytes
+
+
+@dataclass
+class Peer:
+    last_seen: float
+    missed: int = 0
+    heartbeat_deadline: Optional[float] = None  # a `hor?` is out and unanswered until then
+
+
+class NodeCore:
+    """The protocol state of one prototari node, free of sockets and clocks."""
+
+    def __init__(self, now: float, config: Optional[Config] = None,
+                 self_addresses: Set[Address] = frozenset()):
+        self.config = config or Config()
+        self.self_addresses = set(self_addresses)  # our own broadcasts come back: ignore them
+        self.peers: Dict[Address, Peer] = {}
+        self.reservations: Dict[Address, float] = {}  # broadcaster -> when the spot frees (1b)
+        self._out: List[Tuple[bytes, Address]] = []
+        self._events: Deque[object] = deque()
+        self._next_broadcast = now
+        self.stats: Dict[str, int] = defaultdict(int)
+
+    @property
+    def full(self) -> bool:
+        """Whether every spot is taken by a peer or a reservation."""
+        return len(self.peers) + len(self.reservations) >= self.config.max_peers
+
+    # ---- input ---------------------------------------------------------------------------
+
+    def receive_datagram(self, data: bytes, source: Address, now: float) -> None:
+        """Handle one datagram from source (either socket); unexpected ones are counted."""
+        source = (source[0], int(source[1]))
+        if source in self.self_addresses:
+            self.stats["own_datagrams"] += 1
+            return
+        self.stats["datagrams_in"] += 1
+        peer = self.peers.get(source)
+        if peer is not None:  # any message from a peer shows it is there (2)
+            peer.last_seen = now
+            peer.missed = 0
+            peer.heartbeat_deadline = None
+        if data.startswith(DATA_MAGIC):
+            self._on_data(data, source, peer)
+        elif data == DISCOVER:
+            self._on_discover(source, now)
+        elif data == RESPOND:
+            self._on_respond(source, now)
+        elif data == CONFIRM:
+            self._on_confirm(source, now)
+        elif data == PING:
+            self._on_ping(source, peer)
+        elif data == PONG:
+            self._on_pong(source, peer)
+        else:
+            self._drop("unknown", source, f"{len(data)}-byte datagram")
+
+    def _drop(self, reason: str, source: Address, what: str = "") -> None:
+        self.stats["dropped_" + reason] += 1
+        log.debug("dropped %s from %s:%s (%s)", what or reason, source[0], source[1], reason)
+
+    def _on_discover(self, source: Address, now: float) -> None:  # 1b
+        if source in self.peers:
+            self._drop("discover_from_peer", source)
+        elif source in self.reservations:
+            self._drop("discover_already_reserved", source)
+        elif self.full:
+            self._drop("discover_while_full", source)
+        else:
+            self._send(RESPOND, source)
+            self.reservations[source] = now + self.config.reservation_timeout
+
+    def _on_respond(self, source: Address, now: float) -> None:  # 1c
+        if source in self.peers:
+            self._drop("respond_from_peer", source)
+            return
+        self.reservations.pop(source, None)  # both sides discovered each other: keep one spot
+        if self.full:
+            self._drop("respond_while_full", source)
+            return
+        self._register(source, now, "handshake")
+        self._send(CONFIRM, source)
+
+    def _on_confirm(self, source: Address, now: float) -> None:  # 1b step 5
+        expires = self.reservations.pop(source, None)
+        if source in self.peers:
+            self._drop("confirm_from_peer", source)
+        elif expires is None or now >= expires:
+            self._drop("confirm_without_reservation", source)  # never reserved, or too late
+        else:
+            self._register(source, now, "confirmation")
+
+    def _on_ping(self, source: Address, peer: Optional[Peer]) -> None:
+        if peer is None:  # answering strangers would make us a reflector
+            self._drop("ping_from_stranger", source)
+            return
+        self._send(PONG, source)
+
+    def _on_pong(self, source: Address, peer: Optional[Peer]) -> None:  # 2 step 4
+        if peer is None:
+            self._drop("pong_from_stranger", source)
+            return
+        self.stats["pongs_in"] += 1  # last seen and the missed count were reset above
+
+    def _on_data(self, data: bytes, source: Address, peer: Optional[Peer]) -> None:
+        if peer is None:
+            self._drop("data_from_stranger", source)
+            return
+        self.stats["messages_in"] += 1
+        self._events.append(Message(source, bytes(data[len(DATA_MAGIC):])))
+
+    def _register(self, peer: Address, now: float, via: str) -> None:
+        self.peers[peer] = Peer(last_seen=now)
+        self.stats["joined"] += 1
+        self._events.append(PeerJoined(peer, via))
+
+    # ---- commands ------------------------------------------------------------------------
+
+    def send(self, peer: Address, data: bytes) -> None:
+        """Queue data for one registered peer; raises KeyError for a stranger."""
+        peer = (peer[0], int(peer[1]))
+        if peer not in self.peers:
+            raise KeyError(f"{peer[0]}:{peer[1]} is not a registered peer")
+        if len(data) > MAX_DATA:
+            raise ValueError(f"{len(data)} bytes of data; at most {MAX_DATA} fit a datagram")
+        self._send(DATA_MAGIC + bytes(data), peer)
+
+    def send_all(self, data: bytes) -> int:
+        """Queue data for every registered peer; return how many."""
+        for peer in list(self.peers):
+            self.send(peer, data)
+        return len(self.peers)
+
+    # ---- timers --------------------------------------------------------------------------
+
+    def get_timer(self) -> float:
+        """When handle_timer() next has work."""
+        when = self._next_broadcast
+        for expires in self.reservations.values():
+            when = min(when, expires)
+        cfg = self.config
+        for peer in self.peers.values():
+            due = (peer.heartbeat_deadline if peer.heartbeat_deadline is not None
+                   else peer.last_seen + cfg.inactive_peer_time)
+            when = min(when, due)
+        return when
+
+    def handle_timer(self, now: float) -> None:
+        """Broadcast, expire reservations, and run the heartbeat."""
+        cfg = self.config
+        for source, expires in list(self.reservations.items()):
+            if now >= expires:  # 1b step 5: the spot is free again
+                del self.reservations[source]
+                self.stats["reservations_expired"] += 1
+        for address, peer in list(self.peers.items()):  # 2
+            if peer.heartbeat_deadline is not None and now >= peer.heartbeat_deadline:
+                peer.heartbeat_deadline = None
+                peer.missed += 1
+                self.stats["heartbeats_missed"] += 1
+                if peer.missed >= cfg.missed_heartbeats_limit:
+                    del self.peers[address]
+                    self.stats["left"] += 1
+                    self._events.append(PeerLeft(address, f"{peer.missed} missed heartbeats"))
+                    continue
+            if peer.heartbeat_deadline is None and now - peer.last_seen >= cfg.inactive_peer_time:
+                self._send(PING, address)
+                peer.heartbeat_deadline = now + cfg.heartbeat_max_wait
+        if now >= self._next_broadcast:  # 1a: paused while the list is full
+            if not self.full:
+                self._send(DISCOVER, (cfg.broadcast_address, cfg.broadcast_port))
+                self.stats["broadcasts"] += 1
+            self._next_broadcast = now + cfg.broadcast_interval
+
+    # ---- output --------------------------------------------------------------------------
+
+    def _send(self, data: bytes, to: Address) -> None:
+        self._out.append((data, to))
+
+    def datagrams_to_send(self) -> List[Tuple[bytes, Address]]:
+        """Datagrams queued since the last call, with their destinations."""
+        out, self._out = self._out, []
+        return out
+
+    def next_event(self) -> Optional[object]:
+        """The oldest undelivered event, or None."""
+        return self._events.popleft() if self._events else None
