@@ -102,3 +102,15 @@ def wait_for(predicate, timeout=5.0, interval=0.01):
 
 
 PELOTARI = [sys.executable, "-m", "pelotari"]
+
+
+@pytest.fixture
+def lan():
+    """A namespaced LAN (tests/lan.py); skipped, with the reason, where it cannot run."""
+    import lan as lan_module
+
+    why = lan_module.available()
+    if why:
+        pytest.skip(why)
+    with lan_module.LanHarness() as harness:
+        yield harness

@@ -134,6 +134,18 @@ def test_reservation_expires_and_a_late_confirmation_is_ignored():
     assert a.address not in b.peers and b.stats["dropped_confirm_without_reservation"] == 1
 
 
+def test_a_lost_confirmation_is_repaired_at_the_next_broadcast():
+    lan = Lan()
+    a = lan.add("a", broadcast_interval=1.0, inactive_peer_time=100)
+    b = lan.add("b", broadcast_interval=100, reservation_timeout=0.5, inactive_peer_time=100)
+    b._next_broadcast = 100  # only a discovers
+    lan.drop_if = lambda data, src, dst: data == CONFIRM and lan.now < 0.5  # the first dale! is lost
+    lan.run_until(0.9)
+    assert b.address in a.peers and a.address not in b.peers  # they disagree
+    lan.run_until(1.1)  # a broadcasts again; b answers; a confirms again
+    assert a.address in b.peers and a.stats["reconfirmed"] == 1
+
+
 def test_confirmation_without_any_reservation_is_dropped():
     node = NodeCore(0.0)
     node.receive_datagram(CONFIRM, ("10.0.0.7", 21450), 0.0)

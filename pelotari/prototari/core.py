@@ -150,7 +150,10 @@ class NodeCore:
 
     def _on_respond(self, source: Address, now: float) -> None:  # 1c
         if source in self.peers:
-            self._drop("respond_from_peer", source)
+            # It answered our broadcast, so it does not have us: our `dale!` was lost. Confirm
+            # again (its reservation is fresh), or the two would disagree for ever.
+            self._send(CONFIRM, source)
+            self.stats["reconfirmed"] += 1
             return
         self.reservations.pop(source, None)  # both sides discovered each other: keep one spot
         if self.full:

@@ -1,0 +1,126 @@
+"""prototari on a real LAN: nodes as separate processes in network namespaces on a bridge,
+finding each other by real broadcast (root only: the `lan` fixture says why when skipped)."""
+import json
+import queue
+import sys
+import threading
+import time
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+FAST = ["--broadcast-interval", "0.5", "--inactive-peer-time", "1", "--heartbeat-max-wait", "0.3",
+        "--reservation-timeout", "1"]
+DETECT_BOUND = 1 + 3 * 0.3 + 1.0  # inactive + 3 x max wait, plus one second of slack
+
+
+class NodeProcess:
+    """`pelotari prototari --json` in a host's namespace; its events arrive on a queue."""
+
+    def __init__(self, lan, host, *extra):
+        self.host = host
+        self.proc = lan.spawn(host, [sys.executable, "-m", "pelotari", "prototari", "--json",
+                                     "--interface", host.interface, *FAST, *extra],
+                              stdin=__import__("subprocess").PIPE,
+                              stdout=__import__("subprocess").PIPE,
+                              stderr=__import__("subprocess").PIPE, text=True, bufsize=1)
+        self.events: "queue.Queue" = queue.Queue()
+        self.seen = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+
+    def wait(self, predicate, timeout):
+        """Events until one satisfies predicate (returned), or None after timeout."""
+        deadline = time.monotonic() + timeout
+        for ev in self.seen:
+            if predicate(ev):
+                return ev
+        while time.monotonic() < deadline:
+            try:
+                ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            self.seen.append(ev)
+            if predicate(ev):
+                return ev
+        return None
+
+    def peers(self):
+        """Peers according to the joined/left events seen so far."""
+        current = set()
+        for ev in self.seen:
+            if ev["event"] == "joined":
+                current.add(ev["peer"])
+            elif ev["event"] == "left":
+                current.discard(ev["peer"])
+        return current
+
+    def say(self, text):
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def addr(host):
+    return f"{host.address}:21450"
+
+
+def wait_for_peers(node, want, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        node.wait(lambda ev: False, 0.2)
+        if node.peers() == want:
+            return True
+    return node.peers() == want
+
+
+def test_three_nodes_discover_message_detect_a_death_and_readmit(lan):
+    hosts = [lan.add_host(n) for n in "abc"]
+    nodes = [NodeProcess(lan, h) for h in hosts]
+    for node in nodes:
+        others = {addr(h) for h in hosts if h is not node.host}
+        assert wait_for_peers(node, others, 10), (node.host.name, node.seen)
+    nodes[0].say("hello LAN")
+    for node in nodes[1:]:
+        ev = node.wait(lambda e: e["event"] == "message", 5)
+        assert ev == {**ev, "peer": addr(hosts[0]), "data": "hello LAN"}
+    nodes[2].kill()  # c dies without a word
+    t0 = time.monotonic()
+    for node in nodes[:2]:
+        ev = node.wait(lambda e: e["event"] == "left" and e["peer"] == addr(hosts[2]), 10)
+        assert ev is not None and ev["reason"] == "3 missed heartbeats"
+    assert time.monotonic() - t0 <= DETECT_BOUND + 1.0  # a measurement bound, not a benchmark
+    nodes[2] = NodeProcess(lan, hosts[2])  # c comes back and is admitted again
+    for node in nodes:
+        others = {addr(h) for h in hosts if h is not node.host}
+        assert wait_for_peers(node, others, 10), (node.host.name, node.peers())
+
+
+def test_a_node_with_max_peers_2_stops_admitting(lan):
+    hosts = [lan.add_host(n) for n in "abcd"]
+    small = NodeProcess(lan, hosts[0], "--max-peers", "2")
+    others = [NodeProcess(lan, h) for h in hosts[1:]]
+    assert small.wait(lambda e: e["event"] == "joined" and len(small.peers()) == 2, 10)
+    time.sleep(2.0)  # several broadcast intervals: nobody else gets in
+    small.wait(lambda e: False, 0.1)
+    assert len(small.peers()) == 2
+    assert len([e for e in small.seen if e["event"] == "joined"]) == 2
+    for node in others:  # the three unlimited nodes still find each other
+        assert wait_for_peers(node, {addr(h) for h in hosts[1:] if h is not node.host} |
+                              ({addr(hosts[0])} if addr(node.host) in small.peers() else set()), 10)
+
+
+def test_discovery_converges_with_packet_loss(lan):
+    hosts = [lan.add_host(n) for n in "abcd"]
+    mechanisms = {lan.loss(h, 20) for h in hosts}
+    nodes = [NodeProcess(lan, h) for h in hosts]
+    for node in nodes:
+        others = {addr(h) for h in hosts if h is not node.host}
+        assert wait_for_peers(node, others, 30), (mechanisms, node.host.name, node.peers())
