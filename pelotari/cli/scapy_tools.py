@@ -64,7 +64,8 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
 @click.option("-F", "--field", "fields", multiple=True, metavar="NAME=VALUE",
               help="Set any field of TYPE by its name (repeatable); for every protocol's layers.")
 @click.option("--send", "target", type=AddressType(2323), default=None,
-              help="Send the packet to HOST:PORT (a fyrehose backbone: port 2323).")
+              help="Send the packet to HOST:PORT (a fyrehose backbone: 2323; prototari: 21451 "
+                   "for discovery, 21450 for the rest).")
 @click.option("--src", type=AddressType(0), default=None,
               help="Send from this address (a raw socket: needs root).")
 @click.option("--wait", type=click.FloatRange(0, 60), default=0.0,
@@ -87,7 +88,6 @@ def craft(kind, fields, target, src, wait, hexdump, quiet, list_types, **named):
     from scapy.all import hexdump as scapy_hexdump, raw
 
     from pelotari import layers as registry
-    from pelotari.layers import fyrehose as fl
 
     types = registry.craftable()
     if list_types:
@@ -124,7 +124,7 @@ def craft(kind, fields, target, src, wait, hexdump, quiet, list_types, **named):
     sock = _sender(src, target, wire)
     click.echo(f"sent {len(wire)} bytes to {target[0]}:{target[1]}", err=True)
     if wait and sock is not None:
-        _answers(sock, wait, fl)
+        _answers(sock, wait, sys.modules[cls.__module__].dissect)
 
 
 def _sender(src, target, wire, root=None):
@@ -147,7 +147,7 @@ def _sender(src, target, wire, root=None):
     return sock
 
 
-def _answers(sock, wait, fl):
+def _answers(sock, wait, dissect):
     """Print every datagram that comes back within `wait` seconds, dissected."""
     import time
 
@@ -163,27 +163,33 @@ def _answers(sock, wait, fl):
         except socket.timeout:
             break
         got += 1
-        answer = fl.Fyrehose(data)
+        answer = dissect(data)
         click.echo(f"answer from {addr[0]}:{addr[1]}: {answer.summary()}")
         answer.show()
     if not got:
         click.echo(f"no answer within {wait:g}s", err=True)
 
 
-def _row(pkt, layers):
-    """One captured packet as a dict, from the first layer module that recognises it."""
+def _row(pkt, ports):
+    """One captured packet as a dict. Every protocol bound to one of its ports tries to read it;
+    the first that recognises it wins, else the first one's "malformed" reading is shown."""
     from scapy.layers.inet import IP, UDP
 
     if not pkt.haslayer(UDP) or not pkt.haslayer(IP):
         return None
-    payload = pkt[UDP].payload
-    for module in layers:
-        described = module.describe(payload)
-        if described is not None:
-            return {"time": float(pkt.time), "src": f"{pkt[IP].src}:{pkt[UDP].sport}",
-                    "dst": f"{pkt[IP].dst}:{pkt[UDP].dport}", "length": len(bytes(payload)),
-                    **described}
-    return None
+    udp = pkt[UDP]
+    data = bytes(udp.payload)
+    readings = []
+    for module, bound in ports:
+        if udp.sport in bound or udp.dport in bound:
+            described = module.describe(module.dissect(data)) if data else None
+            if described is not None:
+                readings.append(described)
+    if not readings:
+        return None
+    best = next((r for r in readings if r["type"] not in ("MALFORMED", "UNKNOWN")), readings[0])
+    return {"time": float(pkt.time), "src": f"{pkt[IP].src}:{udp.sport}",
+            "dst": f"{pkt[IP].dst}:{udp.dport}", "length": len(data), **best}
 
 
 class GapFollower:
@@ -213,9 +219,9 @@ class GapFollower:
 @click.option("-f", "--filter", "bpf", default=None,
               help='BPF filter for live capture [default: "udp port 2323" and any --port; on lo '
                    'add "and inbound": loopback shows every packet twice].')
-@click.option("-p", "--port", "ports", type=click.IntRange(1, 65535), multiple=True,
-              help="Also dissect this UDP port with pelotari's layers (repeatable; each "
-                   "protocol's default port always is).")
+@click.option("-p", "--port", "ports", multiple=True, metavar="[PROTOCOL:]PORT",
+              help="Also decode this UDP port, as PROTOCOL (fyrehose, prototari) or as whichever "
+                   "recognises each packet (repeatable; default ports always are).")
 @click.option("-c", "--count", type=click.IntRange(1), default=None, help="Stop after this many packets.")
 @click.option("-t", "--timeout", type=click.FloatRange(0.1), default=None, help="Stop live capture after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per packet, then a summary object.")
@@ -244,10 +250,20 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     from pelotari import layers as registry
 
     conf.verb = 0
-    layers = list(registry.load().values())
-    for port in ports:
-        for module in layers:
-            module.bind_port(port)
+    modules = registry.load()
+    bound = {name: set(m.DEFAULT_PORTS) for name, m in modules.items()}
+    for spec in ports:
+        proto, _, number = spec.rpartition(":")
+        if proto and proto not in modules:
+            raise click.BadParameter(f"unknown protocol {proto!r} in {spec!r}", param_hint="--port")
+        try:
+            number = int(number)
+        except ValueError:
+            raise click.BadParameter(f"{spec!r} is not PORT or PROTOCOL:PORT", param_hint="--port") from None
+        for name in ([proto] if proto else modules):
+            bound[name].add(number)
+            modules[name].bind_port(number)
+    layer_ports = [(modules[name], ports_) for name, ports_ in bound.items()]
     counts = {}
     follower = GapFollower()
     writer = PcapWriter(out, sync=True) if out else None
@@ -256,7 +272,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
 
     def handle(pkt):
         nonlocal shown, start
-        row = _row(pkt, layers)
+        row = _row(pkt, layer_ports)
         if row is None:
             return
         shown += 1
@@ -282,8 +298,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
                     if count and shown >= count:
                         break
         else:
-            default_ports = sorted({p for m in layers for p in m.DEFAULT_PORTS} | set(ports))
-            expr = bpf or " or ".join(f"udp port {p}" for p in default_ports)
+            every = sorted({p for ports_ in bound.values() for p in ports_})
+            expr = bpf or " or ".join(f"udp port {p}" for p in every)
             click.echo(f"capturing on {interface} ({expr}); Ctrl-C to stop", err=True)
             sniff(iface=interface, filter=expr, prn=handle, store=False, timeout=timeout,
                   stop_filter=lambda _: bool(count) and shown >= count)

@@ -2,9 +2,9 @@
 
 Each protocol is one module here plus one line in LAYERS; `load()` imports them (scapy's import
 is slow, so nothing imports this package until a scapy tool runs). A layer module provides its
-Packet classes, `CRAFT` (type name -> Packet class, for `pelotari craft`), `DEFAULT_PORTS`,
-`bind_port(port)` and `describe(udp_payload) -> dict | None` (what `pelotari inspect` prints:
-protocol, type, summary and any sequence fields).
+Packet classes, `CRAFT` (type name -> Packet class, for `pelotari craft`), `dissect(bytes)`,
+`DEFAULT_PORTS`, `bind_port(port)` and `describe(udp_payload) -> dict | None` (what
+`pelotari inspect` prints: protocol, type, summary and any sequence fields).
 """
 import importlib
 from typing import Dict, List
@@ -12,6 +12,7 @@ from typing import Dict, List
 # protocol name -> module defining its layers, a `bind_port(port)` and DEFAULT_PORTS
 LAYERS: Dict[str, str] = {
     "fyrehose": "pelotari.layers.fyrehose",
+    "prototari": "pelotari.layers.prototari",
 }
 
 

@@ -182,6 +182,9 @@ class Fyrehose(Packet):
             return FyrehoseMalformed
 
 
+dissect = Fyrehose  # a datagram of this protocol -> its packet
+
+
 def describe(layer):
     """What `pelotari inspect` shows of one dissected UDP payload, or None if it is not ours."""
     if isinstance(layer, FyrehoseMalformed):
