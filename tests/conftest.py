@@ -107,7 +107,7 @@ PELOTARI = [sys.executable, "-m", "pelotari"]
 @pytest.fixture
 def lan():
     """A namespaced LAN (tests/lan.py); skipped, with the reason, where it cannot run."""
-    import lan as lan_module
+    from pelotari import netlab as lan_module
 
     why = lan_module.available()
     if why:

@@ -124,3 +124,20 @@ def test_discovery_converges_with_packet_loss(lan):
     for node in nodes:
         others = {addr(h) for h in hosts if h is not node.host}
         assert wait_for_peers(node, others, 30), (mechanisms, node.host.name, node.peers())
+
+
+def test_lan_demo_narrates_discovery_message_death_and_return(lan):
+    import subprocess
+
+    from conftest import PELOTARI
+
+    res = subprocess.run(PELOTARI + ["lan-demo", "--nodes", "3"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for line in ("every node found every other", "every node got the message",
+                 "the others dropped it", "it was admitted again", "namespaces and bridge removed"):
+        assert f"lan-demo: {line}" in res.stdout
+    assert res.stdout.count("(3 missed heartbeats)") == 2
+    bridge = next(line for line in res.stdout.splitlines() if "on bridge" in line).split("bridge ")[1].split(":")[0]
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert bridge not in links  # it cleaned up after itself
