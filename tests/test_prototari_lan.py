@@ -117,6 +117,14 @@ def test_a_node_with_max_peers_2_stops_admitting(lan):
                               ({addr(hosts[0])} if addr(node.host) in small.peers() else set()), 10)
 
 
+def test_eight_nodes_all_find_each_other(lan):
+    hosts = [lan.add_host(n) for n in "abcdefgh"]
+    nodes = [NodeProcess(lan, h) for h in hosts]
+    for node in nodes:
+        others = {addr(h) for h in hosts if h is not node.host}
+        assert wait_for_peers(node, others, 20), (node.host.name, len(node.peers()))
+
+
 def test_discovery_converges_with_packet_loss(lan):
     hosts = [lan.add_host(n) for n in "abcd"]
     mechanisms = {lan.loss(h, 20) for h in hosts}
