@@ -84,30 +84,29 @@ class _RangePacket(_Fyrehose):
         return self.sprintf(f"fyrehose {TYPES[self.type]} %addr%:%port% seq %from_seq%..%to_seq%")
 
 
-class FyrehoseRequest(_RangePacket):
-    """0x4 REQUEST: re-send FROM_SEQ..TO_SEQ (inclusive) to ADDR:PORT (0 = the sender)."""
-
-    name = "fyrehose REQUEST"
-    fields_desc = [
-        ByteEnumField("type", 0x04, TYPES),
+def _range_fields(packet_type):
+    """REQUEST and FORWARD share one layout; only the type byte differs."""
+    return [
+        ByteEnumField("type", packet_type, TYPES),
         IPField("addr", "0.0.0.0"),
         ShortField("port", 0),
         BitField("from_seq", 0, 48),
         BitField("to_seq", 0, 48),
     ]
+
+
+class FyrehoseRequest(_RangePacket):
+    """0x4 REQUEST: re-send FROM_SEQ..TO_SEQ (inclusive) to ADDR:PORT (0 = the sender)."""
+
+    name = "fyrehose REQUEST"
+    fields_desc = _range_fields(0x04)
 
 
 class FyrehoseForward(_RangePacket):
     """0x8 FORWARD: the backbone asks a journaling client to serve a REQUEST."""
 
     name = "fyrehose FORWARD"
-    fields_desc = [
-        ByteEnumField("type", 0x08, TYPES),
-        IPField("addr", "0.0.0.0"),
-        ShortField("port", 0),
-        BitField("from_seq", 0, 48),
-        BitField("to_seq", 0, 48),
-    ]
+    fields_desc = _range_fields(0x08)
 
 
 class FyrehoseKeepalive(_Fyrehose):
