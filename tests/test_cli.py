@@ -1,6 +1,5 @@
 """The `pelotari` command, run as real processes."""
 import json
-import os
 import signal
 import socket
 import subprocess

@@ -3,14 +3,14 @@ random field values, and malformed input that must dissect without raising."""
 import socket
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
 
 scapy_all = pytest.importorskip("scapy.all")
 from scapy.all import IP, UDP, raw  # noqa: E402
 
 from fastpath import codec  # noqa: E402
 from fastpath.errors import LengthMismatch  # noqa: E402
-from fastpath.packets import Deliver, Forward, Keepalive, KeepaliveAck, Push, Request  # noqa: E402
+from fastpath.packets import Deliver, Forward, Keepalive, Push, Request  # noqa: E402
 from pelotari.layers import fyrehose as fl  # noqa: E402
 
 from test_codec import MALFORMED, VECTORS  # noqa: E402

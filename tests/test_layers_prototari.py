@@ -3,7 +3,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 

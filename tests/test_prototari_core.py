@@ -108,7 +108,7 @@ def test_broadcast_every_interval_and_paused_while_full():
 def test_full_list_ignores_broadcasts_and_responses():
     lan = Lan()
     a = lan.add("a", max_peers=1)
-    b = lan.add("b", broadcast_interval=100)
+    lan.add("b", broadcast_interval=100)
     lan.run_until(0.1)
     assert a.full
     c = lan.add("c")  # broadcasts; a is full and must not answer or reserve

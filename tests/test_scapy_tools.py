@@ -1,9 +1,7 @@
 """`pelotari craft` and `pelotari inspect` as a user runs them, against real sockets and files."""
 import json
 import os
-import socket
 import subprocess
-import threading
 import time
 
 import pytest

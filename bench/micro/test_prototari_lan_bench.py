@@ -11,7 +11,6 @@ inactive-peer time and 0.3 s heartbeat wait, so failure detection is bounded by
 """
 import os
 import sys
-import time
 
 import pytest
 

@@ -5,7 +5,7 @@ import os
 import pathlib
 import platform
 import subprocess
-from typing import Dict, Iterable, List, Optional
+from typing import Iterable, List
 
 import pelotari
 

@@ -2,7 +2,6 @@
 import json
 import os
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 

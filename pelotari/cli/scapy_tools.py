@@ -239,7 +239,6 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
       sudo pelotari inspect -i lo -f "udp port 2323 and inbound" --json
     """
     import json
-    import time as _time
 
     if (pcap is None) == (interface is None):
         raise click.UsageError("give a PCAP file or --interface (not both)")
