@@ -62,6 +62,15 @@ cdef class BackboneLoop:
     cdef uint64_t index_mask
     cdef int64_t next_sweep_ns
     cdef bint dry                # dry_run(): queued sends are discarded, never sent
+    cdef readonly bint gso       # DELIVER runs go to each subscriber in one UDP_SEGMENT send
+    cdef Py_ssize_t gso_max_segment
+    cdef int* pend               # slots of this batch's PUSHes, fanned out when the batch ends
+    cdef int npend
+    cdef iovec* gso_iov          # header+payload iovecs of every pending PUSH, in runs
+    cdef uint8_t* gso_ctrl       # one UDP_SEGMENT control message per run
+    cdef size_t ctrl_space
+    cdef uint64_t gso_sends
+    cdef uint64_t gso_segments
 
     cdef void handle(self, int i, int64_t now) noexcept nogil
     cdef void on_push(self, int i, const uint8_t* p, Py_ssize_t n, int64_t now) noexcept nogil
@@ -70,4 +79,7 @@ cdef class BackboneLoop:
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil
     cdef Subscriber* upsert(self, uint64_t key, int64_t now) noexcept nogil
     cdef void sweep(self, int64_t now) noexcept nogil
-    cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen) noexcept nogil
+    cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen, void* control=*,
+                    size_t controllen=*) noexcept nogil
+    cdef void fan_out(self, int i, int64_t now) noexcept nogil
+    cdef void fan_out_pending(self, int64_t now) noexcept nogil

@@ -16,7 +16,8 @@ from fastpath.codec cimport (classify, write_deliver_header, T_DELIVER, T_PUSH, 
                              T_FORWARD, T_KEEPALIVE, T_KEEPALIVE_ACK, HEADER_SIZE, RANGE_SIZE,
                              TOKEN_SIZE, MAX_DATA)
 from fastpath.csocket cimport (sockaddr_in, pollfd, poll, POLLIN, AF_INET, htons, htonl, ntohs,
-                               ntohl)
+                               ntohl, cmsghdr, CMSG_SPACE, CMSG_LEN, CMSG_DATA, SOL_UDP,
+                               UDP_SEGMENT)
 from fastpath.wire cimport get_u16, get_u32, get_u48, put_u16, put_u32, put_u48
 from fastpath.batchio cimport RecvBatch, SendBatch
 
@@ -40,6 +41,20 @@ cdef uint64_t SEQ_MASK = (<uint64_t>1 << 48) - 1
 cdef uint64_t NOSUBSCRIBE = 0x1
 cdef uint64_t NOJOURNAL = 0x2
 cdef int64_t SWEEP_INTERVAL_NS = 1000000000
+cdef int GSO_MAX_SEGMENTS = 64       # the kernel's UDP_MAX_SEGMENTS
+cdef size_t GSO_MAX_BYTES = 65000    # one GSO send is at most one IP datagram's worth
+
+
+def gso_supported():
+    """Whether this kernel accepts UDP_SEGMENT (Linux >= 4.18); probed on a throwaway socket."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.IPPROTO_UDP, 103, 1400)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 cdef inline int64_t monotonic_ns() noexcept nogil:
@@ -65,7 +80,7 @@ cdef class BackboneLoop:
     def __cinit__(self, int fd, *, double window=5.0, int max_subscribers=4096,
                   Py_ssize_t max_data=MAX_DATA, uint64_t max_request_range=1024,
                   bint allow_foreign_addresses=False, first_sequence=None, int batch=64,
-                  uint64_t seed=0):
+                  uint64_t seed=0, gso=None, Py_ssize_t gso_max_segment=1472):
         cdef int fds[2]
         cdef uint64_t cap = 1
         if max_subscribers < 1:
@@ -98,6 +113,16 @@ cdef class BackboneLoop:
         self.index = <int*>PyMem_Calloc(cap, sizeof(int))
         if not (self.slots and self.subs and self.index):
             raise MemoryError()
+        # GSO: runs of equal-size DELIVERs go to a subscriber in one send. Segments are kept
+        # within a standard Ethernet MTU (1500 - 28) by default so any path can carry them.
+        self.gso = gso_supported() if gso is None else bool(gso)
+        self.gso_max_segment = gso_max_segment
+        self.ctrl_space = CMSG_SPACE(sizeof(uint16_t))
+        self.pend = <int*>PyMem_Calloc(batch, sizeof(int))
+        self.gso_iov = <iovec*>PyMem_Calloc(2 * batch, sizeof(iovec))
+        self.gso_ctrl = <uint8_t*>PyMem_Calloc(batch, self.ctrl_space)
+        if not (self.pend and self.gso_iov and self.gso_ctrl):
+            raise MemoryError()
         if pipe(fds) != 0:
             raise OSError("pipe() failed")
         self.wake_r, self.wake_w = fds[0], fds[1]
@@ -108,6 +133,9 @@ cdef class BackboneLoop:
         PyMem_Free(self.slots)
         PyMem_Free(self.subs)
         PyMem_Free(self.index)
+        PyMem_Free(self.pend)
+        PyMem_Free(self.gso_iov)
+        PyMem_Free(self.gso_ctrl)
         if self.wake_r > 0:
             close(self.wake_r)
             close(self.wake_w)
@@ -153,6 +181,7 @@ cdef class BackboneLoop:
                     self.c.batches += 1
                     for i in range(rc):
                         self.handle(i, now)
+                    self.fan_out_pending(now)
                     # Every queued datagram points into rx's slots: flush before they are reused.
                     self.tx.flush(self.fd)
                 while read(self.wake_r, drain, 64) > 0:
@@ -161,8 +190,9 @@ cdef class BackboneLoop:
             self.stopping = 0
             self.running = False
 
-    cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen) noexcept nogil:
-        self.tx.add(dst, iov, iovlen)
+    cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen, void* control=NULL,
+                    size_t controllen=0) noexcept nogil:
+        self.tx.add_control(dst, iov, iovlen, control, controllen)
         if self.tx.full():
             if self.dry:
                 self.tx.count = 0
@@ -202,11 +232,66 @@ cdef class BackboneLoop:
         slot.iov[0].iov_len = HEADER_SIZE
         slot.iov[1].iov_base = <void*>(p + HEADER_SIZE)
         slot.iov[1].iov_len = n - HEADER_SIZE
+        if self.gso:
+            self.pend[self.npend] = i  # fanned out with the rest of the batch
+            self.npend += 1
+        else:
+            self.fan_out(i, now)
+
+    cdef void fan_out(self, int i, int64_t now) noexcept nogil:
+        """One DELIVER to every live subscriber, one datagram each."""
+        cdef Slot* slot = &self.slots[i]
+        cdef Subscriber* s
+        cdef int k
         for k in range(self.nsubs):
             s = &self.subs[k]
             if s.expires_ns > now and not (s.flags & NOSUBSCRIBE):
                 self.c.delivers += 1
                 self.queue(&s.sa, slot.iov, 2)
+
+    cdef void fan_out_pending(self, int64_t now) noexcept nogil:
+        """This batch's DELIVERs: runs of equal size go to each subscriber in one UDP_SEGMENT
+        send (identical datagrams on the wire); a lone or oversized one goes the plain way."""
+        cdef int k = 0, start, count, m, j, runs = 0, used = 0
+        cdef size_t size
+        cdef iovec* iov
+        cdef uint8_t* ctrl
+        cdef cmsghdr* c
+        cdef Subscriber* s
+        while k < self.npend:
+            start = k
+            size = self.slots[self.pend[k]].iov[1].iov_len + HEADER_SIZE
+            k += 1
+            while (k < self.npend and k - start < GSO_MAX_SEGMENTS
+                   and self.slots[self.pend[k]].iov[1].iov_len + HEADER_SIZE == size
+                   and <size_t>(k - start + 1) * size <= GSO_MAX_BYTES):
+                k += 1
+            count = k - start
+            if count == 1 or size > <size_t>self.gso_max_segment:
+                for j in range(start, k):
+                    self.fan_out(self.pend[j], now)
+                continue
+            iov = &self.gso_iov[used]
+            used += 2 * count
+            for m in range(count):
+                iov[2 * m] = self.slots[self.pend[start + m]].iov[0]
+                iov[2 * m + 1] = self.slots[self.pend[start + m]].iov[1]
+            ctrl = self.gso_ctrl + runs * self.ctrl_space
+            runs += 1
+            memset(ctrl, 0, self.ctrl_space)
+            c = <cmsghdr*>ctrl
+            c.cmsg_level = SOL_UDP
+            c.cmsg_type = UDP_SEGMENT
+            c.cmsg_len = CMSG_LEN(sizeof(uint16_t))
+            (<uint16_t*>CMSG_DATA(c))[0] = <uint16_t>size
+            for j in range(self.nsubs):
+                s = &self.subs[j]
+                if s.expires_ns > now and not (s.flags & NOSUBSCRIBE):
+                    self.c.delivers += count
+                    self.gso_sends += 1
+                    self.gso_segments += count
+                    self.queue(&s.sa, iov, 2 * count, ctrl, self.ctrl_space)
+        self.npend = 0
 
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil:
         # ADDR/PORT of zero mean "the packet's source"; a foreign ADDR is refused by default so
@@ -365,6 +450,7 @@ cdef class BackboneLoop:
                 for k in range(repeat):
                     for i in range(n):
                         self.handle(i, now)
+                    self.fan_out_pending(now)
                     self.tx.count = 0
         finally:
             self.dry = False
@@ -394,6 +480,9 @@ cdef class BackboneLoop:
             "requests": self.c.requests,
             "forwards": self.c.forwards,
             "batches": self.c.batches,
+            "gso": bool(self.gso),
+            "gso_sends": self.gso_sends,
+            "gso_segments": self.gso_segments,
             "clients": live,
             "subscribers": subscribers,
             "journaling": journaling,

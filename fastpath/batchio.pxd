@@ -37,10 +37,17 @@ cdef class SendBatch:
     cdef inline bint full(self) noexcept nogil:
         return self.count >= self.capacity
     cdef inline void add(self, sockaddr_in* dst, iovec* iov, int iovlen) noexcept nogil:
+        self.add_control(dst, iov, iovlen, NULL, 0)
+    cdef inline void add_control(self, sockaddr_in* dst, iovec* iov, int iovlen, void* control,
+                                 size_t controllen) noexcept nogil:
+        # Slots are reused: every field a previous send set (a GSO control message) is reset.
         cdef mmsghdr* m = &self.msgs[self.count]
         m.msg_hdr.msg_name = dst
         m.msg_hdr.msg_namelen = sizeof(sockaddr_in)
         m.msg_hdr.msg_iov = iov
         m.msg_hdr.msg_iovlen = iovlen
+        m.msg_hdr.msg_control = control
+        m.msg_hdr.msg_controllen = controllen
+        m.msg_hdr.msg_flags = 0
         self.count += 1
     cdef int flush(self, int fd) noexcept nogil

@@ -25,6 +25,25 @@ cdef extern from "<sys/socket.h>" nogil:
     int AF_INET
     int MSG_DONTWAIT
     int MSG_TRUNC
+    struct cmsghdr:
+        size_t cmsg_len
+        int cmsg_level
+        int cmsg_type
+    size_t CMSG_SPACE(size_t length)
+    size_t CMSG_LEN(size_t length)
+    unsigned char* CMSG_DATA(cmsghdr* c)
+
+cdef extern from "<netinet/udp.h>" nogil:
+    """
+    #ifndef UDP_SEGMENT
+    #define UDP_SEGMENT 103
+    #endif
+    #ifndef SOL_UDP
+    #define SOL_UDP 17
+    #endif
+    """
+    int UDP_SEGMENT
+    int SOL_UDP
 
 cdef extern from "<netinet/in.h>" nogil:
     struct in_addr:

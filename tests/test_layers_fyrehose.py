@@ -118,3 +118,14 @@ def test_describe_reports_our_packets_and_declines_others():
     assert fl.describe(fl.Fyrehose(codec.encode_forward("1.2.3.4", 5, 6, 7)))["to_seq"] == 7
     assert fl.describe(fl.Fyrehose(b"\x77"))["type"] == "MALFORMED"
     assert fl.describe(Raw(b"something else")) is None
+
+
+def test_a_gso_super_datagram_splits_into_its_delivers():
+    frames = [codec.encode_deliver(7 + i, b"x" * 16) for i in range(3)]
+    assert fl.split_gso(b"".join(frames)) == frames
+    last_short = frames[:2] + [codec.encode_deliver(9, b"y")]
+    assert fl.split_gso(b"".join(last_short)) == last_short
+    assert fl.split_gso(frames[0]) is None  # one datagram is not a GSO send
+    assert fl.split_gso(frames[0] + b"\x01\x00") is None  # a torn frame
+    assert fl.split_gso(codec.encode_push(b"a") + codec.encode_push(b"b")) is None
+    assert fl.split_gso(codec.encode_deliver(1, b"short") + codec.encode_deliver(2, b"longer")) is None

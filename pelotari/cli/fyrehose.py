@@ -33,8 +33,11 @@ BACKBONE_OPTION = click.option(
 @click.option("--stats-interval", type=click.FloatRange(0.1, 3600), default=None,
               help="Seconds between stats lines [default: 1 on a terminal, 10 otherwise].")
 @click.option("--json-stats", is_flag=True, help="Print stats as JSON lines on stdout.")
+@click.option("--no-gso", is_flag=True,
+              help="Send every DELIVER as its own datagram, never batched with UDP GSO "
+                   "(GSO is used when the kernel supports it; the datagrams are the same).")
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
-             first_sequence, stats_interval, json_stats):
+             first_sequence, stats_interval, json_stats, no_gso):
     """Run a fyrehose backbone until Ctrl-C or SIGTERM.
 
     The backbone numbers every PUSH it receives with a continuous 48-bit SEQUENCE and DELIVERs
@@ -46,7 +49,8 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
 
     bb = Backbone(host=host, port=port, window=window, max_subscribers=max_subscribers,
                   max_request_range=max_request_range,
-                  allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence)
+                  allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence,
+                  gso=False if no_gso else None)
     try:
         bb.start()
     except OSError as exc:

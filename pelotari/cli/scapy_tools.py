@@ -170,26 +170,36 @@ def _answers(sock, wait, dissect):
         click.echo(f"no answer within {wait:g}s", err=True)
 
 
-def _row(pkt, ports):
-    """One captured packet as a dict. Every protocol bound to one of its ports tries to read it;
-    the first that recognises it wins, else the first one's "malformed" reading is shown."""
+def _rows(pkt, ports):
+    """A captured packet as rows. Every protocol bound to one of its ports tries to read it;
+    the first that recognises it wins, else the first one's "malformed" reading is shown. A
+    fyrehose GSO super-datagram (captured before segmentation) becomes one row per DELIVER."""
     from scapy.layers.inet import IP, UDP
 
     if not pkt.haslayer(UDP) or not pkt.haslayer(IP):
-        return None
+        return []
     udp = pkt[UDP]
     data = bytes(udp.payload)
     readings = []
     for module, bound in ports:
-        if udp.sport in bound or udp.dport in bound:
-            described = module.describe(module.dissect(data)) if data else None
+        if not data or not (udp.sport in bound or udp.dport in bound):
+            continue
+        frames = getattr(module, "split_gso", lambda _: None)(data)
+        for frame in frames or [data]:
+            described = module.describe(module.dissect(frame))
             if described is not None:
-                readings.append(described)
+                if frames:
+                    described["gso"] = True
+                readings.append((len(frame), described))
+        if readings and readings[0][1]["type"] not in ("MALFORMED", "UNKNOWN"):
+            break
     if not readings:
-        return None
-    best = next((r for r in readings if r["type"] not in ("MALFORMED", "UNKNOWN")), readings[0])
-    return {"time": float(pkt.time), "src": f"{pkt[IP].src}:{udp.sport}",
-            "dst": f"{pkt[IP].dst}:{udp.dport}", "length": len(data), **best}
+        return []
+    good = [r for r in readings if r[1]["type"] not in ("MALFORMED", "UNKNOWN")]
+    chosen = good or readings[:1]
+    base = {"time": float(pkt.time), "src": f"{pkt[IP].src}:{udp.sport}",
+            "dst": f"{pkt[IP].dst}:{udp.dport}"}
+    return [{**base, "length": length, **described} for length, described in chosen]
 
 
 class GapFollower:
@@ -270,14 +280,17 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     start = None
 
     def handle(pkt):
+        wrote = False
+        for row in _rows(pkt, layer_ports):
+            show(pkt, row, write=not wrote)
+            wrote = True
+
+    def show(pkt, row, write):
         nonlocal shown, start
-        row = _row(pkt, layer_ports)
-        if row is None:
-            return
         shown += 1
         counts[row["type"]] = counts.get(row["type"], 0) + 1
         follower.add(row)
-        if writer:
+        if writer and write:
             writer.write(pkt)
         if as_json:
             click.echo(json.dumps(row))

@@ -26,6 +26,8 @@ class BackboneConfig:
     first_sequence: Optional[int] = None  # None: the wall clock in microseconds
     batch: int = 64  # datagrams per recvmmsg
     socket_buffer: int = 8 << 20  # SO_RCVBUF/SO_SNDBUF asked for (the kernel may cap it)
+    gso: Optional[bool] = None  # UDP GSO fan-out: None = when the kernel supports it
+    gso_max_segment: int = 1472  # larger DELIVERs go one per send (fits an Ethernet MTU)
 
 
 class Backbone:
@@ -64,7 +66,8 @@ class Backbone:
                 sock.fileno(), window=cfg.window, max_subscribers=cfg.max_subscribers,
                 max_data=cfg.max_data, max_request_range=cfg.max_request_range,
                 allow_foreign_addresses=cfg.allow_foreign_addresses,
-                first_sequence=cfg.first_sequence, batch=cfg.batch)
+                first_sequence=cfg.first_sequence, batch=cfg.batch, gso=cfg.gso,
+                gso_max_segment=cfg.gso_max_segment)
         except BaseException:
             sock.close()
             raise

@@ -22,6 +22,7 @@ from scapy.packet import Packet, Raw, bind_layers
 
 from fastpath import refcodec
 from fastpath.errors import CodecError
+from fastpath.packets import HEADER_SIZE
 
 DEFAULT_PORT = 2323
 DEFAULT_PORTS = (DEFAULT_PORT,)
@@ -182,6 +183,29 @@ class Fyrehose(Packet):
 
 
 dissect = Fyrehose  # a datagram of this protocol -> its packet
+
+
+def split_gso(data: bytes):
+    """The DELIVER datagrams a UDP GSO send carried, or None.
+
+    A capture taken where no segmentation happened yet (on `lo`, whose device does GSO itself)
+    shows one UDP datagram holding several DELIVERs back to back, all of one size but perhaps
+    the last; the receiving sockets get them as separate datagrams.
+    """
+    frames, offset = [], 0
+    while offset + HEADER_SIZE <= len(data):
+        if data[offset] != 0x01:
+            return None
+        end = offset + HEADER_SIZE + int.from_bytes(data[offset + 1:offset + 3], "big")
+        if end > len(data):
+            return None
+        frames.append(data[offset:end])
+        offset = end
+    if offset != len(data) or len(frames) < 2:
+        return None
+    if any(len(f) != len(frames[0]) for f in frames[:-1]) or len(frames[-1]) > len(frames[0]):
+        return None
+    return frames
 
 
 def describe(layer):

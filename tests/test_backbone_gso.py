@@ -1,0 +1,73 @@
+"""GSO fan-out: runs of DELIVERs go to each subscriber in one UDP_SEGMENT send, and every
+subscriber still receives exactly the datagrams plain fan-out sends, in order."""
+import socket
+
+import pytest
+
+from fastpath import refcodec as wire
+from fastpath.backbone import gso_supported
+from fastpath.batchio import SendBatch
+
+pytestmark = pytest.mark.skipif(not gso_supported(), reason="this kernel has no UDP_SEGMENT")
+
+
+def session(backbone_factory, raw_peer, payloads, **config):
+    bb = backbone_factory(first_sequence=100, **config)
+    subs = [raw_peer() for _ in range(3)]
+    for s in subs:
+        s.send(wire.encode_keepalive("", 0, 0, b"t" * 16), bb.address)
+        assert s.recv()[0][:1] == b"\x20"
+    pub = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    pub.bind(("127.0.0.1", 0))
+    # One sendmmsg burst, so that many PUSHes arrive in one receive batch.
+    SendBatch().send(pub, [(wire.encode_push(p), bb.address) for p in payloads])
+    pub.close()
+    got = [[d for d, _ in s.recv_all(0.3)] for s in subs]
+    return bb, got
+
+
+def expected(payloads):
+    return [wire.encode_deliver(100 + i, p) for i, p in enumerate(payloads)]
+
+
+def test_a_burst_goes_out_in_gso_sends_with_identical_datagrams(backbone_factory, raw_peer):
+    payloads = [b"%04d" % i + b"x" * 12 for i in range(200)]
+    bb, got = session(backbone_factory, raw_peer, payloads, gso=True)
+    for datagrams in got:
+        assert datagrams == expected(payloads)
+    st = bb.stats()
+    assert st["gso"] and st["gso_sends"] > 0 and st["gso_segments"] > st["gso_sends"]
+    assert st["delivers"] == 600
+
+
+def test_without_gso_the_same_datagrams_go_one_per_send(backbone_factory, raw_peer):
+    payloads = [b"%04d" % i + b"x" * 12 for i in range(200)]
+    bb, got = session(backbone_factory, raw_peer, payloads, gso=False)
+    assert all(datagrams == expected(payloads) for datagrams in got)
+    assert bb.stats()["gso_sends"] == 0 and bb.stats()["datagrams_out"] >= 600
+
+
+def test_mixed_sizes_break_runs_but_keep_order(backbone_factory, raw_peer):
+    payloads = [b"a" * (16 + (i % 3) * 100) for i in range(90)]
+    bb, got = session(backbone_factory, raw_peer, payloads, gso=True)
+    assert all(datagrams == expected(payloads) for datagrams in got)
+
+
+def test_segments_over_the_limit_go_the_plain_way(backbone_factory, raw_peer):
+    payloads = [b"z" * 1500 for _ in range(40)]  # 1,509-byte DELIVERs > 1,472
+    bb, got = session(backbone_factory, raw_peer, payloads, gso=True)
+    assert all(datagrams == expected(payloads) for datagrams in got)
+    assert bb.stats()["gso_sends"] == 0
+
+
+def test_dry_run_counts_gso_delivers():
+    from fastpath.backbone import BackboneLoop
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    loop = BackboneLoop(sock.fileno(), gso=True)
+    ka = wire.encode_keepalive("", 0, 0, b"t" * 16)
+    loop.dry_run([(ka, ("127.0.0.%d" % k, 5)) for k in range(2, 6)])
+    assert loop.dry_run([(wire.encode_push(b"x" * 16), ("127.0.0.1", 9))] * 64, repeat=3) == 768
+    assert loop.stats()["gso_segments"] == 768 and loop.stats()["gso_sends"] == 12
+    sock.close()
