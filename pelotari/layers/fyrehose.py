@@ -50,16 +50,21 @@ class _DataPacket(_Fyrehose):
         return pkt + pay
 
 
+def _data_fields(packet_type, middle):
+    """DELIVER and PUSH share one layout; the 6-byte field is SEQUENCE or UNUSED."""
+    return [
+        ByteEnumField("type", packet_type, TYPES),
+        ShortField("length", None),
+        BitField(middle, 0, 48),
+        StrLenField("data", b"", length_from=lambda p: p.length),
+    ]
+
+
 class FyrehoseDeliver(_DataPacket):
     """0x1 DELIVER: SEQUENCE and DATA."""
 
     name = "fyrehose DELIVER"
-    fields_desc = [
-        ByteEnumField("type", 0x01, TYPES),
-        ShortField("length", None),
-        BitField("sequence", 0, 48),
-        StrLenField("data", b"", length_from=lambda p: p.length),
-    ]
+    fields_desc = _data_fields(0x01, "sequence")
 
     def mysummary(self):
         return self.sprintf("fyrehose DELIVER seq=%sequence% len=%length%")
@@ -69,12 +74,7 @@ class FyrehosePush(_DataPacket):
     """0x2 PUSH: DATA to publish."""
 
     name = "fyrehose PUSH"
-    fields_desc = [
-        ByteEnumField("type", 0x02, TYPES),
-        ShortField("length", None),
-        BitField("unused", 0, 48),
-        StrLenField("data", b"", length_from=lambda p: p.length),
-    ]
+    fields_desc = _data_fields(0x02, "unused")
 
     def mysummary(self):
         return self.sprintf("fyrehose PUSH len=%length%")
