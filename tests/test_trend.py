@@ -189,3 +189,17 @@ def test_trend_on_an_empty_folder_is_one_line(tmp_path):
     res = subprocess.run(PELOTARI + ["trend", str(tmp_path)], capture_output=True, text=True)
     assert res.returncode == 1
     assert res.stderr.strip() == f"Error: no bench results (*.jsonl) or pytest-benchmark files in {tmp_path}"
+
+
+def test_trend_without_pyspark_says_how_to_get_it_in_one_line(tmp_path):
+    import os
+
+    fake = tmp_path / "nospark" / "pyspark"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named pyspark')\n")
+    write_results(tmp_path / "results")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "nospark"))
+    res = subprocess.run(PELOTARI + ["trend", str(tmp_path / "results")], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert res.returncode == 1
+    assert res.stderr.strip() == "Error: pelotari trend needs PySpark: pip install 'pelotari[analysis]'"

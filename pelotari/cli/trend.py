@@ -25,8 +25,14 @@ def trend(results, out, master, threshold):
     the reference and the peers, regressions, latency percentiles and micro-benchmarks — as
     Parquet tables, PNG plots and summary.md.
     """
-    from pelotari.analysis import report
-    from pelotari.analysis.spark import session
+    try:
+        from pelotari.analysis import report
+        from pelotari.analysis.spark import session
+    except ImportError as exc:
+        if "pyspark" not in str(exc):
+            raise
+        raise click.ClickException(
+            "pelotari trend needs PySpark: pip install 'pelotari[analysis]'") from None
 
     out = out or results / "trend"
     files = report.find(results)
