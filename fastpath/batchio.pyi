@@ -4,6 +4,8 @@ from typing import Iterable, List, Tuple, Union
 Address = Tuple[str, int]
 Buffer = Union[bytes, bytearray, memoryview]
 
+def set_buffers(sock: socket.socket, size: int, force: bool = ...) -> None: ...
+
 class RecvBatch:
     capacity: int
     slot_size: int

@@ -14,6 +14,21 @@ from fastpath.csocket cimport (mmsghdr, sockaddr_in, recvmmsg, sendmmsg, poll, p
 import socket
 
 cdef int SEND_BLOCKED_WAIT_MS = 50  # how long a full socket buffer may stall one flush
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+
+
+def set_buffers(sock, int size, bint force=True):
+    """Ask for `size`-byte receive and send buffers. With force, SO_RCVBUFFORCE/SO_SNDBUFFORCE
+    go past rmem_max/wmem_max when we are privileged; otherwise the kernel caps the size."""
+    for plain, forced in ((socket.SO_RCVBUF, SO_RCVBUFFORCE), (socket.SO_SNDBUF, SO_SNDBUFFORCE)):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, forced if force else plain, size)
+        except OSError:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, plain, size)
+            except OSError:
+                pass
 
 
 cdef class RecvBatch:

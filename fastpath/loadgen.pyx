@@ -14,6 +14,7 @@ from fastpath.batchio cimport RecvBatch
 
 import socket
 
+from fastpath.batchio import set_buffers
 from fastpath.codec import encode_keepalive
 
 cdef extern from "<sys/socket.h>" nogil:
@@ -137,11 +138,7 @@ cdef inline void _sleep_ns(int64_t ns) noexcept nogil:
 
 def _udp_socket(int buffer):
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for force, opt in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, buffer)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, opt, buffer)
+    set_buffers(sock, buffer)
     sock.bind(("127.0.0.1", 0))
     return sock
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from fastpath.backbone import BackboneLoop
+from fastpath.batchio import set_buffers
 from fastpath.packets import MAX_DATA
 
 DEFAULT_PORT = 2323
@@ -55,11 +56,7 @@ class Backbone:
         cfg = self.config
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            for opt, force in ((socket.SO_RCVBUF, 33), (socket.SO_SNDBUF, 32)):
-                try:  # SO_RCVBUFFORCE/SO_SNDBUFFORCE (33/32) pass rmem_max when we may
-                    sock.setsockopt(socket.SOL_SOCKET, force, cfg.socket_buffer)
-                except OSError:
-                    sock.setsockopt(socket.SOL_SOCKET, opt, cfg.socket_buffer)
+            set_buffers(sock, cfg.socket_buffer)
             sock.bind((cfg.host, cfg.port))
             sock.setblocking(False)
             self._loop = BackboneLoop(

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
-from fastpath.batchio import RecvBatch, SendBatch
+from fastpath.batchio import RecvBatch, SendBatch, set_buffers
 from pelotari.fyrehose.backbone import DEFAULT_PORT
 from pelotari.fyrehose.core import ClientConfig, ClientCore
 from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,
@@ -47,11 +47,7 @@ def parse_address(text: Union[str, Tuple[str, int]], default_port: int = DEFAULT
 def open_client_socket(bind: Tuple[str, int], buffer: int = 4 << 20) -> socket.socket:
     """A non-blocking UDP socket with large buffers, bound to bind."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, opt, buffer)
-        except OSError:
-            pass
+    set_buffers(sock, buffer, force=False)
     sock.bind(bind)
     sock.setblocking(False)
     return sock
