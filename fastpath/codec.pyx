@@ -126,31 +126,47 @@ cdef class _Writer:
             PyBuffer_Release(&self.view)
 
 
+cdef inline void _write_data_packet(uint8_t* out, int ptype, uint64_t seq,
+                                    const Py_buffer* src) noexcept:
+    out[0] = <uint8_t>ptype
+    put_u16(out + 1, <uint16_t>src.len)
+    put_u48(out + 3, seq)
+    if src.len:
+        memcpy(out + HEADER_SIZE, src.buf, src.len)
+
+
+cdef int _check_data(const Py_buffer* src, Py_ssize_t max_data) except -1:
+    if src.len > max_data:
+        raise OversizePacket(f"DATA of {src.len} bytes exceeds the limit of {max_data}")
+    return 0
+
+
 cdef Py_ssize_t _encode_data(int ptype, uint64_t seq, data, buf, Py_ssize_t offset,
                              Py_ssize_t max_data) except -1:
     cdef Py_buffer src
     cdef _Writer w
     PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
     try:
-        if src.len > max_data:
-            raise OversizePacket(f"DATA of {src.len} bytes exceeds the limit of {max_data}")
+        _check_data(&src, max_data)
         w = _Writer(buf, offset, HEADER_SIZE + src.len)
-        w.out[0] = <uint8_t>ptype
-        put_u16(w.out + 1, <uint16_t>src.len)
-        put_u48(w.out + 3, seq)
-        if src.len:
-            memcpy(w.out + HEADER_SIZE, src.buf, src.len)
+        _write_data_packet(w.out, ptype, seq, &src)
         return HEADER_SIZE + src.len
     finally:
         PyBuffer_Release(&src)
 
 
-cdef Py_ssize_t _data_len(data) except -1:
+cdef bytes _new_data_packet(int ptype, uint64_t seq, data, Py_ssize_t max_data):
+    """The datagram as a new bytes object, written in place (one allocation, one copy)."""
     cdef Py_buffer src
+    cdef bytes out
     PyObject_GetBuffer(data, &src, PyBUF_SIMPLE)
-    n = src.len
-    PyBuffer_Release(&src)
-    return n
+    try:
+        _check_data(&src, max_data)
+        out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + src.len)
+        _write_data_packet(<uint8_t*>PyBytes_AS_STRING(out), ptype, seq, &src)
+        return out
+    finally:
+        PyBuffer_Release(&src)
 
 
 def encode_deliver_into(buf, Py_ssize_t offset, sequence, data, Py_ssize_t max_data=MAX_DATA):
@@ -165,17 +181,12 @@ def encode_push_into(buf, Py_ssize_t offset, data, Py_ssize_t max_data=MAX_DATA)
 
 def encode_deliver(sequence, data, Py_ssize_t max_data=MAX_DATA):
     """Return a DELIVER datagram."""
-    cdef uint64_t seq = _u48(sequence, "SEQUENCE")
-    out = bytearray(HEADER_SIZE + min(_data_len(data), max_data + 1))
-    _encode_data(T_DELIVER, seq, data, out, 0, max_data)
-    return bytes(out)
+    return _new_data_packet(T_DELIVER, _u48(sequence, "SEQUENCE"), data, max_data)
 
 
 def encode_push(data, Py_ssize_t max_data=MAX_DATA):
     """Return a PUSH datagram."""
-    out = bytearray(HEADER_SIZE + min(_data_len(data), max_data + 1))
-    _encode_data(T_PUSH, 0, data, out, 0, max_data)
-    return bytes(out)
+    return _new_data_packet(T_PUSH, 0, data, max_data)
 
 
 cdef Py_ssize_t _encode_range(int ptype, buf, Py_ssize_t offset, addr, port,
