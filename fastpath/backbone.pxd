@@ -23,6 +23,7 @@ cdef struct Subscriber:
     sockaddr_in sa        # where DELIVERs and FORWARDs go
     int64_t expires_ns    # CLOCK_MONOTONIC; live while now < expires_ns
     uint64_t flags
+    uint32_t pack_limit   # packing extension: largest datagram it accepts; 0 = plain
 
 cdef struct Counters:
     uint64_t datagrams_in
@@ -34,11 +35,20 @@ cdef struct Counters:
     uint64_t forwards
     uint64_t receive_errors
     uint64_t batches
+    uint64_t packs_in       # PUSH datagrams holding more than one frame
+    uint64_t packs_out      # DELIVER datagrams sent to packing subscribers
+    uint64_t gso_sends
+    uint64_t gso_segments
     uint64_t drops[N_DROPS]
 
 cdef struct Slot:
-    uint8_t scratch[32]   # DELIVER header, ACK type byte or FORWARD for this datagram
+    uint8_t scratch[32]   # ACK type byte or FORWARD for this datagram
     iovec iov[2]
+
+cdef struct Pack:
+    int iov_start         # into BackboneLoop.pack_iov
+    int iov_count
+    int frames
 
 cdef class BackboneLoop:
     cdef int fd
@@ -64,16 +74,23 @@ cdef class BackboneLoop:
     cdef bint dry                # dry_run(): queued sends are discarded, never sent
     cdef readonly bint gso       # DELIVER runs go to each subscriber in one UDP_SEGMENT send
     cdef Py_ssize_t gso_max_segment
-    cdef int* pend               # slots of this batch's PUSHes, fanned out when the batch ends
-    cdef int npend
-    cdef iovec* gso_iov          # header+payload iovecs of every pending PUSH, in runs
-    cdef uint8_t* gso_ctrl       # one UDP_SEGMENT control message per run
+    cdef readonly bint packing   # accept packed PUSHes; honour the PACKED KEEPALIVE flag
+    cdef Py_ssize_t max_pack
+    # This batch's DELIVERs, stamped in place in the receive slots: one iovec per frame.
+    cdef iovec* frames
+    cdef int nframes
+    cdef int* run_start          # GSO runs of equal-size frames (count 1 = sent plain)
+    cdef int* run_count
+    cdef int nruns
+    cdef uint8_t* gso_ctrl       # one UDP_SEGMENT control message per run of frames
     cdef size_t ctrl_space
-    cdef uint64_t gso_sends
-    cdef uint64_t gso_segments
+    cdef iovec* pack_iov         # the frames grouped for packing subscribers (contiguous merged)
+    cdef Pack* packs
+    cdef int npacks
+    cdef Py_ssize_t packs_limit  # the limit `packs` was built for; 0 = not built
 
     cdef void handle(self, int i, int64_t now) noexcept nogil
-    cdef void on_push(self, int i, const uint8_t* p, Py_ssize_t n, int64_t now) noexcept nogil
+    cdef void on_push(self, uint8_t* p, Py_ssize_t n, Py_ssize_t count, int64_t now) noexcept nogil
     cdef void on_keepalive(self, int i, const uint8_t* p, int64_t now) noexcept nogil
     cdef void on_request(self, int i, const uint8_t* p, int64_t now) noexcept nogil
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil
@@ -81,5 +98,8 @@ cdef class BackboneLoop:
     cdef void sweep(self, int64_t now) noexcept nogil
     cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen, void* control=*,
                     size_t controllen=*) noexcept nogil
-    cdef void fan_out(self, int i, int64_t now) noexcept nogil
+    cdef void fan_out_plain(self, Subscriber* s) noexcept nogil
+    cdef void fan_out_packed(self, Subscriber* s) noexcept nogil
+    cdef void build_packs(self, Py_ssize_t limit) noexcept nogil
     cdef void fan_out_pending(self, int64_t now) noexcept nogil
+    cdef void flush(self) noexcept nogil

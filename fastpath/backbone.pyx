@@ -12,9 +12,10 @@ from posix.unistd cimport pipe, read, write, close
 from posix.fcntl cimport fcntl, F_SETFL, O_NONBLOCK
 from posix.uio cimport iovec
 
-from fastpath.codec cimport (classify, write_deliver_header, T_DELIVER, T_PUSH, T_REQUEST,
+from fastpath.codec cimport (classify, count_frames, T_DELIVER, T_PUSH, T_REQUEST,
                              T_FORWARD, T_KEEPALIVE, T_KEEPALIVE_ACK, HEADER_SIZE, RANGE_SIZE,
-                             TOKEN_SIZE, MAX_DATA)
+                             TOKEN_SIZE, MAX_DATA, MAX_DATAGRAM, F_PACKED, PACK_LIMIT_SHIFT,
+                             DEFAULT_PACK_LIMIT, FAULT_LENGTH_MISMATCH)
 from fastpath.csocket cimport (sockaddr_in, pollfd, poll, POLLIN, AF_INET, htons, htonl, ntohs,
                                ntohl, cmsghdr, CMSG_SPACE, CMSG_LEN, CMSG_DATA, SOL_UDP,
                                UDP_SEGMENT)
@@ -43,6 +44,9 @@ cdef uint64_t NOJOURNAL = 0x2
 cdef int64_t SWEEP_INTERVAL_NS = 1000000000
 cdef int GSO_MAX_SEGMENTS = 64       # the kernel's UDP_MAX_SEGMENTS
 cdef size_t GSO_MAX_BYTES = 65000    # one GSO send is at most one IP datagram's worth
+cdef int FRAME_CAP = 8192            # frames fanned out at once (a 64-datagram batch of packs
+                                     # may hold more: it is then fanned out in parts)
+cdef int MAX_IOV = 1024              # the kernel's UIO_MAXIOV: iovecs in one datagram
 
 
 def gso_supported():
@@ -80,7 +84,8 @@ cdef class BackboneLoop:
     def __cinit__(self, int fd, *, double window=5.0, int max_subscribers=4096,
                   Py_ssize_t max_data=MAX_DATA, uint64_t max_request_range=1024,
                   bint allow_foreign_addresses=False, first_sequence=None, int batch=64,
-                  uint64_t seed=0, gso=None, Py_ssize_t gso_max_segment=1472):
+                  uint64_t seed=0, gso=None, Py_ssize_t gso_max_segment=1472,
+                  bint packing=True, Py_ssize_t max_pack=MAX_DATAGRAM):
         cdef int fds[2]
         cdef uint64_t cap = 1
         if max_subscribers < 1:
@@ -91,6 +96,8 @@ cdef class BackboneLoop:
             raise ValueError("window must be positive")
         if max_request_range < 1:
             raise ValueError("max_request_range must be at least 1")
+        if not HEADER_SIZE <= max_pack <= MAX_DATAGRAM:
+            raise ValueError(f"max_pack must be within {HEADER_SIZE}..{MAX_DATAGRAM}")
         self.fd = fd
         self.window_ns = <int64_t>(window * 1e9)
         self.max_data = max_data
@@ -118,10 +125,16 @@ cdef class BackboneLoop:
         self.gso = gso_supported() if gso is None else bool(gso)
         self.gso_max_segment = gso_max_segment
         self.ctrl_space = CMSG_SPACE(sizeof(uint16_t))
-        self.pend = <int*>PyMem_Calloc(batch, sizeof(int))
-        self.gso_iov = <iovec*>PyMem_Calloc(2 * batch, sizeof(iovec))
-        self.gso_ctrl = <uint8_t*>PyMem_Calloc(batch, self.ctrl_space)
-        if not (self.pend and self.gso_iov and self.gso_ctrl):
+        self.packing = packing
+        self.max_pack = max_pack
+        self.frames = <iovec*>PyMem_Calloc(FRAME_CAP, sizeof(iovec))
+        self.run_start = <int*>PyMem_Calloc(FRAME_CAP, sizeof(int))
+        self.run_count = <int*>PyMem_Calloc(FRAME_CAP, sizeof(int))
+        self.gso_ctrl = <uint8_t*>PyMem_Calloc(FRAME_CAP, self.ctrl_space)
+        self.pack_iov = <iovec*>PyMem_Calloc(FRAME_CAP, sizeof(iovec))
+        self.packs = <Pack*>PyMem_Calloc(FRAME_CAP, sizeof(Pack))
+        if not (self.frames and self.run_start and self.run_count and self.gso_ctrl
+                and self.pack_iov and self.packs):
             raise MemoryError()
         if pipe(fds) != 0:
             raise OSError("pipe() failed")
@@ -133,9 +146,12 @@ cdef class BackboneLoop:
         PyMem_Free(self.slots)
         PyMem_Free(self.subs)
         PyMem_Free(self.index)
-        PyMem_Free(self.pend)
-        PyMem_Free(self.gso_iov)
+        PyMem_Free(self.frames)
+        PyMem_Free(self.run_start)
+        PyMem_Free(self.run_count)
         PyMem_Free(self.gso_ctrl)
+        PyMem_Free(self.pack_iov)
+        PyMem_Free(self.packs)
         if self.wake_r > 0:
             close(self.wake_r)
             close(self.wake_w)
@@ -183,7 +199,7 @@ cdef class BackboneLoop:
                         self.handle(i, now)
                     self.fan_out_pending(now)
                     # Every queued datagram points into rx's slots: flush before they are reused.
-                    self.tx.flush(self.fd)
+                    self.flush()
                 while read(self.wake_r, drain, 64) > 0:
                     pass
         finally:
@@ -194,14 +210,11 @@ cdef class BackboneLoop:
                     size_t controllen=0) noexcept nogil:
         self.tx.add_control(dst, iov, iovlen, control, controllen)
         if self.tx.full():
-            if self.dry:
-                self.tx.count = 0
-            else:
-                self.tx.flush(self.fd)
+            self.flush()
 
     cdef void handle(self, int i, int64_t now) noexcept nogil:
-        cdef const uint8_t* p = self.rx.slot(i)
-        cdef Py_ssize_t n = self.rx.length(i)
+        cdef uint8_t* p = <uint8_t*>self.rx.slot(i)  # PUSH frames are stamped in place
+        cdef Py_ssize_t n = self.rx.length(i), count
         cdef int t
         self.c.datagrams_in += 1
         self.c.bytes_in += n
@@ -209,10 +222,18 @@ cdef class BackboneLoop:
             self.c.drops[DROP_OVERSIZE] += 1
             return
         t = classify(p, n, self.max_data)
-        if t < 0:
+        if t == T_PUSH:
+            self.on_push(p, n, 1, now)
+        elif t == -FAULT_LENGTH_MISMATCH and p[0] == T_PUSH and self.packing:
+            # Packing extension: several PUSH frames back to back, or a malformed PUSH.
+            count = count_frames(p, n, self.max_data)
+            if count < 0:
+                self.c.drops[-count] += 1
+            else:
+                self.c.packs_in += 1
+                self.on_push(p, n, count, now)
+        elif t < 0:
             self.c.drops[-t] += 1
-        elif t == T_PUSH:
-            self.on_push(i, p, n, now)
         elif t == T_KEEPALIVE:
             self.on_keepalive(i, p, now)
         elif t == T_REQUEST:
@@ -220,78 +241,134 @@ cdef class BackboneLoop:
         else:
             self.c.drops[DROP_UNEXPECTED_TYPE] += 1
 
-    cdef void on_push(self, int i, const uint8_t* p, Py_ssize_t n, int64_t now) noexcept nogil:
-        # (B3) assign a sequence number and DELIVER to every subscriber; (B5) from anyone.
-        cdef Slot* slot = &self.slots[i]
-        cdef Subscriber* s
-        cdef int k
-        write_deliver_header(slot.scratch, self.next_seq, n - HEADER_SIZE)
-        self.next_seq = (self.next_seq + 1) & SEQ_MASK
-        self.c.pushes += 1
-        slot.iov[0].iov_base = slot.scratch
-        slot.iov[0].iov_len = HEADER_SIZE
-        slot.iov[1].iov_base = <void*>(p + HEADER_SIZE)
-        slot.iov[1].iov_len = n - HEADER_SIZE
-        if self.gso:
-            self.pend[self.npend] = i  # fanned out with the rest of the batch
-            self.npend += 1
-        else:
-            self.fan_out(i, now)
+    cdef void on_push(self, uint8_t* p, Py_ssize_t n, Py_ssize_t count, int64_t now) noexcept nogil:
+        # (B3) each frame gets the next sequence number and goes to every subscriber; (B5) from
+        # anyone. A PUSH frame has a DELIVER's layout, so it becomes one where it lies: type byte
+        # and UNUSED -> SEQUENCE. Fan-out happens once the batch is read (fan_out_pending).
+        cdef Py_ssize_t off = 0, size
+        if self.nframes + count > FRAME_CAP:
+            self.fan_out_pending(now)
+        while off < n:
+            size = HEADER_SIZE + get_u16(p + off + 1)
+            p[off] = T_DELIVER
+            put_u48(p + off + 3, self.next_seq)
+            self.next_seq = (self.next_seq + 1) & SEQ_MASK
+            self.frames[self.nframes].iov_base = p + off
+            self.frames[self.nframes].iov_len = size
+            self.nframes += 1
+            off += size
+        self.c.pushes += count
 
-    cdef void fan_out(self, int i, int64_t now) noexcept nogil:
-        """One DELIVER to every live subscriber, one datagram each."""
-        cdef Slot* slot = &self.slots[i]
+    cdef void fan_out_pending(self, int64_t now) noexcept nogil:
+        """Send this batch's DELIVERs to every live subscriber: plain ones get one datagram per
+        frame (equal-size runs in one UDP_SEGMENT send when GSO is on), packing ones get the
+        frames packed up to their limit. Every queued send points into the receive slots and
+        these arrays, so the queue is flushed before they are reused."""
+        cdef int k, start
+        cdef size_t size
+        cdef cmsghdr* c
+        cdef uint8_t* ctrl
         cdef Subscriber* s
-        cdef int k
+        if self.nframes == 0:
+            return
+        self.nruns = 0
+        if self.gso:
+            k = 0
+            while k < self.nframes:
+                start = k
+                size = self.frames[k].iov_len
+                k += 1
+                while (k < self.nframes and k - start < GSO_MAX_SEGMENTS
+                       and self.frames[k].iov_len == size
+                       and <size_t>(k - start + 1) * size <= GSO_MAX_BYTES):
+                    k += 1
+                if k - start > 1 and size > <size_t>self.gso_max_segment:
+                    k = start + 1  # too large to segment: one plain send each
+                self.run_start[self.nruns] = start
+                self.run_count[self.nruns] = k - start
+                if k - start > 1:
+                    ctrl = self.gso_ctrl + self.nruns * self.ctrl_space
+                    memset(ctrl, 0, self.ctrl_space)
+                    c = <cmsghdr*>ctrl
+                    c.cmsg_level = SOL_UDP
+                    c.cmsg_type = UDP_SEGMENT
+                    c.cmsg_len = CMSG_LEN(sizeof(uint16_t))
+                    (<uint16_t*>CMSG_DATA(c))[0] = <uint16_t>size
+                self.nruns += 1
+        self.packs_limit = 0
         for k in range(self.nsubs):
             s = &self.subs[k]
             if s.expires_ns > now and not (s.flags & NOSUBSCRIBE):
-                self.c.delivers += 1
-                self.queue(&s.sa, slot.iov, 2)
+                self.c.delivers += self.nframes
+                if s.pack_limit:
+                    self.fan_out_packed(s)
+                else:
+                    self.fan_out_plain(s)
+        self.flush()
+        self.nframes = 0
 
-    cdef void fan_out_pending(self, int64_t now) noexcept nogil:
-        """This batch's DELIVERs: runs of equal size go to each subscriber in one UDP_SEGMENT
-        send (identical datagrams on the wire); a lone or oversized one goes the plain way."""
-        cdef int k = 0, start, count, m, j, runs = 0, used = 0
-        cdef size_t size
-        cdef iovec* iov
-        cdef uint8_t* ctrl
-        cdef cmsghdr* c
-        cdef Subscriber* s
-        while k < self.npend:
-            start = k
-            size = self.slots[self.pend[k]].iov[1].iov_len + HEADER_SIZE
-            k += 1
-            while (k < self.npend and k - start < GSO_MAX_SEGMENTS
-                   and self.slots[self.pend[k]].iov[1].iov_len + HEADER_SIZE == size
-                   and <size_t>(k - start + 1) * size <= GSO_MAX_BYTES):
-                k += 1
-            count = k - start
-            if count == 1 or size > <size_t>self.gso_max_segment:
-                for j in range(start, k):
-                    self.fan_out(self.pend[j], now)
-                continue
-            iov = &self.gso_iov[used]
-            used += 2 * count
-            for m in range(count):
-                iov[2 * m] = self.slots[self.pend[start + m]].iov[0]
-                iov[2 * m + 1] = self.slots[self.pend[start + m]].iov[1]
-            ctrl = self.gso_ctrl + runs * self.ctrl_space
-            runs += 1
-            memset(ctrl, 0, self.ctrl_space)
-            c = <cmsghdr*>ctrl
-            c.cmsg_level = SOL_UDP
-            c.cmsg_type = UDP_SEGMENT
-            c.cmsg_len = CMSG_LEN(sizeof(uint16_t))
-            (<uint16_t*>CMSG_DATA(c))[0] = <uint16_t>size
-            for j in range(self.nsubs):
-                s = &self.subs[j]
-                if s.expires_ns > now and not (s.flags & NOSUBSCRIBE):
-                    self.c.delivers += count
-                    self.gso_sends += 1
-                    self.gso_segments += count
-                    self.queue(&s.sa, iov, 2 * count, ctrl, self.ctrl_space)
-        self.npend = 0
+    cdef void fan_out_plain(self, Subscriber* s) noexcept nogil:
+        cdef int j, r
+        if not self.gso:
+            for j in range(self.nframes):
+                self.queue(&s.sa, &self.frames[j], 1)
+            return
+        for r in range(self.nruns):
+            if self.run_count[r] == 1:
+                self.queue(&s.sa, &self.frames[self.run_start[r]], 1)
+            else:
+                self.c.gso_sends += 1
+                self.c.gso_segments += self.run_count[r]
+                self.queue(&s.sa, &self.frames[self.run_start[r]], self.run_count[r],
+                           self.gso_ctrl + r * self.ctrl_space, self.ctrl_space)
+
+    cdef void fan_out_packed(self, Subscriber* s) noexcept nogil:
+        cdef int j
+        if self.packs_limit != s.pack_limit:
+            if self.packs_limit != 0:
+                self.flush()  # queued sends point at the packs about to be rebuilt
+            self.build_packs(s.pack_limit)
+        for j in range(self.npacks):
+            self.c.packs_out += 1
+            self.queue(&s.sa, &self.pack_iov[self.packs[j].iov_start], self.packs[j].iov_count)
+
+    cdef void build_packs(self, Py_ssize_t limit) noexcept nogil:
+        """Group the frames, in order, into datagrams of at most `limit` bytes (a larger frame
+        goes alone); frames adjacent in memory (from one packed PUSH) share an iovec."""
+        cdef int j = 0, niov = 0, start
+        cdef Pack* pk
+        cdef size_t used, size
+        cdef iovec* last
+        self.npacks = 0
+        while j < self.nframes:
+            pk = &self.packs[self.npacks]
+            self.npacks += 1
+            pk.iov_start = niov
+            pk.frames = 0
+            used = 0
+            while j < self.nframes:
+                size = self.frames[j].iov_len
+                if pk.frames and used + size > <size_t>limit:
+                    break
+                last = &self.pack_iov[niov - 1] if niov else NULL
+                if pk.frames and <uint8_t*>last.iov_base + last.iov_len == <uint8_t*>self.frames[j].iov_base:
+                    last.iov_len += size
+                elif pk.frames and niov - pk.iov_start == MAX_IOV:
+                    break
+                else:
+                    self.pack_iov[niov] = self.frames[j]
+                    niov += 1
+                used += size
+                pk.frames += 1
+                j += 1
+            pk.iov_count = niov - pk.iov_start
+        self.packs_limit = limit
+
+    cdef void flush(self) noexcept nogil:
+        if self.dry:
+            self.tx.count = 0
+        else:
+            self.tx.flush(self.fd)
 
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil:
         # ADDR/PORT of zero mean "the packet's source"; a foreign ADDR is refused by default so
@@ -326,6 +403,13 @@ cdef class BackboneLoop:
             return
         s.flags = get_u48(p + 7)
         s.expires_ns = now + self.window_ns
+        s.pack_limit = 0
+        if self.packing and s.flags & F_PACKED:
+            s.pack_limit = (s.flags >> PACK_LIMIT_SHIFT) & 0xffff or DEFAULT_PACK_LIMIT
+            if s.pack_limit < HEADER_SIZE:
+                s.pack_limit = HEADER_SIZE  # still one frame per datagram, never less
+            if s.pack_limit > self.max_pack:
+                s.pack_limit = <uint32_t>self.max_pack
         slot.scratch[0] = T_KEEPALIVE_ACK
         slot.iov[0].iov_base = slot.scratch
         slot.iov[0].iov_len = 1
@@ -386,7 +470,7 @@ cdef class BackboneLoop:
             h = (h + 1) & self.index_mask
         if self.nsubs == self.max_subs:
             # Queued sends point at table entries: flush them before the sweep moves entries.
-            self.tx.flush(self.fd)
+            self.flush()
             self.sweep(now)
             if self.nsubs == self.max_subs:
                 return NULL
@@ -425,35 +509,51 @@ cdef class BackboneLoop:
     def dry_run(self, datagrams, int repeat=1):
         """Benchmark hook: run [(datagram, (host, port))] through the real receive path
         `repeat` times, as if received in batches, with every queued send discarded. Measures
-        sequencing, the table and fan-out without the kernel. Not while serve() runs."""
+        sequencing, the table and fan-out without the kernel (plus re-copying the datagrams
+        into the slots each time, since PUSHes are stamped in place). Not while serve() runs."""
         cdef int i = 0, k, n = len(datagrams)
         cdef int64_t now = monotonic_ns()
         cdef bytes data
+        cdef list originals = [bytes(d) for d, _ in datagrams]
+        cdef const char** src
+        cdef Py_ssize_t* lens
         if self.running:
             raise RuntimeError("dry_run() cannot run while the loop serves")
         if n > self.rx.capacity:
             raise ValueError(f"at most {self.rx.capacity} datagrams (one receive batch)")
         for i in range(n):
-            data, (host, port) = datagrams[i]
+            data = originals[i]
+            host, port = datagrams[i][1]
             if len(data) > self.rx.slot_size:
                 raise ValueError("datagram larger than a receive slot")
-            memcpy(<void*>self.rx.slot(i), <const char*>data, len(data))
             self.rx.msgs[i].msg_len = len(data)
             self.rx.msgs[i].msg_hdr.msg_flags = 0
             packed = socket.inet_aton(host)
             self.rx.addrs[i].sin_family = AF_INET
             self.rx.addrs[i].sin_addr.s_addr = htonl(int.from_bytes(packed, "big"))
             self.rx.addrs[i].sin_port = htons(port)
+        src = <const char**>PyMem_Calloc(n + 1, sizeof(char*))
+        lens = <Py_ssize_t*>PyMem_Calloc(n + 1, sizeof(Py_ssize_t))
+        if not (src and lens):
+            PyMem_Free(src)
+            PyMem_Free(lens)
+            raise MemoryError()
+        for i in range(n):
+            src[i] = <const char*>(<bytes>originals[i])
+            lens[i] = len(originals[i])
         self.dry = True
         try:
             with nogil:
                 for k in range(repeat):
                     for i in range(n):
+                        memcpy(<void*>self.rx.slot(i), src[i], lens[i])
                         self.handle(i, now)
                     self.fan_out_pending(now)
                     self.tx.count = 0
         finally:
             self.dry = False
+            PyMem_Free(src)
+            PyMem_Free(lens)
         return self.c.delivers
 
     def stats(self):
@@ -481,8 +581,11 @@ cdef class BackboneLoop:
             "forwards": self.c.forwards,
             "batches": self.c.batches,
             "gso": bool(self.gso),
-            "gso_sends": self.gso_sends,
-            "gso_segments": self.gso_segments,
+            "gso_sends": self.c.gso_sends,
+            "gso_segments": self.c.gso_segments,
+            "packing": bool(self.packing),
+            "packs_in": self.c.packs_in,
+            "packs_out": self.c.packs_out,
             "clients": live,
             "subscribers": subscribers,
             "journaling": journaling,

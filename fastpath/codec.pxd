@@ -15,6 +15,13 @@ cdef enum:
     KEEPALIVE_ACK_SIZE = 17
     TOKEN_SIZE = 16
     MAX_DATA = 65498
+    MAX_DATAGRAM = 65507
+
+# Packing extension: KEEPALIVE FLAGS bit and the pack limit carried in bits 16..31.
+cdef enum:
+    F_PACKED = 0x4
+    PACK_LIMIT_SHIFT = 16
+    DEFAULT_PACK_LIMIT = 1472
 
 # Why classify() rejected a datagram (returned as the negative of one of these).
 cdef enum:
@@ -28,3 +35,4 @@ cdef enum:
 cdef int classify(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil
 cdef int raise_fault(int fault, const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) except -1
 cdef Py_ssize_t write_deliver_header(uint8_t* out, uint64_t seq, Py_ssize_t length) noexcept nogil
+cdef Py_ssize_t count_frames(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil

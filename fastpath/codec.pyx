@@ -12,6 +12,7 @@ import socket
 from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, OversizePacket,
                              TruncatedPacket, UnknownPacketType)
 from fastpath.packets import Deliver, Forward, Keepalive, KeepaliveAck, Push, Request
+from fastpath.packets import DEFAULT_PACK_LIMIT as _PY_DEFAULT_PACK_LIMIT
 from fastpath.packets import MAX_DATA as _PY_MAX_DATA
 
 assert _PY_MAX_DATA == MAX_DATA
@@ -50,6 +51,30 @@ cdef int classify(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept 
             return -FAULT_TRUNCATED
         return ptype if n == KEEPALIVE_ACK_SIZE else -FAULT_LENGTH_MISMATCH
     return -FAULT_UNKNOWN_TYPE
+
+
+cdef Py_ssize_t count_frames(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil:
+    """Validate a DELIVER or PUSH datagram that may hold several frames of its first frame's type
+    back to back (the packing extension); return the frame count, or -CodecFault. A datagram
+    classify() accepts is one frame; frames must tile the datagram exactly."""
+    cdef int ptype
+    cdef Py_ssize_t off = 0, count = 0, length
+    if n < 1:
+        return -FAULT_TRUNCATED
+    ptype = p[0]
+    if ptype != T_DELIVER and ptype != T_PUSH:
+        return -FAULT_UNKNOWN_TYPE
+    if n < HEADER_SIZE:
+        return -FAULT_TRUNCATED
+    while off < n:
+        if n - off < HEADER_SIZE or p[off] != ptype:
+            return -FAULT_LENGTH_MISMATCH
+        length = get_u16(p + off + 1)
+        if length > max_data:
+            return -FAULT_OVERSIZE
+        off += HEADER_SIZE + length
+        count += 1
+    return count if off == n else -FAULT_LENGTH_MISMATCH
 
 
 cdef int raise_fault(int fault, const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) except -1:
@@ -348,3 +373,78 @@ def decode(data, Py_ssize_t max_data=MAX_DATA):
             PyBytes_FromStringAndSize(<const char*>rb_at(&rb, 1, TOKEN_SIZE), TOKEN_SIZE),))
     finally:
         PyBuffer_Release(&view)
+
+
+def decode_pack(data, Py_ssize_t max_data=MAX_DATA):
+    """Decode a datagram that may be packed (several DELIVER or several PUSH frames back to
+    back); return a list of packets. Any single valid packet is a list of one."""
+    cdef Py_buffer view
+    cdef const uint8_t* p
+    cdef Py_ssize_t n, off = 0, length
+    cdef int rc
+    cdef Py_ssize_t count
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        n = view.len
+        rc = classify(p, n, max_data)
+        if rc > 0:
+            return [decode(data, max_data)]
+        if rc != -FAULT_LENGTH_MISMATCH or (p[0] != T_DELIVER and p[0] != T_PUSH):
+            raise_fault(-rc, p, n, max_data)
+        count = count_frames(p, n, max_data)
+        if count == -FAULT_OVERSIZE:
+            raise OversizePacket(f"a frame's DATA exceeds the limit of {max_data}")
+        if count < 0:
+            raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
+        whole = memoryview(data)
+        out = []
+        while off < n:
+            length = get_u16(p + off + 1)
+            if p[0] == T_DELIVER:
+                out.append(tuple.__new__(Deliver, (
+                    get_u48(p + off + 3), whole[off + HEADER_SIZE:off + HEADER_SIZE + length])))
+            else:
+                out.append(tuple.__new__(Push, (whole[off + HEADER_SIZE:off + HEADER_SIZE + length],)))
+            off += HEADER_SIZE + length
+        return out
+    finally:
+        PyBuffer_Release(&view)
+
+
+def encode_pack(packets, Py_ssize_t max_datagram=MAX_DATAGRAM):
+    """Concatenate DELIVER or PUSH packets (all of one type) into one packed datagram."""
+    if not packets:
+        raise InvalidField("a pack holds at least one frame")
+    kind = type(packets[0])
+    if kind is not Deliver and kind is not Push:
+        raise InvalidField(f"only DELIVER or PUSH frames can be packed, not {kind.__name__}")
+    frames = []
+    for packet in packets:
+        if type(packet) is not kind:
+            raise InvalidField("a pack holds frames of one type")
+        frames.append(encode(packet))
+    out = b"".join(frames)
+    if len(out) > max_datagram:
+        raise OversizePacket(f"pack of {len(out)} bytes exceeds the limit of {max_datagram}")
+    return out
+
+
+def pack_pushes(datas, Py_ssize_t limit=_PY_DEFAULT_PACK_LIMIT, Py_ssize_t max_data=MAX_DATA):
+    """PUSH frames for `datas`, packed greedily in order into datagrams of at most `limit` bytes
+    (a frame larger than `limit` travels alone); return the list of datagrams."""
+    cdef Py_ssize_t used = 0, size
+    out = []
+    current = []
+    for data in datas:
+        frame = encode_push(data, max_data)
+        size = len(frame)
+        if current and used + size > limit:
+            out.append(b"".join(current))
+            current = []
+            used = 0
+        current.append(frame)
+        used += size
+    if current:
+        out.append(b"".join(current))
+    return out

@@ -21,6 +21,11 @@ TYPE_NAMES = {
 # KEEPALIVE FLAGS (seed: 0x1 -> NOSUBSCRIBE, 0x2 -> NOJOURNAL); other bits are reserved.
 NOSUBSCRIBE = 0x1
 NOJOURNAL = 0x2
+# Packing extension (docs/protocols/fyrehose.md): 0x4 says "send me packed DELIVERs", and bits
+# 16..31 carry the largest packed datagram the client accepts (0 = DEFAULT_PACK_LIMIT).
+PACKED = 0x4
+PACK_LIMIT_SHIFT = 16
+DEFAULT_PACK_LIMIT = 1472  # a 1,500-byte Ethernet MTU minus the IPv4 and UDP headers
 
 HEADER_SIZE = 9  # DELIVER/PUSH: type(1) LENGTH(2) SEQUENCE-or-UNUSED(6)
 RANGE_SIZE = 19  # REQUEST/FORWARD: type(1) ADDR(4) PORT(2) FROM_SEQ(6) TO_SEQ(6)
@@ -30,7 +35,8 @@ TOKEN_SIZE = 16
 
 # 65,535 (IPv4 total length) - 20 (IP header) - 8 (UDP header) = 65,507 bytes of UDP payload,
 # minus the 9-byte header. The seed's 65,526 does not fit an IPv4 datagram.
-MAX_DATA = 65507 - HEADER_SIZE
+MAX_DATAGRAM = 65507
+MAX_DATA = MAX_DATAGRAM - HEADER_SIZE
 MAX_SEQUENCE = (1 << 48) - 1
 MAX_FLAGS = (1 << 48) - 1
 
@@ -79,6 +85,20 @@ class KeepaliveAck(NamedTuple):
     """0x20 KEEPALIVE-ACK: echoes the TOKEN of a KEEPALIVE."""
 
     token: bytes
+
+
+def packed_flags(limit=DEFAULT_PACK_LIMIT):
+    """KEEPALIVE FLAGS bits asking for packed DELIVERs of at most `limit` bytes per datagram."""
+    if not HEADER_SIZE <= limit <= MAX_DATAGRAM:
+        raise ValueError(f"pack limit {limit} outside {HEADER_SIZE}..{MAX_DATAGRAM}")
+    return PACKED | (limit << PACK_LIMIT_SHIFT)
+
+
+def pack_limit(flags):
+    """Largest packed datagram a client with these FLAGS accepts; 0 if it does not pack."""
+    if not flags & PACKED:
+        return 0
+    return (flags >> PACK_LIMIT_SHIFT) & 0xFFFF or DEFAULT_PACK_LIMIT
 
 
 Packet = Union[Deliver, Push, Request, Forward, Keepalive, KeepaliveAck]

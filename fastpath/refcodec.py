@@ -4,7 +4,7 @@ import struct
 
 from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, OversizePacket,
                              TruncatedPacket, UnknownPacketType)
-from fastpath.packets import (DELIVER, FORWARD, HEADER_SIZE, KEEPALIVE, KEEPALIVE_ACK,
+from fastpath.packets import (DEFAULT_PACK_LIMIT, DELIVER, FORWARD, MAX_DATAGRAM, HEADER_SIZE, KEEPALIVE, KEEPALIVE_ACK,
                               KEEPALIVE_ACK_SIZE, KEEPALIVE_SIZE, MAX_DATA, MAX_SEQUENCE, PUSH,
                               RANGE_SIZE, REQUEST, TOKEN_SIZE, Deliver, Forward, Keepalive,
                               KeepaliveAck, Push, Request)
@@ -195,3 +195,61 @@ def decode(data, max_data=MAX_DATA):
         return Keepalive(socket.inet_ntoa(view[1:5]), int.from_bytes(view[5:7], "big"),
                          int.from_bytes(view[7:13], "big"), bytes(view[13:29]))
     return KeepaliveAck(bytes(view[1:17]))
+
+
+def decode_pack(data, max_data=MAX_DATA):
+    """Decode a datagram that may be packed (several DELIVER or several PUSH frames back to
+    back); return a list of packets. Any single valid packet is a list of one."""
+    view = memoryview(data).cast("B")
+    try:
+        return [decode(view, max_data)]
+    except LengthMismatch:
+        if view[0] not in (DELIVER, PUSH):
+            raise
+    ptype, n, off, out = view[0], len(view), 0, []
+    while off < n:
+        if n - off < HEADER_SIZE or view[off] != ptype:
+            raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
+        length = int.from_bytes(view[off + 1:off + 3], "big")
+        if length > max_data:
+            raise OversizePacket(f"a frame's DATA exceeds the limit of {max_data}")
+        data_view = view[off + HEADER_SIZE:off + HEADER_SIZE + length]
+        if ptype == DELIVER:
+            out.append(Deliver(int.from_bytes(view[off + 3:off + 9], "big"), data_view))
+        else:
+            out.append(Push(data_view))
+        off += HEADER_SIZE + length
+    if off != n:
+        raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
+    return out
+
+
+def encode_pack(packets, max_datagram=MAX_DATAGRAM):
+    """Concatenate DELIVER or PUSH packets (all of one type) into one packed datagram."""
+    if not packets:
+        raise InvalidField("a pack holds at least one frame")
+    kind = type(packets[0])
+    if kind not in (Deliver, Push):
+        raise InvalidField(f"only DELIVER or PUSH frames can be packed, not {kind.__name__}")
+    if any(type(packet) is not kind for packet in packets):
+        raise InvalidField("a pack holds frames of one type")
+    out = b"".join(encode(packet) for packet in packets)
+    if len(out) > max_datagram:
+        raise OversizePacket(f"pack of {len(out)} bytes exceeds the limit of {max_datagram}")
+    return out
+
+
+def pack_pushes(datas, limit=DEFAULT_PACK_LIMIT, max_data=MAX_DATA):
+    """PUSH frames for `datas`, packed greedily in order into datagrams of at most `limit` bytes
+    (a frame larger than `limit` travels alone); return the list of datagrams."""
+    out, current, used = [], [], 0
+    for data in datas:
+        frame = encode_push(data, max_data)
+        if current and used + len(frame) > limit:
+            out.append(b"".join(current))
+            current, used = [], 0
+        current.append(frame)
+        used += len(frame)
+    if current:
+        out.append(b"".join(current))
+    return out

@@ -193,3 +193,43 @@ def test_push_unused_field_is_sent_as_zero_and_ignored_on_receipt(codec):
 
 def test_keepalive_reserved_flag_bits_are_carried_not_rejected(codec):
     assert codec.decode(codec.encode_keepalive("", 0, 0x4 | 0x2, TOKEN)).flags == 0x6
+
+
+def test_pack_pushes_fills_each_datagram_up_to_the_limit_and_not_one_byte_past(codec):
+    # Five 20-byte frames (11 bytes of DATA): 100 bytes fit a limit of 100, not one of 99.
+    datas = [b"x" * 11] * 5
+    assert [len(d) for d in codec.pack_pushes(datas, limit=100)] == [100]
+    assert [len(d) for d in codec.pack_pushes(datas, limit=99)] == [80, 20]
+    assert codec.pack_pushes([b"y" * 500], limit=100) == [codec.encode_push(b"y" * 500)]
+    assert codec.pack_pushes([]) == []
+
+
+def test_encode_pack_limits_and_types(codec):
+    from fastpath.packets import MAX_DATAGRAM, Deliver, Keepalive, Push
+
+    assert len(codec.encode_pack([Push(b"")] * (MAX_DATAGRAM // 9))) == 65502
+    with pytest.raises(OversizePacket):
+        codec.encode_pack([Push(b"")] * (MAX_DATAGRAM // 9 + 1))
+    with pytest.raises(InvalidField):
+        codec.encode_pack([])
+    with pytest.raises(InvalidField):
+        codec.encode_pack([Push(b"a"), Deliver(1, b"b")])
+    with pytest.raises(InvalidField):
+        codec.encode_pack([Keepalive("", 0, 0, b"t" * 16)])
+
+
+@pytest.mark.parametrize("bad, error", [
+    (b"\x02\x00\x01" + bytes(6) + b"a" + b"\x02\x00", LengthMismatch),
+    (b"\x01\x00\x00" + bytes(6) + b"\x02\x00\x00" + bytes(6), LengthMismatch),
+    (b"\x10" + bytes(40), LengthMismatch),
+    (b"\x77" + bytes(40), UnknownPacketType),
+    (b"\x02\x00", TruncatedPacket),
+])
+def test_decode_pack_rejects_what_does_not_tile(codec, bad, error):
+    with pytest.raises(error):
+        codec.decode_pack(bad)
+
+
+def test_decode_strictly_refuses_a_pack(codec):
+    with pytest.raises(LengthMismatch):
+        codec.decode(codec.encode_push(b"a") * 2)

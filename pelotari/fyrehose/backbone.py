@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 from fastpath.backbone import BackboneLoop
 from fastpath.batchio import set_buffers
-from fastpath.packets import MAX_DATA
+from fastpath.packets import MAX_DATA, MAX_DATAGRAM
 
 DEFAULT_PORT = 2323
 
@@ -29,6 +29,8 @@ class BackboneConfig:
     socket_buffer: int = 8 << 20  # SO_RCVBUF/SO_SNDBUF asked for (the kernel may cap it)
     gso: Optional[bool] = None  # UDP GSO fan-out: None = when the kernel supports it
     gso_max_segment: int = 1472  # larger DELIVERs go one per send (fits an Ethernet MTU)
+    packing: bool = True  # packing extension: packed PUSHes in, packed DELIVERs to those who ask
+    max_pack: int = MAX_DATAGRAM  # caps the packed datagram size a client may ask for
 
 
 class Backbone:
@@ -64,7 +66,8 @@ class Backbone:
                 max_data=cfg.max_data, max_request_range=cfg.max_request_range,
                 allow_foreign_addresses=cfg.allow_foreign_addresses,
                 first_sequence=cfg.first_sequence, batch=cfg.batch, gso=cfg.gso,
-                gso_max_segment=cfg.gso_max_segment)
+                gso_max_segment=cfg.gso_max_segment, packing=cfg.packing,
+                max_pack=cfg.max_pack)
         except BaseException:
             sock.close()
             raise
