@@ -9,13 +9,14 @@ from posix.uio cimport iovec
 
 from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, poll, pollfd, POLLIN, AF_INET,
                                htons, htonl, errno, EINTR)
-from fastpath.wire cimport put_u16
+from fastpath.wire cimport get_u16, put_u16
 from fastpath.batchio cimport RecvBatch
 
 import socket
 
 from fastpath.batchio import set_buffers
 from fastpath.codec import encode_keepalive
+from fastpath.packets import packed_flags
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t sendto(int fd, const void* buf, size_t n, int flags, const void* addr, unsigned int addrlen)
@@ -144,33 +145,41 @@ def _udp_socket(int buffer):
 
 
 def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double duration=1.0,
-                     double rate=0.0, int pub_id=0, uint64_t count=0, int batch=DEFAULT_BATCH):
+                     double rate=0.0, int pub_id=0, uint64_t count=0, int batch=DEFAULT_BATCH,
+                     Py_ssize_t pack=0):
     """Send stamped PUSHes for `duration` seconds (or `count` messages) at `rate` per second
-    (0: as fast as possible), in sendmmsg batches; return what was sent."""
+    (0: as fast as possible), in sendmmsg batches; return what was sent. With `pack` > 0, as
+    many PUSH frames as fit in `pack` bytes share a datagram (the packing extension)."""
     if payload_size < LS_STAMP_SIZE or payload_size > 65498:
         raise ValueError(f"payload_size must be within {LS_STAMP_SIZE}..65498")
     if not 0 <= pub_id < LS_MAX_PUBLISHERS:
         raise ValueError(f"pub_id must be within 0..{LS_MAX_PUBLISHERS - 1}")
     if batch < 1 or batch > 1024:
         raise ValueError("batch must be within 1..1024")
+    if pack and not 9 <= pack <= 65507:
+        raise ValueError("pack must be 0 or within 9..65507")
     sock = _udp_socket(4 << 20)
     cdef int fd = sock.fileno()
     cdef sockaddr_in dst
     _fill_sockaddr(&dst, host, port)
-    cdef Py_ssize_t dgram = 9 + payload_size
+    cdef Py_ssize_t frame = 9 + payload_size
+    cdef Py_ssize_t per = max(1, pack // frame) if pack else 1  # frames per datagram
+    cdef Py_ssize_t dgram = per * frame
     cdef uint8_t* arena = <uint8_t*>PyMem_Calloc(batch, dgram)
     cdef mmsghdr* msgs = <mmsghdr*>PyMem_Calloc(batch, sizeof(mmsghdr))
     cdef iovec* iovs = <iovec*>PyMem_Calloc(batch, sizeof(iovec))
     if not (arena and msgs and iovs):
         raise MemoryError()
-    cdef int i, n, rc, off
-    cdef uint64_t sent = 0, failed = 0, calls = 0, due
+    cdef int i, j, n, nd, rc, off
+    cdef Py_ssize_t m
+    cdef uint64_t sent = 0, failed = 0, calls = 0, due, datagrams = 0
     cdef uint64_t start, now, deadline
     cdef int64_t ahead
     cdef double interval_ns = 1e9 / rate if rate > 0 else 0.0
     for i in range(batch):
-        arena[i * dgram] = 0x02
-        put_u16(arena + i * dgram + 1, <uint16_t>payload_size)
+        for j in range(per):
+            arena[i * dgram + j * frame] = 0x02
+            put_u16(arena + i * dgram + j * frame + 1, <uint16_t>payload_size)
         iovs[i].iov_base = arena + i * dgram
         iovs[i].iov_len = dgram
         msgs[i].msg_hdr.msg_name = &dst
@@ -185,7 +194,7 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
                 now = ls_now_ns()
                 if now >= deadline or (count and sent >= count):
                     break
-                n = batch
+                n = batch * per  # messages this round
                 if rate > 0:
                     due = <uint64_t>((now - start) / interval_ns) + 1
                     if due <= sent:
@@ -197,11 +206,17 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
                         n = <int>(due - sent)
                 if count and count - sent < <uint64_t>n:
                     n = <int>(count - sent)
-                for i in range(n):
-                    ls_stamp(arena + i * dgram + 9, <uint16_t>pub_id, sent + i, now)
+                nd = <int>((n + per - 1) // per)
+                for i in range(nd):
+                    m = per if (i + 1) * per <= n else n - i * per
+                    for j in range(m):
+                        ls_stamp(arena + i * dgram + j * frame + 9, <uint16_t>pub_id,
+                                 sent + i * per + j, now)
+                    iovs[i].iov_len = m * frame
+                datagrams += nd
                 off = 0
-                while off < n:
-                    rc = sendmmsg(fd, msgs + off, n - off, 0)
+                while off < nd:
+                    rc = sendmmsg(fd, msgs + off, nd - off, 0)
                     calls += 1
                     if rc > 0:
                         off += rc
@@ -217,8 +232,8 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
         PyMem_Free(msgs)
         PyMem_Free(iovs)
         sock.close()
-    return {"sent": sent, "send_failures": failed, "sendmmsg_calls": calls,
-            "elapsed": (now - start) / 1e9, "pub_id": pub_id}
+    return {"sent": sent, "datagrams": datagrams, "send_failures": failed,
+            "sendmmsg_calls": calls, "elapsed": (now - start) / 1e9, "pub_id": pub_id}
 
 
 cdef class SubscriberGroup:
@@ -236,12 +251,15 @@ cdef class SubscriberGroup:
     cdef RecvBatch rx
     cdef sockaddr_in bb
 
-    def __cinit__(self, host, int port, int subscribers=1, int buffer=32 << 20):
+    def __cinit__(self, host, int port, int subscribers=1, int buffer=32 << 20,
+                  Py_ssize_t pack=0):
         if subscribers < 1 or subscribers > 1024:
             raise ValueError("subscribers must be within 1..1024")
         self.host, self.port, self.nsub = host, port, subscribers
         self.socks = [_udp_socket(buffer) for _ in range(subscribers)]
-        self.keepalive = encode_keepalive("", 0, 0x2, b"pelotari-loadgen")
+        # NOJOURNAL; with `pack`, also PACKED and the largest packed datagram accepted.
+        flags = 0x2 | (packed_flags(pack) if pack else 0)
+        self.keepalive = encode_keepalive("", 0, flags, b"pelotari-loadgen")
         _fill_sockaddr(&self.bb, host, port)
         self.pfds = <pollfd*>PyMem_Calloc(subscribers, sizeof(pollfd))
         if not self.pfds:
@@ -294,12 +312,12 @@ cdef class SubscriberGroup:
         cdef Py_ssize_t ka_len = len(self.keepalive)
         cdef uint64_t start, now, last_rx = 0, next_keepalive, deadline
         cdef uint64_t idle_ns = <uint64_t>(idle * 1e9)
-        cdef uint64_t other = 0, datagrams = 0
+        cdef uint64_t other = 0, datagrams = 0, frames = 0
         cdef int rc, i, ready_n
         cdef const uint8_t* p
         cdef pollfd* pfds = self.pfds
         cdef RecvBatch rx = self.rx
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n, off, size
         try:
             with nogil:
                 start = ls_now_ns()
@@ -328,11 +346,21 @@ cdef class SubscriberGroup:
                             for i in range(rc):
                                 p = rx.slot(i)
                                 n = rx.length(i)
-                                if n >= 9 and p[0] == 0x01:
-                                    last_rx = now
-                                    ls_counter_record(cs[k], p + 9, n - 9, now)
-                                else:
+                                if n < 9 or p[0] != 0x01:
                                     other += 1
+                                    continue
+                                # One DELIVER, or several packed back to back.
+                                last_rx = now
+                                off = 0
+                                while n - off >= 9 and p[off] == 0x01:
+                                    size = 9 + get_u16(p + off + 1)
+                                    if size > n - off:
+                                        break
+                                    ls_counter_record(cs[k], p + off + 9, size - 9, now)
+                                    frames += 1
+                                    off += size
+                                if off != n:
+                                    other += 1  # a malformed tail: counted, never read
                             if rc < RECV_BATCH:
                                 break
                 now = ls_now_ns()
@@ -349,6 +377,7 @@ cdef class SubscriberGroup:
             "duplicates": sum(s["duplicates"] for s in per_sub),
             "reordered": sum(s["reordered"] for s in per_sub),
             "datagrams": datagrams,
+            "frames": frames,
             "other_datagrams": other,
             "latency": merged.summary(),
             "latency_buckets": merged.buckets(),
@@ -358,9 +387,10 @@ cdef class SubscriberGroup:
 
 
 def subscribe_fyrehose(host, int port, *, int subscribers=1, double max_duration=30.0,
-                       double idle=0.5, double ack_timeout=3.0, ready=None, int buffer=32 << 20):
+                       double idle=0.5, double ack_timeout=3.0, ready=None, int buffer=32 << 20,
+                       Py_ssize_t pack=0):
     """One trial: sign `subscribers` sockets on, call ready(), measure, sign off."""
-    group = SubscriberGroup(host, port, subscribers, buffer)
+    group = SubscriberGroup(host, port, subscribers, buffer, pack)
     try:
         group.sign_on(ack_timeout)
         if ready is not None:

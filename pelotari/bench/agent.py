@@ -29,7 +29,7 @@ def answer(record) -> None:
 def run_sub(args) -> None:
     from fastpath.loadgen import SubscriberGroup
 
-    group = SubscriberGroup(args.host, args.port, args.subscribers)
+    group = SubscriberGroup(args.host, args.port, args.subscribers, pack=args.pack)
     try:
         group.sign_on()
         answer({"ready": True})
@@ -58,7 +58,8 @@ def run_pub(args) -> None:
         before = cpu_seconds()
         result = publish_fyrehose(args.host, args.port, payload_size=cmd["payload_size"],
                                   duration=cmd["duration"], rate=cmd.get("rate", 0.0),
-                                  pub_id=args.pub_id, batch=cmd.get("batch", 64))
+                                  pub_id=args.pub_id, batch=cmd.get("batch", 64),
+                                  pack=args.pack)
         result["cpu"] = cpu_seconds() - before
         answer(result)
 
@@ -70,6 +71,8 @@ def main(argv=None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--subscribers", type=int, default=1)
     parser.add_argument("--pub-id", type=int, default=0)
+    parser.add_argument("--pack", type=int, default=0,
+                        help="packing extension: largest packed datagram in bytes (0: off)")
     parser.add_argument("--system", default="fyrehose", choices=["fyrehose"],
                         help="only fyrehose: the peers' agent is bench/clients/peer_client.c")
     args = parser.parse_args(argv)

@@ -127,6 +127,7 @@ class System:
     transport: int = socket.SOCK_DGRAM
     two_ports: bool = False  # publishers and subscribers connect to different ports
     version_command: List[str] = field(default_factory=list, repr=False)
+    agent_args: List[str] = field(default_factory=list)  # for both load-generator roles
 
     def version(self) -> str:
         """What `version_command` prints (first line), or pelotari's own version."""
@@ -179,6 +180,7 @@ def _reference(gso: bool) -> Callable[[int], List[str]]:
 
 
 PEER_HINT = "run: sudo bash bench/peers/install.sh"
+PACK = 65507  # pelotari-packed's datagram limit: loopback's MTU carries it unfragmented
 
 
 def _have_zmq_headers() -> bool:
@@ -233,6 +235,11 @@ SYSTEMS: Dict[str, System] = {s.name: s for s in [
     System("pelotari", "fyrehose", "the pelotari backbone (Cython, recvmmsg/sendmmsg)",
            lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
                          "--port", str(port), "--stats-interval", "3600"]),
+    System("pelotari-packed", "fyrehose",
+           f"the pelotari backbone; clients use the packing extension ({PACK} B datagrams)",
+           lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
+                         "--port", str(port), "--stats-interval", "3600"],
+           agent_args=["--pack", str(PACK)]),
     System("pelotari-plain", "fyrehose", "the pelotari backbone without GSO (--no-gso)",
            lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
                          "--port", str(port), "--stats-interval", "3600", "--no-gso"]),

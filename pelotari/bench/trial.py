@@ -133,7 +133,9 @@ class Session:
         self.agents: List[Agent] = []
         try:
             agent = agent_command(system.protocol)
-            extra = [] if system.protocol == "fyrehose" else ["--system", system.protocol]
+            extra = list(system.agent_args)
+            if system.protocol != "fyrehose":
+                extra += ["--system", system.protocol]
             self.sub = Agent(agent + ["sub", "--port", str(self.server.sub_port),
                                       "--subscribers", str(scenario.subscribers)] + extra,
                              client_cpus)
