@@ -215,3 +215,49 @@ def test_tail_probe_can_be_disabled():
     core.handle_timer(0.0)
     core.receive_datagram(wire.encode_deliver(1, b"a"), BB, 0.0)
     assert core.get_timer() == 1.0  # only the next KEEPALIVE
+
+
+# ---- packing extension -----------------------------------------------------------------------
+
+def test_a_packing_client_announces_packed_and_its_limit_in_every_keepalive():
+    from fastpath.packets import PACKED, pack_limit
+
+    core = make(pack=8000, flags=NOJOURNAL)
+    core.handle_timer(0.0)
+    (ka, _), = sent(core)
+    assert ka.flags & PACKED and ka.flags & NOJOURNAL and pack_limit(ka.flags) == 8000
+    core.set_flags(NOSUBSCRIBE, 0.1)
+    (ka, _), = sent(core)
+    assert ka.flags & PACKED and ka.flags & NOSUBSCRIBE and pack_limit(ka.flags) == 8000
+
+
+def test_a_packed_deliver_gives_each_message_in_order_and_confirms_publishes():
+    core = make(pack=1472)
+    ids = core.publish_many([b"a", b"b", b"c"], 0.0)
+    (datagram, addr), = core.datagrams_to_send()  # three PUSH frames, one datagram
+    assert addr == BB and datagram == b"".join(wire.encode_push(d) for d in (b"a", b"b", b"c"))
+    pack = b"".join(wire.encode_deliver(10 + i, d) for i, d in enumerate((b"a", b"b", b"c")))
+    core.receive_datagram(pack, BB, 0.01)
+    got = events(core)
+    assert [e for e in got if isinstance(e, Message)] == [Message(10, b"a"), Message(11, b"b"),
+                                                         Message(12, b"c")]
+    assert [e for e in got if isinstance(e, PublishConfirmed)] == [
+        PublishConfirmed(ids[0], 10), PublishConfirmed(ids[1], 11), PublishConfirmed(ids[2], 12)]
+    assert core.stats["packs_in"] == 1
+
+
+def test_a_plain_client_refuses_a_pack_and_does_not_pack_its_publishes():
+    core = make()
+    core.publish_many([b"a", b"b"], 0.0)
+    assert [d for d, _ in core.datagrams_to_send()] == [wire.encode_push(b"a"), wire.encode_push(b"b")]
+    core.receive_datagram(wire.encode_deliver(1, b"a") + wire.encode_deliver(2, b"b"), BB, 0.0)
+    assert not [e for e in events(core) if isinstance(e, Message)]
+    assert core.stats["dropped_length_mismatch"] == 1
+
+
+def test_pack_limit_is_checked():
+    with pytest.raises(ValueError):
+        ClientConfig(pack=8)
+    with pytest.raises(ValueError):
+        ClientConfig(pack=65508)
+    assert ClientConfig(pack=9).pack == 9 and ClientConfig(pack=65507).pack == 65507

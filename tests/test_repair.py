@@ -195,3 +195,72 @@ def test_flags_can_be_changed_while_running(backbone):
         pub.publish(b"three")
         # 1001 went out while it was not subscribed, and no peer journals it: reported lost.
         assert collect(sub, 2, timeout=5) == [Lost(1001, 1001), Message(1002, b"three")]
+
+
+def test_packing_and_plain_clients_share_a_backbone(backbone):
+    n = 300
+    packed_sub = Client(addr(backbone), pack=1472).start()
+    plain_sub = Client(addr(backbone)).start()
+    try:
+        assert packed_sub.wait_connected(3) and plain_sub.wait_connected(3)
+        with Client(addr(backbone), pack=1472, flags=NOJOURNAL) as pub:
+            assert pub.wait_connected(3)
+            seqs = pub.publish_many([b"p%03d" % i for i in range(n)])
+            assert pub.stats()["packs_in"] > 0  # its own DELIVERs came back packed
+        assert seqs == list(range(1000, 1000 + n))
+        want = [(1000 + i, b"p%03d" % i) for i in range(n)]
+        for sub in (packed_sub, plain_sub):
+            assert [(m.sequence, m.data) for m in collect(sub, n)] == want
+        assert packed_sub.stats()["packs_in"] > 0 and plain_sub.stats().get("packs_in", 0) == 0
+        st = backbone.stats()
+        assert st["packs_in"] > 0 and st["packs_out"] > 0
+    finally:
+        packed_sub.close()
+        plain_sub.close()
+
+
+def test_a_lost_pack_is_repaired_message_by_message(backbone):
+    relay = LossyRelay(backbone.address, loss=0.3, seed=3)
+    peer = Client(addr(backbone), pack=1472).start()
+    lossy = Client(f"127.0.0.1:{relay.address[1]}", pack=1472).start()
+    try:
+        assert lossy.wait_connected(3) and peer.wait_connected(3)
+        n = 600
+        with Client(addr(backbone), pack=1472, flags=NOJOURNAL | NOSUBSCRIBE) as pub:
+            # A client starts from the first message it hears: warm up until one gets through.
+            while lossy.receive(0) is None:
+                pub.publish(b"warm-up")
+                time.sleep(0.02)
+            while lossy.receive(0.1) is not None:
+                pass
+            for k in range(0, n, 50):
+                pub.publish_many([b"m%d" % i for i in range(k, k + 50)])
+                time.sleep(0.01)
+        got, deadline = [], time.monotonic() + 20
+        while b"m%d" % (n - 1) not in got and time.monotonic() < deadline:
+            item = lossy.receive(0.2)
+            if isinstance(item, Message) and item.data != b"warm-up":
+                got.append(item.data)
+        assert got == [b"m%d" % i for i in range(n)]
+        assert relay.dropped > 3 and lossy.stats()["requests"] > 0
+    finally:
+        lossy.close()
+        peer.close()
+        relay.close()
+
+
+def test_async_client_publishes_packed(backbone):
+    async def main():
+        sub = await AsyncClient.connect(addr(backbone), pack=4096)
+        pub = await AsyncClient.connect(addr(backbone), pack=4096, flags=NOJOURNAL)
+        try:
+            seqs = await pub.publish_many([b"a%d" % i for i in range(40)])
+            got = [await asyncio.wait_for(sub.receive(), 3) for _ in range(40)]
+            return seqs, got
+        finally:
+            await pub.close()
+            await sub.close()
+
+    seqs, got = asyncio.run(main())
+    assert seqs == list(range(1000, 1040))
+    assert [(m.sequence, m.data) for m in got] == [(1000 + i, b"a%d" % i) for i in range(40)]

@@ -2,7 +2,7 @@
 import asyncio
 import time
 from dataclasses import replace
-from typing import AsyncIterator, Dict, Optional, Tuple, Union
+from typing import AsyncIterator, Dict, List, Optional, Tuple, Union
 
 from pelotari.fyrehose.backbone import DEFAULT_PORT
 from pelotari.fyrehose.client import Item, PublishTimeout, parse_address
@@ -82,6 +82,22 @@ class AsyncClient(asyncio.DatagramProtocol):
         wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
         try:
             return await asyncio.wait_for(fut, wait)
+        except asyncio.TimeoutError:
+            raise PublishTimeout("no DELIVER came back from the backbone") from None
+
+    async def publish_many(self, datas, timeout: Optional[float] = None) -> List[Optional[int]]:
+        """Publish several messages (packed when `pack` is set); their sequence numbers."""
+        pids = self.core.publish_many(datas, self._now())
+        futs = []
+        for pid in pids:
+            fut = None
+            if pid is not None:
+                fut = self._futures[pid] = self._loop.create_future()
+            futs.append(fut)
+        self._pump()
+        wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
+        try:
+            return [None if f is None else await asyncio.wait_for(f, wait) for f in futs]
         except asyncio.TimeoutError:
             raise PublishTimeout("no DELIVER came back from the backbone") from None
 

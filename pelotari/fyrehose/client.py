@@ -8,7 +8,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from fastpath.batchio import RecvBatch, SendBatch, set_buffers
 from pelotari.fyrehose.backbone import DEFAULT_PORT
@@ -143,6 +143,29 @@ class Client:
             out = self.core.datagrams_to_send()
         self._send(out)
         return fut
+
+    def publish_many_nowait(self, datas) -> List[Optional[Future]]:
+        """Send several PUSHes (packed when `pack` is set); one Future (or None) per message."""
+        with self._lock:
+            pids = self.core.publish_many(datas, time.monotonic())
+            futs = []
+            for pid in pids:
+                fut = None
+                if pid is not None:
+                    fut = self._futures[pid] = Future()
+                futs.append(fut)
+            out = self.core.datagrams_to_send()
+        self._send(out)
+        return futs
+
+    def publish_many(self, datas, timeout: Optional[float] = None) -> List[Optional[int]]:
+        """Publish several messages and wait for each DELIVER: their sequence numbers."""
+        futs = self.publish_many_nowait(datas)
+        wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
+        try:
+            return [None if f is None else f.result(wait) for f in futs]
+        except TimeoutError:
+            raise PublishTimeout("no DELIVER came back from the backbone") from None
 
     def publish(self, data: bytes, timeout: Optional[float] = None) -> Optional[int]:
         """Publish and wait for the backbone's DELIVER: return its sequence number.

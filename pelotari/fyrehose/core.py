@@ -36,12 +36,17 @@ class ClientConfig:
     tail_probe_range: int = 64
     max_pending_publishes: int = 65536
     backbone_silence: float = 3.0  # seconds without ACK before BackboneDown
+    # Packing extension: 0 = plain seed client. Otherwise the largest packed datagram this
+    # client accepts (announced with PACKED in every KEEPALIVE) and packs publish_many() into.
+    pack: int = 0
 
     def __post_init__(self):
         if not 0 < self.keepalive_interval <= 1.0:
             raise ValueError("keepalive_interval must be within (0, 1] seconds (seed rule C1)")
         if not 0 <= self.flags < 1 << 48:
             raise ValueError("flags must fit in 48 bits")
+        if self.pack and not codec.HEADER_SIZE <= self.pack <= codec.MAX_DATAGRAM:
+            raise ValueError(f"pack must be 0 or within {codec.HEADER_SIZE}..{codec.MAX_DATAGRAM}")
 
 
 class ClientCore:
@@ -89,11 +94,18 @@ class ClientCore:
         """Handle one datagram from addr; malformed ones are counted and dropped."""
         self.stats["datagrams_in"] += 1
         try:
-            packet = codec.decode(data)
+            # Only a client that asked for packed DELIVERs reads more than one frame.
+            packets = codec.decode_pack(data) if self.config.pack else (codec.decode(data),)
         except codec.CodecError as exc:
             self.stats["dropped_" + exc.reason] += 1
             log.debug("dropped datagram from %s:%s: %s", addr[0], addr[1], exc)
             return
+        if len(packets) > 1:
+            self.stats["packs_in"] += 1
+            for packet in packets:
+                self._on_deliver(packet.sequence, bytes(packet.data), now)
+            return
+        packet = packets[0]
         kind = type(packet)
         if kind is codec.Deliver:
             self._on_deliver(packet.sequence, bytes(packet.data), now)
@@ -171,8 +183,21 @@ class ClientCore:
     def publish(self, data: bytes, now: float) -> Optional[int]:
         """Queue a PUSH; returns the id PublishConfirmed/PublishFailed will carry, or None
         for a NOSUBSCRIBE client, which never sees its DELIVER (fire-and-forget)."""
-        datagram = codec.encode_push(data)
-        self._out.append((datagram, self.backbone))
+        self._out.append((codec.encode_push(data), self.backbone))
+        return self._track(data, now)
+
+    def publish_many(self, datas, now: float) -> List[Optional[int]]:
+        """Queue several PUSHes at once; with `pack` set they share datagrams (the packing
+        extension; the backbone must support it). Returns one id (or None) per message."""
+        datas = list(datas)
+        if self.config.pack:
+            for datagram in codec.pack_pushes(datas, self.config.pack):
+                self._out.append((datagram, self.backbone))
+        else:
+            self._out.extend((codec.encode_push(d), self.backbone) for d in datas)
+        return [self._track(d, now) for d in datas]
+
+    def _track(self, data: bytes, now: float) -> Optional[int]:
         self.stats["pushes"] += 1
         if not self.subscribed:
             return None
@@ -252,7 +277,10 @@ class ClientCore:
         self._keepalives_sent[token] = now
         if len(self._keepalives_sent) > 16:  # forget ACKs that will never come
             self._keepalives_sent.pop(next(iter(self._keepalives_sent)))
-        self._out.append((codec.encode_keepalive("", 0, self.config.flags, token), self.backbone))
+        flags = self.config.flags
+        if self.config.pack:
+            flags |= codec.packed_flags(self.config.pack)
+        self._out.append((codec.encode_keepalive("", 0, flags, token), self.backbone))
         self.stats["keepalives"] += 1
         self._next_keepalive = now + self.config.keepalive_interval
         since = now - (self._last_ack if self._last_ack is not None else self._started)
