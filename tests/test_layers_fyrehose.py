@@ -129,3 +129,47 @@ def test_a_gso_super_datagram_splits_into_its_delivers():
     assert fl.split_gso(frames[0] + b"\x01\x00") is None  # a torn frame
     assert fl.split_gso(codec.encode_push(b"a") + codec.encode_push(b"b")) is None
     assert fl.split_gso(codec.encode_deliver(1, b"short") + codec.encode_deliver(2, b"longer")) is None
+
+
+# ---- packing extension -----------------------------------------------------------------------
+
+def test_a_packed_datagram_builds_and_dissects_as_a_chain_of_frames():
+    built = fl.FyrehoseDeliver(sequence=5, data=b"ab") / fl.FyrehoseDeliver(sequence=6, data=b"") \
+        / fl.FyrehoseDeliver(sequence=9, data=b"xyz")
+    want = codec.encode_pack([Deliver(5, b"ab"), Deliver(6, b""), Deliver(9, b"xyz")])
+    assert raw(built) == want
+    got = fl.Fyrehose(want)
+    frames = []
+    while isinstance(got, fl.FyrehoseDeliver):
+        frames.append((got.sequence, got.data))
+        got = got.payload
+    assert frames == [(5, b"ab"), (6, b""), (9, b"xyz")]
+    pushes = fl.Fyrehose(codec.pack_pushes([b"a", b"bc"])[0])
+    assert isinstance(pushes, fl.FyrehosePush) and isinstance(pushes.payload, fl.FyrehosePush)
+    assert pushes.payload.data == b"bc"
+
+
+def test_a_pack_that_does_not_tile_is_malformed_and_a_mixed_one_too():
+    torn = codec.encode_push(b"a") + b"\x02\x00\x05"
+    mixed = codec.encode_push(b"a") + codec.encode_deliver(1, b"b")
+    for bad in (torn, mixed):
+        pkt = fl.Fyrehose(bad)
+        assert isinstance(pkt, fl.FyrehoseMalformed) and "LengthMismatch" in pkt.summary()
+
+
+def test_split_frames_and_describe_give_one_row_per_frame():
+    pack = codec.encode_pack([Deliver(1, b"a"), Deliver(2, b"bbb")])
+    frames = fl.split_frames(pack)
+    assert frames == [codec.encode_deliver(1, b"a"), codec.encode_deliver(2, b"bbb")]
+    assert fl.split_gso(pack) is None  # a short frame before a long one: not a GSO send
+    assert fl.split_frames(frames[0]) is None
+    row = fl.describe(fl.dissect(pack))
+    assert row["type"] == "DELIVER" and row["sequence"] == 1 and "seq=1" in row["summary"]
+
+
+def test_keepalive_flags_name_the_packed_bit():
+    from fastpath.packets import NOJOURNAL, packed_flags
+
+    ka = fl.FyrehoseKeepalive(flags=NOJOURNAL | packed_flags(1472), token=b"t" * 16)
+    assert "PACKED" in ka.sprintf("%flags%")
+    assert raw(ka) == codec.encode_keepalive("", 0, NOJOURNAL | packed_flags(1472), b"t" * 16)

@@ -189,3 +189,29 @@ def test_src_without_root_says_so_in_one_line_and_sends_from_an_ordinary_socket(
     assert capsys.readouterr().err.strip().splitlines() == [
         "--src needs a raw socket, which needs root: sending from an ordinary UDP socket instead"]
     sock.close()
+
+
+def test_craft_packs_pushes_and_the_backbone_delivers_each(backbone):
+    with Client(f"127.0.0.1:{backbone.address[1]}") as sub:
+        assert sub.wait_connected(3)
+        res = run("craft", "push", "--data", "p!", "--pack", "3", "--hexdump", "--send",
+                  f"127.0.0.1:{backbone.address[1]}")
+        assert res.returncode == 0, res.stderr
+        assert [sub.receive(3) for _ in range(3)] == [Message(1000 + i, b"p!") for i in range(3)]
+    assert backbone.stats()["packs_in"] == 1
+    res = run("craft", "keepalive", "--pack", "2")
+    assert res.returncode == 2 and "only fyrehose DELIVER and PUSH" in res.stderr
+
+
+def test_inspect_shows_each_frame_of_a_packed_datagram(tmp_path):
+    from scapy.all import IP, UDP, wrpcap
+
+    pack = b"".join(wire.encode_deliver(s, b"x" * (s % 3)) for s in (20, 21, 22))
+    path = tmp_path / "packed.pcap"
+    wrpcap(str(path), [IP(src="127.0.0.1", dst="127.0.0.2") / UDP(sport=2323, dport=40000) / pack])
+    res = run("inspect", str(path), "--json")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()][:-1]
+    assert [(r["type"], r["sequence"], r["frames"]) for r in rows] == [
+        ("DELIVER", 20, 3), ("DELIVER", 21, 3), ("DELIVER", 22, 3)]
+    assert not any(r.get("gso") for r in rows)

@@ -70,10 +70,13 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
               help="Send from this address (a raw socket: needs root).")
 @click.option("--wait", type=click.FloatRange(0, 60), default=0.0,
               help="After sending, wait this many seconds for answers and dissect them.")
+@click.option("--pack", type=click.IntRange(1, 7278), default=1, show_default=True,
+              help="fyrehose packing extension: N copies of the DELIVER or PUSH frame back to "
+                   "back in one datagram (a DELIVER's SEQUENCE counts up).")
 @click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not show the packet; only send and answers.")
 @click.option("--list", "list_types", is_flag=True, help="List the packet types and their fields.")
-def craft(kind, fields, target, src, wait, hexdump, quiet, list_types, **named):
+def craft(kind, fields, target, src, wait, pack, hexdump, quiet, list_types, **named):
     """Build any pelotari packet, show it, and optionally send it and dissect the answer.
 
     TYPE is a packet type of any of pelotari's scapy layers (see --list), e.g. keepalive,
@@ -84,6 +87,7 @@ def craft(kind, fields, target, src, wait, hexdump, quiet, list_types, **named):
       pelotari craft push --data hello --send 127.0.0.1:2323      publish "hello"
       pelotari craft request --from-seq 5 --to-seq 9 --hexdump    just show the bytes
       pelotari craft push --data abc --length 99 --send ...       a LENGTH that lies
+      pelotari craft push --data abc --pack 3 --send ...          three PUSHes, one datagram
     """
     from scapy.all import hexdump as scapy_hexdump, raw
 
@@ -113,12 +117,27 @@ def craft(kind, fields, target, src, wait, hexdump, quiet, list_types, **named):
         raise click.BadParameter(f"TOKEN must be 16 bytes, got {len(converted['token'])}",
                                  param_hint="--token")
     pkt = cls(**converted)
+    if pack > 1:
+        from pelotari.layers.fyrehose import FyrehoseDeliver, FyrehosePush
+
+        if not issubclass(cls, (FyrehoseDeliver, FyrehosePush)):
+            raise click.BadParameter("only fyrehose DELIVER and PUSH frames can be packed",
+                                     param_hint="--pack")
+        first = pkt
+        for k in range(1, pack):
+            more = cls(**converted)
+            if issubclass(cls, FyrehoseDeliver):
+                more.sequence = (first.sequence + k) % (1 << 48)
+            pkt = pkt / more
     wire = raw(pkt)
+    if len(wire) > 65507:
+        raise click.BadParameter(f"{len(wire)} bytes do not fit in one UDP datagram (65,507)",
+                                 param_hint="--pack")
     if not quiet:
         if hexdump:
             scapy_hexdump(wire)
         else:
-            cls(wire).show()
+            cls(wire).show() if pack == 1 else sys.modules[cls.__module__].dissect(wire).show()
     if target is None:
         return
     sock = _sender(src, target, wire)
@@ -173,7 +192,8 @@ def _answers(sock, wait, dissect):
 def _rows(pkt, ports):
     """A captured packet as rows. Every protocol bound to one of its ports tries to read it;
     the first that recognises it wins, else the first one's "malformed" reading is shown. A
-    fyrehose GSO super-datagram (captured before segmentation) becomes one row per DELIVER."""
+    fyrehose datagram of several frames (packed, or a GSO send captured before segmentation)
+    becomes one row per frame."""
     from scapy.layers.inet import IP, UDP
 
     if not pkt.haslayer(UDP) or not pkt.haslayer(IP):
@@ -184,12 +204,17 @@ def _rows(pkt, ports):
     for module, bound in ports:
         if not data or not (udp.sport in bound or udp.dport in bound):
             continue
-        frames = getattr(module, "split_gso", lambda _: None)(data)
+        frames = getattr(module, "split_frames", lambda _: None)(data)
+        gso = frames is not None and getattr(module, "split_gso", lambda _: None)(data) is not None
         for frame in frames or [data]:
             described = module.describe(module.dissect(frame))
             if described is not None:
                 if frames:
-                    described["gso"] = True
+                    # Several frames in one datagram: packed, or (equal sizes, on lo) one GSO
+                    # send captured before the device split it.
+                    described["frames"] = len(frames)
+                    if gso:
+                        described["gso"] = True
                 readings.append((len(frame), described))
         if readings and readings[0][1]["type"] not in ("MALFORMED", "UNKNOWN"):
             break

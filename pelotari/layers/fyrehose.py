@@ -12,7 +12,11 @@ Six packet types, big-endian; the first byte is the type. Field names are the se
     >>> raw(FyrehoseKeepalive(token=b"0123456789abcdef"))
 
 A datagram on the fyrehose port that is not a valid fyrehose packet dissects as
-FyrehoseMalformed, whose summary says why; dissection never raises.
+FyrehoseMalformed, whose summary says why; dissection never raises. A packed datagram (the
+packing extension: several DELIVER or several PUSH frames back to back) dissects as a chain of
+frames, and is built the same way:
+
+    >>> raw(FyrehosePush(data=b"a") / FyrehosePush(data=b"b"))
 """
 
 from scapy.fields import (BitField, ByteEnumField, FlagsField, IPField, ShortField,
@@ -29,7 +33,7 @@ DEFAULT_PORTS = (DEFAULT_PORT,)
 
 TYPES = {0x01: "DELIVER", 0x02: "PUSH", 0x04: "REQUEST", 0x08: "FORWARD", 0x10: "KEEPALIVE",
          0x20: "KEEPALIVE-ACK"}
-FLAG_NAMES = ["NOSUBSCRIBE", "NOJOURNAL"] + [f"bit{i}" for i in range(2, 48)]
+FLAG_NAMES = ["NOSUBSCRIBE", "NOJOURNAL", "PACKED"] + [f"bit{i}" for i in range(3, 48)]
 
 
 class _Fyrehose(Packet):
@@ -43,6 +47,16 @@ class _Fyrehose(Packet):
 
 
 class _DataPacket(_Fyrehose):
+    """DELIVER or PUSH; in a packed datagram the next frame of the same type is the payload."""
+
+    def extract_padding(self, s):
+        if s[:1] == bytes([self.type]):
+            return s, b""
+        return b"", s
+
+    def guess_payload_class(self, payload):
+        return type(self) if payload[:1] == bytes([self.type]) else Raw
+
     def post_build(self, pkt, pay):
         if self.length is None:  # LENGTH: bytes of DATA
             n = len(pkt) - 9
@@ -179,10 +193,33 @@ class Fyrehose(Packet):
         try:
             return CLASSES[refcodec.packet_type(_pkt)]
         except (CodecError, KeyError):
+            pass
+        try:  # the packing extension: frames back to back
+            return CLASSES[refcodec.decode_pack(_pkt) and _pkt[0]]
+        except (CodecError, KeyError):
             return FyrehoseMalformed
 
 
 dissect = Fyrehose  # a datagram of this protocol -> its packet
+
+
+def split_frames(data: bytes):
+    """The frames of a datagram holding several DELIVER or several PUSH frames back to back
+    (a packed datagram, or a GSO send captured before segmentation), or None."""
+    if len(data) < 2 * HEADER_SIZE or data[0] not in (0x01, 0x02):
+        return None
+    try:
+        packets = refcodec.decode_pack(data)
+    except CodecError:
+        return None
+    if len(packets) < 2:
+        return None
+    frames, offset = [], 0
+    for p in packets:
+        end = offset + HEADER_SIZE + len(p.data)
+        frames.append(data[offset:end])
+        offset = end
+    return frames
 
 
 def split_gso(data: bytes):
@@ -215,6 +252,9 @@ def describe(layer):
                 "summary": layer.summary()}
     if not isinstance(layer, tuple(CLASSES.values())):
         return None
+    if isinstance(layer, _DataPacket) and isinstance(layer.payload, _DataPacket):
+        layer = layer.copy()
+        layer.remove_payload()  # one row per frame of a packed datagram
     row = {"protocol": "fyrehose", "type": TYPES[layer.type]}
     if isinstance(layer, FyrehoseDeliver):
         row["sequence"] = layer.sequence
