@@ -31,13 +31,19 @@ def start_backbone(*extra):
     return proc, port
 
 
-def wait_subscribers(bb, count, timeout=10):
-    """Read a --json-stats backbone's lines until it counts `count` subscribers."""
+def next_stats(bb, predicate, timeout=10):
+    """Read a --json-stats backbone's lines until one satisfies predicate; return it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if json.loads(bb.stdout.readline())["subscribers"] == count:
-            return
-    raise AssertionError(f"backbone never counted {count} subscribers")
+        stats = json.loads(bb.stdout.readline())
+        if predicate(stats):
+            return stats
+    raise AssertionError("the backbone's stats never got there")
+
+
+def wait_subscribers(bb, count, timeout=10):
+    """Read a --json-stats backbone's lines until it counts `count` subscribers."""
+    next_stats(bb, lambda st: st["subscribers"] == count, timeout)
 
 
 def test_version_and_help():
@@ -101,6 +107,36 @@ def test_pub_and_sub_through_a_backbone_process_and_clean_ctrl_c():
         out, err = bb.communicate(timeout=10)
     assert bb.returncode == 0
     assert "Traceback" not in err and "stopped after" in err and "3 pushes" in err
+
+
+def test_packed_pub_and_sub_through_a_backbone_process():
+    bb, port = start_backbone("--json-stats", "--stats-interval", "0.2")
+    try:
+        sub = start("sub", "-b", f"127.0.0.1:{port}", "--pack", "1472", "--count", "500", "--json")
+        wait_subscribers(bb, 1)
+        pub = run("pub", "-b", f"127.0.0.1:{port}", "--pack", "1472", "-n", "500", "-q", "m")
+        assert pub.returncode == 0, pub.stderr
+        assert "published 500 messages" in pub.stderr and "500 confirmed" in pub.stderr
+        out, err = sub.communicate(timeout=10)
+        assert sub.returncode == 0, err
+        seqs = [json.loads(line)["sequence"] for line in out.splitlines()]
+        assert seqs == list(range(seqs[0], seqs[0] + 500))
+        stats = next_stats(bb, lambda st: st["pushes"] == 500)
+        assert stats["packs_in"] >= 500 // 64 and stats["packs_out"] > 0
+    finally:
+        bb.send_signal(signal.SIGINT)
+        bb.communicate(timeout=10)
+
+
+def test_a_backbone_without_packing_refuses_packed_pushes():
+    bb, port = start_backbone("--no-packing", "--json-stats", "--stats-interval", "0.2")
+    try:
+        res = run("pub", "-b", f"127.0.0.1:{port}", "--pack", "1472", "--timeout", "0.5", "a", "b")
+        assert res.returncode == 1 and "0 confirmed, 2 not confirmed" in res.stderr
+        assert next_stats(bb, lambda st: st["drops"]["length_mismatch"] == 1)["pushes"] == 0
+    finally:
+        bb.send_signal(signal.SIGINT)
+        bb.communicate(timeout=10)
 
 
 def test_pub_reads_stdin_lines_and_count_limits_them():
