@@ -1,6 +1,6 @@
 /* Minimal C reference fyrehose backbone: the per-datagram physical limit the pelotari backbone
  * is measured against. recvmmsg in, stamp a sequence, sendmmsg the DELIVER to each subscriber
- * (header and payload as two iovecs, as pelotari does). With --gso, all DELIVERs of one
+ * (the PUSH is stamped into a DELIVER in place, one iovec, as pelotari does). With --gso, all DELIVERs of one
  * received batch go to each subscriber in one sendmsg with UDP_SEGMENT (same datagrams on
  * the wire). KEEPALIVEs are acked and subscribe for 5 s (NOSUBSCRIBE signs off); REQUESTs
  * are ignored.
@@ -94,10 +94,9 @@ static void keepalive(int fd, int i, int64_t now) {
 static uint64_t seq;
 
 static void stamp(int i, size_t len) {
-    hdr[i][0] = 0x01;
-    hdr[i][1] = (uint8_t)(len >> 8);
-    hdr[i][2] = (uint8_t)len;
-    for (int b = 0; b < 6; b++) hdr[i][3 + b] = (uint8_t)(seq >> (8 * (5 - b)));
+    (void)len;  /* a PUSH has a DELIVER's layout: type byte and UNUSED -> SEQUENCE */
+    arena[i][0] = 0x01;
+    for (int b = 0; b < 6; b++) arena[i][3 + b] = (uint8_t)(seq >> (8 * (5 - b)));
     seq = (seq + 1) & ((1ull << 48) - 1);
     pushes++;
 }
@@ -105,27 +104,23 @@ static void stamp(int i, size_t len) {
 /* Plain fan-out: one datagram per (message, subscriber). */
 static void fan_out(int fd, int i, size_t len, int64_t now) {
     stamp(i, len);
-    out_iov[i][0] = (struct iovec){hdr[i], 9};
-    out_iov[i][1] = (struct iovec){arena[i] + 9, len};
+    out_iov[i][0] = (struct iovec){arena[i], 9 + len};
     for (int k = 0; k < nsubs; k++)
-        if (subs[k].expires > now) { queue(fd, &subs[k].sa, out_iov[i], 2); delivers++; }
+        if (subs[k].expires > now) { queue(fd, &subs[k].sa, out_iov[i], 1); delivers++; }
 }
 
 /* GSO fan-out: the batch's PUSHes of equal size go to each subscriber in one sendmsg. */
-static struct iovec gso_iov[2 * GSO_MAX_SEGS];
+static struct iovec gso_iov[GSO_MAX_SEGS];
 static void gso_send(int fd, const int *idx, int n, size_t seg, int64_t now) {
     char control[CMSG_SPACE(sizeof(uint16_t))];
-    for (int j = 0; j < n; j++) {
-        gso_iov[2 * j] = (struct iovec){hdr[idx[j]], 9};
-        gso_iov[2 * j + 1] = (struct iovec){arena[idx[j]] + 9, seg - 9};
-    }
+    for (int j = 0; j < n; j++) gso_iov[j] = (struct iovec){arena[idx[j]], seg};
     for (int k = 0; k < nsubs; k++) {
         if (subs[k].expires <= now) continue;
         struct msghdr m = {0};
         m.msg_name = &subs[k].sa;
         m.msg_namelen = sizeof(subs[k].sa);
         m.msg_iov = gso_iov;
-        m.msg_iovlen = 2 * n;
+        m.msg_iovlen = n;
         if (n > 1) {
             m.msg_control = control;
             m.msg_controllen = sizeof(control);
