@@ -52,7 +52,6 @@ cdef struct Pack:
 
 cdef class BackboneLoop:
     cdef int fd
-    cdef int wake_r, wake_w
     cdef volatile int stopping
     cdef readonly bint running
     cdef int64_t window_ns

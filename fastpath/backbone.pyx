@@ -8,17 +8,16 @@ from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy, memset
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
-from posix.unistd cimport pipe, read, write, close
-from posix.fcntl cimport fcntl, F_SETFL, O_NONBLOCK
+from posix.fcntl cimport fcntl, F_GETFL, F_SETFL, O_NONBLOCK
 from posix.uio cimport iovec
 
 from fastpath.codec cimport (classify, count_frames, T_DELIVER, T_PUSH, T_REQUEST,
                              T_FORWARD, T_KEEPALIVE, T_KEEPALIVE_ACK, HEADER_SIZE, RANGE_SIZE,
                              TOKEN_SIZE, MAX_DATA, MAX_DATAGRAM, F_PACKED, PACK_LIMIT_SHIFT,
                              DEFAULT_PACK_LIMIT, FAULT_LENGTH_MISMATCH)
-from fastpath.csocket cimport (sockaddr_in, pollfd, poll, POLLIN, AF_INET, htons, htonl, ntohs,
-                               ntohl, cmsghdr, CMSG_SPACE, CMSG_LEN, CMSG_DATA, SOL_UDP,
-                               UDP_SEGMENT)
+from fastpath.csocket cimport (sockaddr_in, AF_INET, htons, htonl, ntohs, ntohl, cmsghdr,
+                               CMSG_SPACE, CMSG_LEN, CMSG_DATA, SOL_UDP, UDP_SEGMENT, SOL_SOCKET,
+                               SO_RCVTIMEO, setsockopt, timeval)
 from fastpath.wire cimport get_u16, get_u32, get_u48, put_u16, put_u32, put_u48
 from fastpath.batchio cimport RecvBatch, SendBatch
 
@@ -42,6 +41,7 @@ cdef uint64_t SEQ_MASK = (<uint64_t>1 << 48) - 1
 cdef uint64_t NOSUBSCRIBE = 0x1
 cdef uint64_t NOJOURNAL = 0x2
 cdef int64_t SWEEP_INTERVAL_NS = 1000000000
+cdef long WAKE_INTERVAL_US = 100000  # recvmmsg timeout: sweeps and stop() are noticed by then
 cdef int GSO_MAX_SEGMENTS = 64       # the kernel's UDP_MAX_SEGMENTS
 cdef size_t GSO_MAX_BYTES = 65000    # one GSO send is at most one IP datagram's worth
 cdef int FRAME_CAP = 8192            # frames fanned out at once (a 64-datagram batch of packs
@@ -86,7 +86,6 @@ cdef class BackboneLoop:
                   bint allow_foreign_addresses=False, first_sequence=None, int batch=64,
                   uint64_t seed=0, gso=None, Py_ssize_t gso_max_segment=1472,
                   bint packing=True, Py_ssize_t max_pack=MAX_DATAGRAM):
-        cdef int fds[2]
         cdef uint64_t cap = 1
         if max_subscribers < 1:
             raise ValueError("max_subscribers must be at least 1")
@@ -136,11 +135,6 @@ cdef class BackboneLoop:
         if not (self.frames and self.run_start and self.run_count and self.gso_ctrl
                 and self.pack_iov and self.packs):
             raise MemoryError()
-        if pipe(fds) != 0:
-            raise OSError("pipe() failed")
-        self.wake_r, self.wake_w = fds[0], fds[1]
-        fcntl(self.wake_r, F_SETFL, O_NONBLOCK)
-        fcntl(self.wake_w, F_SETFL, O_NONBLOCK)
 
     def __dealloc__(self):
         PyMem_Free(self.slots)
@@ -152,9 +146,6 @@ cdef class BackboneLoop:
         PyMem_Free(self.gso_ctrl)
         PyMem_Free(self.pack_iov)
         PyMem_Free(self.packs)
-        if self.wake_r > 0:
-            close(self.wake_r)
-            close(self.wake_w)
 
     @property
     def next_sequence(self):
@@ -162,37 +153,43 @@ cdef class BackboneLoop:
         return self.next_seq
 
     def stop(self):
-        """Ask serve() to return; safe to call from any thread."""
-        cdef char b = 1
+        """Ask serve() to return; safe to call from any thread. An empty datagram to the socket
+        wakes the loop at once (otherwise it notices within WAKE_INTERVAL)."""
         self.stopping = 1
-        write(self.wake_w, &b, 1)
+        if not self.running:
+            return
+        try:
+            with socket.fromfd(self.fd, socket.AF_INET, socket.SOCK_DGRAM) as own:
+                host, port = own.getsockname()
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"", ("127.0.0.1" if host == "0.0.0.0" else host, port))
+        except OSError:
+            pass
 
     def serve(self):
-        """Run the loop (GIL released) until stop() is called."""
-        cdef int rc, i, timeout_ms
+        """Run the loop (GIL released) until stop() is called. Makes the socket blocking: the
+        loop sleeps in recvmmsg (one system call per wake-up) with a WAKE_INTERVAL timeout."""
+        cdef int rc, i
         cdef int64_t now
-        cdef pollfd pfds[2]
-        cdef char drain[64]
+        cdef timeval tv
         if self.running:
             raise RuntimeError("the loop is already running")
+        fcntl(self.fd, F_SETFL, fcntl(self.fd, F_GETFL, 0) & ~O_NONBLOCK)
+        tv.tv_sec = 0
+        tv.tv_usec = WAKE_INTERVAL_US
+        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv))
         self.running = True
         try:
             with nogil:
                 self.next_sweep_ns = monotonic_ns() + SWEEP_INTERVAL_NS
                 while not self.stopping:
-                    rc = self.rx.receive(self.fd)
+                    rc = self.rx.receive_wait(self.fd)
                     now = monotonic_ns()
                     if now >= self.next_sweep_ns:
                         self.sweep(now)
                     if rc <= 0:
                         if rc < 0:
                             self.c.receive_errors += 1
-                        pfds[0].fd = self.fd
-                        pfds[0].events = POLLIN
-                        pfds[1].fd = self.wake_r
-                        pfds[1].events = POLLIN
-                        timeout_ms = <int>((self.next_sweep_ns - now) // 1000000) + 1
-                        poll(pfds, 2, timeout_ms)
                         continue
                     self.c.batches += 1
                     for i in range(rc):
@@ -200,8 +197,6 @@ cdef class BackboneLoop:
                     self.fan_out_pending(now)
                     # Every queued datagram points into rx's slots: flush before they are reused.
                     self.flush()
-                while read(self.wake_r, drain, 64) > 0:
-                    pass
         finally:
             self.stopping = 0
             self.running = False
@@ -216,6 +211,8 @@ cdef class BackboneLoop:
         cdef uint8_t* p = <uint8_t*>self.rx.slot(i)  # PUSH frames are stamped in place
         cdef Py_ssize_t n = self.rx.length(i), count
         cdef int t
+        if n == 0 and self.stopping:
+            return  # stop()'s wake-up
         self.c.datagrams_in += 1
         self.c.bytes_in += n
         if self.rx.truncated(i):

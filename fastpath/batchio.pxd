@@ -14,6 +14,8 @@ cdef class RecvBatch:
     cdef mmsghdr* msgs
 
     cdef int receive(self, int fd) noexcept nogil
+    cdef int receive_wait(self, int fd) noexcept nogil
+    cdef int _receive(self, int fd, int flags) noexcept nogil
     cdef inline const uint8_t* slot(self, int i) noexcept nogil:
         return self.arena + i * self.slot_size
     cdef inline Py_ssize_t length(self, int i) noexcept nogil:

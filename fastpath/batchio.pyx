@@ -8,7 +8,8 @@ from libc.string cimport memset
 from posix.uio cimport iovec
 
 from fastpath.csocket cimport (mmsghdr, sockaddr_in, recvmmsg, sendmmsg, poll, pollfd, POLLOUT,
-                               errno, EAGAIN, EWOULDBLOCK, EINTR, ENOBUFS, MSG_DONTWAIT, AF_INET,
+                               errno, EAGAIN, EWOULDBLOCK, EINTR, ENOBUFS, MSG_DONTWAIT,
+                               MSG_WAITFORONE, AF_INET,
                                htons, ntohs, htonl, ntohl)
 
 import socket
@@ -58,6 +59,14 @@ cdef class RecvBatch:
 
     cdef int receive(self, int fd) noexcept nogil:
         """Non-blocking recvmmsg into the slots; return the count (0 if none) or -errno."""
+        return self._receive(fd, MSG_DONTWAIT)
+
+    cdef int receive_wait(self, int fd) noexcept nogil:
+        """recvmmsg that waits for the first datagram (up to the socket's SO_RCVTIMEO on a
+        blocking socket) and takes whatever else is queued; return the count or -errno."""
+        return self._receive(fd, MSG_WAITFORONE)
+
+    cdef int _receive(self, int fd, int flags) noexcept nogil:
         cdef int i, rc
         for i in range(self.capacity):
             self.msgs[i].msg_hdr.msg_name = &self.addrs[i]
@@ -68,7 +77,7 @@ cdef class RecvBatch:
             self.msgs[i].msg_hdr.msg_controllen = 0
             self.msgs[i].msg_hdr.msg_flags = 0
         while True:
-            rc = recvmmsg(fd, self.msgs, self.capacity, MSG_DONTWAIT, NULL)
+            rc = recvmmsg(fd, self.msgs, self.capacity, flags, NULL)
             if rc >= 0:
                 self.count = rc
                 return rc

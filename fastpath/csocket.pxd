@@ -23,7 +23,11 @@ cdef extern from "<sys/socket.h>" nogil:
     int recvmmsg(int fd, mmsghdr* vmessages, unsigned int vlen, int flags, timespec* tmo)
     int sendmmsg(int fd, mmsghdr* vmessages, unsigned int vlen, int flags)
     int AF_INET
+    int SOL_SOCKET
+    int SO_RCVTIMEO
     int MSG_DONTWAIT
+    int MSG_WAITFORONE
+    int setsockopt(int fd, int level, int optname, const void* optval, socklen_t optlen)
     int MSG_TRUNC
     struct cmsghdr:
         size_t cmsg_len
@@ -73,3 +77,8 @@ cdef extern from "<errno.h>" nogil:
     int EWOULDBLOCK
     int EINTR
     int ENOBUFS
+
+cdef extern from "<sys/time.h>" nogil:
+    struct timeval:
+        long tv_sec
+        long tv_usec

@@ -60,7 +60,7 @@ class Backbone:
         try:
             set_buffers(sock, cfg.socket_buffer)
             sock.bind((cfg.host, cfg.port))
-            sock.setblocking(False)
+            sock.setblocking(True)  # the loop sleeps in recvmmsg (see BackboneLoop.serve)
             self._loop = BackboneLoop(
                 sock.fileno(), window=cfg.window, max_subscribers=cfg.max_subscribers,
                 max_data=cfg.max_data, max_request_range=cfg.max_request_range,
