@@ -104,6 +104,25 @@ def test_table_shows_rates_and_pelotari_ratios():
     ]
 
 
+def test_table_shows_every_target_ratio_that_both_sides_ran():
+    sc = "S=16 N=4 P=1"
+    records = [rec("pelotari", sc, 600_000), rec("pelotari-plain", sc, 270_000),
+               rec("pelotari-packed", sc, 20_000_000, latency_p99_us=4000.0),
+               rec("reference", sc, 300_000), rec("reference-gso", sc, 500_000),
+               rec("redis", sc, 4_000_000), rec("nats", sc, 5_000_000)]
+    systems = ["pelotari", "pelotari-plain", "pelotari-packed", "reference", "reference-gso",
+               "redis", "nats"]
+    head, _, row = table(records, systems).splitlines()
+    cells = dict(zip(head.strip("| ").split(" | "), row.strip("| ").split(" | ")))
+    assert cells["pelotari-plain/reference"] == "0.90" and cells["pelotari/reference"] == "2.00"
+    assert cells["pelotari/reference-gso"] == "1.20" and cells["pelotari/best peer"] == "0.12"
+    assert cells["pelotari-packed/redis"] == "5.00" and cells["pelotari-packed/nats"] == "4.00"
+    assert cells["pelotari-packed/best peer"] == "4.00"
+    assert cells["pelotari-packed p99 µs"] == "4000" and cells["pelotari-plain µs CPU/msg"] == "1.50"
+    without_peers = table(records[:4], systems[:4]).splitlines()[0]
+    assert "best peer" not in without_peers and "redis" not in without_peers
+
+
 def test_unavailable_system_is_reported_not_faked(tmp_path):
     env = dict(os.environ, PELOTARI_BENCH_DIR=str(tmp_path))
     out = subprocess.run(PELOTARI + ["bench", "--list"], capture_output=True, text=True, env=env)

@@ -97,6 +97,24 @@ def test_best_peer_ratio_picks_the_fastest_peer(raw):
     assert [(x["commit"], x["best_peer"], x["ratio"]) for x in rows] == [("aaa", "nats", 0.1)]
 
 
+def test_target_ratios_pair_the_named_systems_and_the_best_peer(raw, spark):
+    t = trend.throughput_trend(trend.bench_runs(raw))
+    rows = collect(trend.target_ratios(t), "commit", "target")
+    assert [(x["commit"], x["target"], x["ratio"]) for x in rows] == [
+        ("aaa", "pelotari/best peer", 0.1), ("aaa", "pelotari/reference", 200 / 300),
+        ("bbb", "pelotari/reference", 150 / 285)]  # bbb has no peers: no best-peer ratio
+    extra = spark.createDataFrame([
+        bench_record("pelotari-packed", "S=16 N=4", 5000.0, "aaa", "2026-11-01T10:00:00+00:00"),
+        bench_record("pelotari-plain", "S=16 N=4", 270.0, "aaa", "2026-11-01T10:00:00+00:00"),
+    ], schema=trend.BENCH_SCHEMA)
+    t = trend.throughput_trend(trend.bench_runs(raw.unionByName(extra)))
+    got = {x["target"]: x["ratio"] for x in collect(trend.target_ratios(t), "target")
+           if x["commit"] == "aaa"}
+    assert got == {"pelotari/best peer": 0.1, "pelotari/reference": 200 / 300,
+                   "pelotari-plain/reference": 0.9, "pelotari-packed/redis": 5.0,
+                   "pelotari-packed/nats": 2.5, "pelotari-packed/best peer": 2.5}
+
+
 def test_regressions_flag_a_fall_beyond_the_threshold(raw):
     t = trend.throughput_trend(trend.bench_runs(raw))
     rows = collect(trend.regressions(t, 0.1), "system")
@@ -171,6 +189,8 @@ def test_report_writes_parquet_plots_and_summary(spark, tmp_path):
     assert "| S=16 N=4 | pelotari | `aaa` | `bbb` | 0.2k | 0.1k | -25.0% |" in summary
     assert "| test_codec[decode-cython] | 450 | 450.0 | 2000000 |" in summary
     assert "| test_fanout[16-4] | 64000 | 20.0 | 15625 |" in summary
+    assert "| scenario | pelotari | reference | pelotari/reference |" in summary  # latest: bbb
+    assert "| S=16 N=4 | 0.1k | 0.3k | 0.53 |" in summary
 
 
 @pytest.mark.e2e

@@ -41,6 +41,7 @@ def analyse(frames: Dict[str, object], threshold: float) -> Dict[str, object]:
         t = trend.throughput_trend(runs).cache()
         r = trend.ratios(t)
         out.update(runs=runs, throughput=t, ratios=r, best_peer=trend.best_peer_ratio(r),
+                   targets=trend.target_ratios(t),
                    regressions=trend.regressions(t, threshold), latency=trend.latency(runs))
     if "micro" in frames:
         out["micro"] = trend.micro_benchmarks(frames["micro"])
@@ -113,20 +114,22 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
     fig.savefig(path, dpi=110)
     plt.close(fig)
     written.append(path)
-    if data.get("ratios"):
-        fig, ax = plt.subplots(figsize=(8, 4))
-        for versus in sorted({r["versus"] for r in data["ratios"]}):
+    if data.get("targets"):
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for target in sorted({r["target"] for r in data["targets"]}):
             latest = {}
-            for r in sorted(data["ratios"], key=lambda r: r["time"]):
-                if r["versus"] == versus:
+            for r in sorted(data["targets"], key=lambda r: r["time"]):
+                if r["target"] == target:
                     latest[r["scenario"]] = r["ratio"]
             xs = [s for s in scenarios if s in latest]
-            ax.plot(xs, [latest[s] for s in xs], marker="o", label=f"pelotari / {versus}")
+            ax.plot(xs, [latest[s] for s in xs], marker="o", label=target)
         ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axhline(0.9, color="grey", lw=0.8, ls="--")
         ax.set_yscale("log")
-        ax.set_ylabel("pelotari's delivered rate / theirs (latest commit)")
+        ax.set_ylabel("delivered rate ratio (latest commit)")
+        ax.set_title("Target ratios: -- is 0.9 of the reference; above 1 is ahead", fontsize=10)
         ax.tick_params(axis="x", rotation=30, labelsize=7)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = out / "ratios.png"
@@ -158,10 +161,11 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
                            key=lambda s: next((r["payload"], r["subscribers"]) for r in latest
                                               if r["scenario"] == s))
         head = ["scenario"] + systems
-        ratio_of = {(r["scenario"], r["versus"]): r["ratio"] for r in data.get("ratios", [])
+        ratio_of = {(r["scenario"], r["target"]): r["ratio"] for r in data.get("targets", [])
                     if r["commit"] == latest_commit}
-        versus = [s for s in systems if s != "pelotari" and "pelotari" in systems]
-        head += [f"pelotari/{v}" for v in versus]
+        targets = [f"{a}/{b}" for a, b in trend.TARGETS
+                   if any(t == f"{a}/{b}" for _, t in ratio_of)]
+        head += targets
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         cell = {(r["scenario"], r["system"]): r for r in latest}
         for sc in scenarios:
@@ -170,7 +174,7 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
                 r = cell.get((sc, s))
                 row.append(_rate(r["delivered_rate"]) + (" (client-bound)" if r and r["client_bound"] else "")
                            if r else "—")
-            row += [f"{ratio_of[(sc, v)]:.2f}" if (sc, v) in ratio_of else "—" for v in versus]
+            row += [f"{ratio_of[(sc, t)]:.2f}" if (sc, t) in ratio_of else "—" for t in targets]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     regs = data.get("regressions", [])

@@ -82,6 +82,36 @@ def best_peer_ratio(ratio_rows: DataFrame, peers: Iterable[str] = PEERS) -> Data
                     "versus_rate", "base_rate", "ratio"))
 
 
+# The performance targets' ratios (numerator, denominator); "best peer" is the fastest of PEERS.
+TARGETS = (("pelotari-plain", "reference"), ("pelotari", "reference"),
+           ("pelotari", "reference-gso"), ("pelotari", "best peer"),
+           ("pelotari-packed", "redis"), ("pelotari-packed", "nats"),
+           ("pelotari-packed", "best peer"))
+
+
+def target_ratios(trend: DataFrame, targets: Iterable = TARGETS,
+                  peers: Iterable[str] = PEERS) -> DataFrame:
+    """numerator/denominator delivered-rate ratios for each target pair, per (scenario, commit),
+    where both ran; `target` is "numerator/denominator"."""
+    rates = trend.select("scenario", "commit", "time", "system", "delivered_rate")
+    best = (trend.where(F.col("system").isin(list(peers)))
+            .groupBy("scenario", "commit")
+            .agg(F.min("time").alias("time"), F.max("delivered_rate").alias("delivered_rate"))
+            .withColumn("system", F.lit("best peer")))
+    rates = rates.unionByName(best)
+    pairs = trend.sparkSession.createDataFrame(list(targets), "numerator string, denominator string")
+    num = rates.join(pairs, rates.system == pairs.numerator).select(
+        "scenario", "commit", "time", "numerator", "denominator",
+        F.col("delivered_rate").alias("numerator_rate"))
+    den = rates.select("scenario", "commit", F.col("system").alias("denominator"),
+                       F.col("delivered_rate").alias("denominator_rate"))
+    return (num.join(den, ["scenario", "commit", "denominator"])
+            .withColumn("target", F.concat_ws("/", "numerator", "denominator"))
+            .withColumn("ratio", F.col("numerator_rate") / F.col("denominator_rate"))
+            .select("scenario", "commit", "time", "target", "numerator", "denominator",
+                    "numerator_rate", "denominator_rate", "ratio"))
+
+
 def regressions(trend: DataFrame, threshold: float = 0.1) -> DataFrame:
     """(scenario, system) medians that fell more than `threshold` below the previous one."""
     w = Window.partitionBy("scenario", "system").orderBy("time")

@@ -107,21 +107,37 @@ def _rate(v: float) -> str:
     return f"{v:.0f}"
 
 
+# The ratios the performance targets are stated in (numerator, denominator); "best peer" is the
+# fastest of Redis, NATS and ZeroMQ in that scenario. A pair shows when both systems ran.
+RATIOS = [("pelotari-plain", "reference"), ("pelotari", "reference"),
+          ("pelotari", "reference-gso"), ("pelotari", "best peer"), ("pelotari-packed", "redis"),
+          ("pelotari-packed", "nats"), ("pelotari-packed", "best peer")]
+# Latency and server CPU per message are shown for these, when they ran.
+OWN = ("pelotari", "pelotari-plain", "pelotari-packed")
+
+
 def table(records: List[dict], systems: List[str]) -> str:
-    """The side-by-side Markdown table: delivered msgs/s per system, and pelotari's ratios."""
+    """The side-by-side Markdown table: delivered msgs/s per system, the target ratios, and
+    pelotari's p99 latency and server CPU per message."""
     by = {(r["scenario"], r["system"]): r for r in records if r.get("kind") == "bench"}
     scenarios = []
     for r in records:
         if r.get("kind") == "bench" and r["scenario"] not in scenarios:
             scenarios.append(r["scenario"])
-    ratio_cols = [s for s in ("reference", "reference-gso") if s in systems and s != "pelotari"]
     peers = [s for s in systems if s in PEERS]
+    ratios = [(a, b) for a, b in RATIOS
+              if a in systems and (b in systems or (b == "best peer" and peers))]
+    own = [s for s in OWN if s in systems]
     head = ["scenario"] + [f"{s} msgs/s" for s in systems]
-    head += [f"pelotari/{s}" for s in ratio_cols]
-    if peers:
-        head.append("pelotari/best peer")
-    head += ["pelotari p99 µs", "pelotari µs CPU/msg"]
+    head += [f"{a}/{b}" for a, b in ratios]
+    head += [f"{s} p99 µs" for s in own] + [f"{s} µs CPU/msg" for s in own]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def rate(sc, s):
+        if s == "best peer":
+            return max((by[(sc, p)]["delivered_rate"] for p in peers if (sc, p) in by), default=0)
+        return by[(sc, s)]["delivered_rate"] if (sc, s) in by else 0
+
     for sc in scenarios:
         row = [sc]
         for s in systems:
@@ -130,15 +146,9 @@ def table(records: List[dict], systems: List[str]) -> str:
             if r and r["client_bound"]:
                 cell += " (client-bound)"
             row.append(cell)
-        mine = by.get((sc, "pelotari"))
-        for s in ratio_cols:
-            other = by.get((sc, s))
-            row.append(f"{mine['delivered_rate'] / other['delivered_rate']:.2f}"
-                       if mine and other and other["delivered_rate"] else "—")
-        if peers:
-            best = max((by[(sc, p)]["delivered_rate"] for p in peers if (sc, p) in by), default=0)
-            row.append(f"{mine['delivered_rate'] / best:.2f}" if mine and best else "—")
-        row.append(f"{mine['latency_p99_us']:.0f}" if mine else "—")
-        row.append(f"{mine['server_cpu_us_per_msg']:.2f}" if mine else "—")
+        for a, b in ratios:
+            row.append(f"{rate(sc, a) / rate(sc, b):.2f}" if rate(sc, a) and rate(sc, b) else "—")
+        row += [f"{by[(sc, s)]['latency_p99_us']:.0f}" if (sc, s) in by else "—" for s in own]
+        row += [f"{by[(sc, s)]['server_cpu_us_per_msg']:.2f}" if (sc, s) in by else "—" for s in own]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
