@@ -164,3 +164,44 @@ def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
     assert records[0]["system_version"] == "pelotari 0.1.0"
     assert records[1]["system_version"].startswith(("cc ", "gcc "))  # the compiler that built it
     assert "[##########..........] 2/2" in res.stderr  # the progress bar, half full at the second
+
+
+def test_memory_trend_ignores_warm_up_and_catches_growth():
+    from pelotari.bench.soak import MemoryTrend
+
+    flat = MemoryTrend()
+    for t in range(0, 601, 5):  # buffers fill in the first minute, then nothing moves
+        flat.add(float(t), 20_000 + min(t, 30) * 100 + (t % 10 == 0) * 8)
+    s = flat.summary()
+    assert flat.flat() and s["growth_after_warmup_kib"] <= 8 and abs(s["slope_kib_per_min"]) < 2
+    leaking = MemoryTrend()
+    for t in range(0, 601, 5):
+        leaking.add(float(t), 20_000 + t * 4)  # 240 KiB a minute
+    s = leaking.summary()
+    assert not leaking.flat() and s["slope_kib_per_min"] == pytest.approx(240)
+    assert s["growth_after_warmup_kib"] == 4 * 600 - 4 * 60
+    slow = MemoryTrend()
+    for t in range(0, 601, 5):
+        slow.add(float(t), 20_000 + t // 2)  # 60 KiB a minute: 540 KiB over the steady part
+    assert slow.flat(tolerance_kib=1024) and not slow.flat(tolerance_kib=256)
+
+
+@pytest.mark.e2e
+def test_soak_samples_the_servers_memory_and_writes_a_record(tmp_path):
+    out = tmp_path / "soak.jsonl"
+    res = subprocess.run(PELOTARI + ["soak", "--minutes", "0.05", "--rate", "2000",
+                                     "--interval", "0.5", "-N", "2", "-o", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    import re
+
+    got, want = map(int, re.search(r"(\d+) of (\d+) delivered", res.stdout).groups())
+    assert "FLAT" in res.stdout and got == want and want >= 11_000  # ~2,000/s x 3 s x 2
+    (rec,) = [json.loads(line) for line in open(out)]
+    assert rec["kind"] == "soak" and rec["flat"] and len(rec["memory_samples"]) >= 4
+    assert rec["trial"]["loss"] < 0.001 and rec["memory"]["rss_end_kib"] > 1000
+
+
+def test_soak_refuses_an_unknown_system_in_one_line():
+    res = subprocess.run(PELOTARI + ["soak", "--system", "nope"], capture_output=True, text=True)
+    assert res.returncode == 2 and "unknown system 'nope'" in res.stderr

@@ -1,6 +1,7 @@
 """`pelotari bench`: the side-by-side benchmark."""
 import datetime
 import pathlib
+import sys
 import time
 
 import click
@@ -126,3 +127,114 @@ def _r(v):
     from pelotari.bench.results import _rate
 
     return _rate(v)
+
+
+@main.command()
+@click.option("--system", default="pelotari", show_default=True,
+              help="System to soak (see `pelotari bench --list`).")
+@click.option("-S", "--payload", type=click.IntRange(16, 65498), default=16, show_default=True,
+              help="Payload size in bytes.")
+@click.option("-N", "--subscribers", type=click.IntRange(1, 1024), default=4, show_default=True,
+              help="Subscribers.")
+@click.option("-m", "--minutes", type=click.FloatRange(0.01, 1440), default=10.0, show_default=True,
+              help="How long to publish.")
+@click.option("--fraction", type=click.FloatRange(0.01, 1.0), default=0.8, show_default=True,
+              help="Share of the highest lossless rate to publish at (found first by a short search).")
+@click.option("--rate", type=click.FloatRange(1), default=None,
+              help="Publish at this many msgs/s instead of searching.")
+@click.option("--interval", type=click.FloatRange(0.5, 600), default=5.0, show_default=True,
+              help="Seconds between memory samples.")
+@click.option("--tolerance", type=click.IntRange(0), default=1024, show_default=True,
+              help="KiB of resident-memory growth after warm-up still called flat.")
+@click.option("-o", "--output", type=click.Path(path_type=pathlib.Path), default=None,
+              help="JSON-lines file to append the soak record to [default: results/soak-TIME.jsonl].")
+def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolerance, output):
+    """Serve a steady load for minutes and watch the server's memory.
+
+    The system runs alone on one core as in `pelotari bench`; unless --rate is given its
+    highest lossless rate is found first (1 s trials), then the publisher sends --fraction of
+    it for --minutes while the server's resident memory (VmRSS) is sampled. Memory is "flat"
+    when, after the first 10 % of the run, it grows by at most --tolerance KiB and shows no
+    steady upward slope. Exit status 1 if it is not flat or the run lost messages.
+    """
+    import threading
+
+    from pelotari.bench import results
+    from pelotari.bench.search import LOSSLESS, find_lossless_rate
+    from pelotari.bench.soak import MemoryTrend, rss_kib
+    from pelotari.bench.systems import SYSTEMS, Unavailable
+    from pelotari.bench.trial import Scenario, Session, placement
+
+    if system not in SYSTEMS:
+        raise click.BadParameter(f"unknown system {system!r}; choose from {', '.join(SYSTEMS)}",
+                                 param_hint="--system")
+    why = SYSTEMS[system].check()
+    if why:
+        raise click.ClickException(f"{system} cannot run here: {why}")
+    output = output or pathlib.Path("results") / (
+        "soak-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + ".jsonl")
+    scenario = Scenario(payload, subscribers)
+    where = placement()[2]
+    duration = minutes * 60.0
+    try:
+        with Session(SYSTEMS[system], scenario) as session:
+            if rate is None:
+                def progress(what, r):
+                    click.echo(f"\rsearching the lossless rate: {what:<12} offered "
+                               f"{_r(r.offered_rate):>7}/s  loss {r.loss:7.3%}\033[K", nl=False,
+                               err=True)
+
+                found = find_lossless_rate(lambda x: session.trial(x, 1.0), repeats=1,
+                                           progress=progress)
+                if not found.rate:
+                    raise click.ClickException(f"{system} was not lossless at any rate")
+                rate = fraction * found.rate
+                click.echo(f"\rhighest lossless rate {_r(found.rate)}/s; soaking at "
+                           f"{fraction:.0%}: {_r(rate)}/s in, {_r(rate * subscribers)}/s "
+                           f"delivered, for {minutes:g} min ({where})\033[K", err=True)
+            memory = MemoryTrend()
+            pid = session.server.proc.pid
+            done = threading.Event()
+            started = time.monotonic()
+
+            def sample():
+                while True:
+                    t = time.monotonic() - started
+                    try:
+                        memory.add(t, rss_kib(pid))
+                    except (OSError, ValueError):
+                        return
+                    click.echo(f"\r{_clock(t)} / {_clock(duration)}  server RSS "
+                               f"{memory.samples[-1][1] / 1024:.1f} MiB (start "
+                               f"{memory.samples[0][1] / 1024:.1f})\033[K", nl=False, err=True)
+                    if done.wait(interval):
+                        return
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            trial = session.trial(rate, duration)
+            done.set()
+            sampler.join()
+            memory.add(time.monotonic() - started, rss_kib(pid))
+    except Unavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    summary = memory.summary()
+    flat = memory.flat(tolerance)
+    rec = {"kind": "soak", "system": system, "scenario": scenario.name, "payload": payload,
+           "subscribers": subscribers, "rate": rate, "minutes": minutes, "fraction": fraction,
+           "memory": summary, "memory_samples": memory.samples, "flat": flat,
+           "tolerance_kib": tolerance, "trial": trial.as_dict(), "placement": where,
+           "env": results.environment()}
+    results.write(output, [rec])
+    click.echo(f"\n{system} {scenario.name}: {_r(trial.ingress_rate)}/s in for {minutes:g} min, "
+               f"{trial.unique} of {trial.expected} delivered (loss {trial.loss:.4%}), server "
+               f"{trial.server_cpu / max(trial.sent, 1) * 1e6:.2f} µs CPU/msg")
+    click.echo(f"server RSS: {summary['rss_start_kib'] / 1024:.1f} MiB at start, "
+               f"{summary['rss_after_warmup_kib'] / 1024:.1f} after warm-up, "
+               f"{summary['rss_end_kib'] / 1024:.1f} at the end (max "
+               f"{summary['rss_max_kib'] / 1024:.1f}); growth after warm-up "
+               f"{summary['growth_after_warmup_kib']:+d} KiB, slope "
+               f"{summary['slope_kib_per_min']:+.1f} KiB/min: {'FLAT' if flat else 'GROWING'}")
+    click.echo(f"record in {output}", err=True)
+    if not flat or trial.loss >= LOSSLESS:
+        sys.exit(1)
