@@ -37,3 +37,23 @@ def test_fanout(benchmark, subscribers, payload):
                                 subscribers=subscribers)
     benchmark(loop.dry_run, pushes, BATCHES)
     sock.close()
+
+
+@pytest.mark.parametrize("subscribers", [16, 1000])
+def test_fanout_packed(benchmark, subscribers):
+    """The packing extension: 16-byte messages arriving as packed PUSHes (58 per 1,472 bytes)
+    to subscribers that set PACKED (limit 65,507): user-space work per message."""
+    from fastpath.packets import packed_flags
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    loop = BackboneLoop(sock.fileno(), max_subscribers=subscribers, gso=False)
+    ka = encode_keepalive("", 0, NOJOURNAL | packed_flags(65507), b"t" * 16)
+    addrs = [("127.0.%d.%d" % (k // 250, 1 + k % 250), 40000) for k in range(subscribers)]
+    for i in range(0, subscribers, MESSAGES_PER_BATCH):
+        loop.dry_run([(ka, a) for a in addrs[i:i + MESSAGES_PER_BATCH]])
+    pack = encode_push(b"x" * 16) * 58
+    benchmark.extra_info.update(messages_per_round=MESSAGES_PER_BATCH * 58 * BATCHES,
+                                subscribers=subscribers)
+    benchmark(loop.dry_run, [(pack, ("127.0.0.1", 9))] * MESSAGES_PER_BATCH, BATCHES)
+    sock.close()

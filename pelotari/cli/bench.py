@@ -8,7 +8,8 @@ import click
 
 from pelotari.cli import main
 
-DEFAULT_SYSTEMS = "pelotari,reference,reference-gso,asyncio,redis,nats,zeromq"
+DEFAULT_SYSTEMS = ("pelotari,pelotari-plain,pelotari-packed,reference,reference-gso,asyncio,redis,nats,"
+                   "zeromq")
 
 
 def _int_list(ctx, param, value):
