@@ -65,6 +65,8 @@ cdef class BackboneLoop:
     cdef SendBatch tx
     cdef Slot* slots
     cdef Subscriber* subs
+    cdef Subscriber** plain      # this fan-out's live plain subscribers
+    cdef int nplain
     cdef int nsubs
     cdef int max_subs
     cdef int* index        # open-addressing hash: subscriber index + 1, 0 = empty
@@ -97,7 +99,7 @@ cdef class BackboneLoop:
     cdef void sweep(self, int64_t now) noexcept nogil
     cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen, void* control=*,
                     size_t controllen=*) noexcept nogil
-    cdef void fan_out_plain(self, Subscriber* s) noexcept nogil
+    cdef void fan_out_plain(self) noexcept nogil
     cdef void fan_out_packed(self, Subscriber* s) noexcept nogil
     cdef void build_packs(self, Py_ssize_t limit) noexcept nogil
     cdef void fan_out_pending(self, int64_t now) noexcept nogil

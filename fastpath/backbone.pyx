@@ -116,8 +116,9 @@ cdef class BackboneLoop:
         self.index_mask = cap - 1
         self.slots = <Slot*>PyMem_Calloc(batch, sizeof(Slot))
         self.subs = <Subscriber*>PyMem_Calloc(max_subscribers, sizeof(Subscriber))
+        self.plain = <Subscriber**>PyMem_Calloc(max_subscribers, sizeof(Subscriber*))
         self.index = <int*>PyMem_Calloc(cap, sizeof(int))
-        if not (self.slots and self.subs and self.index):
+        if not (self.slots and self.subs and self.index and self.plain):
             raise MemoryError()
         # GSO: runs of equal-size DELIVERs go to a subscriber in one send. Segments are kept
         # within a standard Ethernet MTU (1500 - 28) by default so any path can carry them.
@@ -139,6 +140,7 @@ cdef class BackboneLoop:
     def __dealloc__(self):
         PyMem_Free(self.slots)
         PyMem_Free(self.subs)
+        PyMem_Free(self.plain)
         PyMem_Free(self.index)
         PyMem_Free(self.frames)
         PyMem_Free(self.run_start)
@@ -293,6 +295,9 @@ cdef class BackboneLoop:
                     (<uint16_t*>CMSG_DATA(c))[0] = <uint16_t>size
                 self.nruns += 1
         self.packs_limit = 0
+        # Plain subscribers message by message (run by run with GSO), as the payload is then
+        # copied N times while it is still in cache; packing ones subscriber by subscriber.
+        self.nplain = 0
         for k in range(self.nsubs):
             s = &self.subs[k]
             if s.expires_ns > now and not (s.flags & NOSUBSCRIBE):
@@ -300,24 +305,30 @@ cdef class BackboneLoop:
                 if s.pack_limit:
                     self.fan_out_packed(s)
                 else:
-                    self.fan_out_plain(s)
+                    self.plain[self.nplain] = s
+                    self.nplain += 1
+        if self.nplain:
+            self.fan_out_plain()
         self.flush()
         self.nframes = 0
 
-    cdef void fan_out_plain(self, Subscriber* s) noexcept nogil:
-        cdef int j, r
+    cdef void fan_out_plain(self) noexcept nogil:
+        cdef int j, r, k
         if not self.gso:
             for j in range(self.nframes):
-                self.queue(&s.sa, &self.frames[j], 1)
+                for k in range(self.nplain):
+                    self.queue(&self.plain[k].sa, &self.frames[j], 1)
             return
         for r in range(self.nruns):
-            if self.run_count[r] == 1:
-                self.queue(&s.sa, &self.frames[self.run_start[r]], 1)
-            else:
-                self.c.gso_sends += 1
-                self.c.gso_segments += self.run_count[r]
-                self.queue(&s.sa, &self.frames[self.run_start[r]], self.run_count[r],
-                           self.gso_ctrl + r * self.ctrl_space, self.ctrl_space)
+            for k in range(self.nplain):
+                if self.run_count[r] == 1:
+                    self.queue(&self.plain[k].sa, &self.frames[self.run_start[r]], 1)
+                else:
+                    self.c.gso_sends += 1
+                    self.c.gso_segments += self.run_count[r]
+                    self.queue(&self.plain[k].sa, &self.frames[self.run_start[r]],
+                               self.run_count[r], self.gso_ctrl + r * self.ctrl_space,
+                               self.ctrl_space)
 
     cdef void fan_out_packed(self, Subscriber* s) noexcept nogil:
         cdef int j

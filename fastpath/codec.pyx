@@ -448,3 +448,46 @@ def pack_pushes(datas, Py_ssize_t limit=_PY_DEFAULT_PACK_LIMIT, Py_ssize_t max_d
     if current:
         out.append(b"".join(current))
     return out
+
+
+def unpack_into(data, sequences, offsets, lengths, Py_ssize_t max_data=MAX_DATA):
+    """Index a DELIVER datagram, packed or not, without a Python object per message: frame k's
+    SEQUENCE goes to sequences[k] and its DATA is data[offsets[k]:offsets[k] + lengths[k]].
+    The three are writable buffers of uint64, uint32 and uint32 (numpy arrays, array('Q'/'I'));
+    return the frame count. Raises CodecError for anything but valid DELIVER frames and
+    BufferTooSmall when the arrays are shorter than the frame count."""
+    cdef Py_buffer view
+    cdef uint64_t[::1] seqs = sequences
+    cdef uint32_t[::1] offs = offsets
+    cdef uint32_t[::1] lens = lengths
+    cdef const uint8_t* p
+    cdef Py_ssize_t n, off = 0, count, k = 0, length
+    cdef int rc
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t*>view.buf
+        n = view.len
+        rc = classify(p, n, max_data)
+        if rc > 0:
+            count = 1
+        elif rc == -FAULT_LENGTH_MISMATCH and n >= 1 and p[0] == T_DELIVER:
+            count = count_frames(p, n, max_data)
+            if count < 0:
+                raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
+        else:
+            raise_fault(-rc, p, n, max_data)
+        if p[0] != T_DELIVER:
+            raise InvalidField(f"not a DELIVER datagram (type 0x{p[0]:02x})")
+        if count > seqs.shape[0] or count > offs.shape[0] or count > lens.shape[0]:
+            raise BufferTooSmall(f"{count} frames do not fit arrays of {min(seqs.shape[0], offs.shape[0], lens.shape[0])}")
+        with nogil:
+            while off < n:
+                length = get_u16(p + off + 1)
+                seqs[k] = get_u48(p + off + 3)
+                offs[k] = <uint32_t>(off + HEADER_SIZE)
+                lens[k] = <uint32_t>length
+                off += HEADER_SIZE + length
+                k += 1
+        return count
+    finally:
+        PyBuffer_Release(&view)

@@ -253,3 +253,24 @@ def pack_pushes(datas, limit=DEFAULT_PACK_LIMIT, max_data=MAX_DATA):
     if current:
         out.append(b"".join(current))
     return out
+
+
+def unpack_into(data, sequences, offsets, lengths, max_data=MAX_DATA):
+    """Index a DELIVER datagram, packed or not, without a Python object per message: frame k's
+    SEQUENCE goes to sequences[k] and its DATA is data[offsets[k]:offsets[k] + lengths[k]].
+    The three are writable buffers of uint64, uint32 and uint32 (numpy arrays, array('Q'/'I'));
+    return the frame count. Raises CodecError for anything but valid DELIVER frames and
+    BufferTooSmall when the arrays are shorter than the frame count."""
+    view = memoryview(data).cast("B")
+    frames = decode_pack(view, max_data)
+    if view[0] != DELIVER:
+        raise InvalidField(f"not a DELIVER datagram (type 0x{view[0]:02x})")
+    seqs, offs, lens = (memoryview(a).cast("B").cast(c) for a, c in
+                        ((sequences, "Q"), (offsets, "I"), (lengths, "I")))
+    if len(frames) > min(len(seqs), len(offs), len(lens)):
+        raise BufferTooSmall(f"{len(frames)} frames do not fit arrays of {min(len(seqs), len(offs), len(lens))}")
+    off = 0
+    for k, frame in enumerate(frames):
+        seqs[k], offs[k], lens[k] = frame.sequence, off + HEADER_SIZE, len(frame.data)
+        off += HEADER_SIZE + len(frame.data)
+    return len(frames)

@@ -233,3 +233,24 @@ def test_decode_pack_rejects_what_does_not_tile(codec, bad, error):
 def test_decode_strictly_refuses_a_pack(codec):
     with pytest.raises(LengthMismatch):
         codec.decode(codec.encode_push(b"a") * 2)
+
+
+def test_unpack_into_indexes_frames_without_an_object_per_message(codec):
+    import numpy as np
+
+    from fastpath.errors import BufferTooSmall
+
+    frames = [(7, b"ab"), (8, b""), (9, b"xyz")]
+    pack = b"".join(codec.encode_deliver(s, d) for s, d in frames)
+    seqs, offs, lens = np.zeros(3, np.uint64), np.zeros(3, np.uint32), np.zeros(3, np.uint32)
+    assert codec.unpack_into(pack, seqs, offs, lens) == 3
+    assert seqs.tolist() == [7, 8, 9]
+    assert [pack[o:o + n] for o, n in zip(offs.tolist(), lens.tolist())] == [b"ab", b"", b"xyz"]
+    assert codec.unpack_into(codec.encode_deliver(5, b"one"), seqs, offs, lens) == 1
+    assert (seqs[0], offs[0], lens[0]) == (5, 9, 3)
+    with pytest.raises(BufferTooSmall):  # at the limit it fits; one frame more does not
+        codec.unpack_into(pack + codec.encode_deliver(10, b""), seqs, offs, lens)
+    with pytest.raises(InvalidField):
+        codec.unpack_into(codec.encode_push(b"a"), seqs, offs, lens)
+    with pytest.raises(LengthMismatch):
+        codec.unpack_into(pack[:-1], seqs, offs, lens)

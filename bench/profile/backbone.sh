@@ -3,7 +3,7 @@
 #
 #   sudo bash bench/profile/backbone.sh [RATE] [SUBSCRIBERS] [-- BACKBONE COMMAND...]
 #
-# Default: `pelotari backbone --no-gso` on core 0, 150,000 16-byte msgs/s from one publisher
+# Default: `pelotari backbone --no-gso` on core 0, 150,000 16-byte (PAYLOAD=...) msgs/s from one publisher
 # and 4 subscribers on core 1 (the load generator), perf record -g for 3 s of the 6 s run.
 # The default load saturates the backbone (drops then show up in "load:"): that is the point.
 # Prints the share of samples per DSO (kernel, the Cython loop, libc...) and the top symbols.
@@ -33,7 +33,7 @@ g.sign_on()
 res = {}
 t = threading.Thread(target=lambda: res.update(g.measure(8, 1.0)))
 t.start()
-pub = publish_fyrehose("127.0.0.1", port, payload_size=16, duration=6, rate=rate)
+pub = publish_fyrehose("127.0.0.1", port, payload_size=int(os.environ.get("PAYLOAD", "16")), duration=6, rate=rate)
 t.join()
 g.sign_off()
 print(f"load: sent {pub['sent']}, received {res['unique']} of {pub['sent'] * subs}", file=sys.stderr)
