@@ -34,5 +34,4 @@ cdef enum:
 
 cdef int classify(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil
 cdef int raise_fault(int fault, const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) except -1
-cdef Py_ssize_t write_deliver_header(uint8_t* out, uint64_t seq, Py_ssize_t length) noexcept nogil
 cdef Py_ssize_t count_frames(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil

@@ -96,13 +96,6 @@ cdef int raise_fault(int fault, const uint8_t* p, Py_ssize_t n, Py_ssize_t max_d
     raise InvalidField("malformed datagram")
 
 
-cdef Py_ssize_t write_deliver_header(uint8_t* out, uint64_t seq, Py_ssize_t length) noexcept nogil:
-    out[0] = T_DELIVER
-    put_u16(out + 1, <uint16_t>length)
-    put_u48(out + 3, seq)
-    return HEADER_SIZE
-
-
 cdef inline str _addr_str(uint32_t a):
     return f"{a >> 24}.{(a >> 16) & 0xff}.{(a >> 8) & 0xff}.{a & 0xff}"
 
@@ -375,28 +368,35 @@ def decode(data, Py_ssize_t max_data=MAX_DATA):
         PyBuffer_Release(&view)
 
 
+cdef Py_ssize_t _frame_count(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) except -1:
+    """Frames in a valid datagram: 1 for any single packet, else a pack's count; raises the
+    CodecError decode() or the packing rules give."""
+    cdef int rc = classify(p, n, max_data)
+    cdef Py_ssize_t count
+    if rc > 0:
+        return 1
+    if rc != -FAULT_LENGTH_MISMATCH or (p[0] != T_DELIVER and p[0] != T_PUSH):
+        raise_fault(-rc, p, n, max_data)
+    count = count_frames(p, n, max_data)
+    if count == -FAULT_OVERSIZE:
+        raise OversizePacket(f"a frame's DATA exceeds the limit of {max_data}")
+    if count < 0:
+        raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
+    return count
+
+
 def decode_pack(data, Py_ssize_t max_data=MAX_DATA):
     """Decode a datagram that may be packed (several DELIVER or several PUSH frames back to
     back); return a list of packets. Any single valid packet is a list of one."""
     cdef Py_buffer view
     cdef const uint8_t* p
     cdef Py_ssize_t n, off = 0, length
-    cdef int rc
-    cdef Py_ssize_t count
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         p = <const uint8_t*>view.buf
         n = view.len
-        rc = classify(p, n, max_data)
-        if rc > 0:
+        if _frame_count(p, n, max_data) == 1:
             return [decode(data, max_data)]
-        if rc != -FAULT_LENGTH_MISMATCH or (p[0] != T_DELIVER and p[0] != T_PUSH):
-            raise_fault(-rc, p, n, max_data)
-        count = count_frames(p, n, max_data)
-        if count == -FAULT_OVERSIZE:
-            raise OversizePacket(f"a frame's DATA exceeds the limit of {max_data}")
-        if count < 0:
-            raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
         whole = memoryview(data)
         out = []
         while off < n:
@@ -462,20 +462,11 @@ def unpack_into(data, sequences, offsets, lengths, Py_ssize_t max_data=MAX_DATA)
     cdef uint32_t[::1] lens = lengths
     cdef const uint8_t* p
     cdef Py_ssize_t n, off = 0, count, k = 0, length
-    cdef int rc
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         p = <const uint8_t*>view.buf
         n = view.len
-        rc = classify(p, n, max_data)
-        if rc > 0:
-            count = 1
-        elif rc == -FAULT_LENGTH_MISMATCH and n >= 1 and p[0] == T_DELIVER:
-            count = count_frames(p, n, max_data)
-            if count < 0:
-                raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
-        else:
-            raise_fault(-rc, p, n, max_data)
+        count = _frame_count(p, n, max_data)
         if p[0] != T_DELIVER:
             raise InvalidField(f"not a DELIVER datagram (type 0x{p[0]:02x})")
         if count > seqs.shape[0] or count > offs.shape[0] or count > lens.shape[0]:

@@ -252,5 +252,7 @@ def test_unpack_into_indexes_frames_without_an_object_per_message(codec):
         codec.unpack_into(pack + codec.encode_deliver(10, b""), seqs, offs, lens)
     with pytest.raises(InvalidField):
         codec.unpack_into(codec.encode_push(b"a"), seqs, offs, lens)
+    with pytest.raises(InvalidField):  # a valid pack, but of PUSHes: both codecs agree
+        codec.unpack_into(codec.encode_push(b"a") * 2, seqs, offs, lens)
     with pytest.raises(LengthMismatch):
         codec.unpack_into(pack[:-1], seqs, offs, lens)
