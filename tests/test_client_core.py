@@ -261,3 +261,9 @@ def test_pack_limit_is_checked():
     with pytest.raises(ValueError):
         ClientConfig(pack=65508)
     assert ClientConfig(pack=9).pack == 9 and ClientConfig(pack=65507).pack == 65507
+
+
+def test_a_pack_of_pushes_sent_to_a_packing_client_is_counted_and_dropped():
+    core = make(pack=1472)
+    core.receive_datagram(b"\x02\x00\x01" + bytes(6) + b"a" + b"\x02\x00\x00" + bytes(6), PEER, 0.0)
+    assert core.stats["dropped_unexpected_type"] == 1 and core.next_event() is None

@@ -101,6 +101,10 @@ class ClientCore:
             log.debug("dropped datagram from %s:%s: %s", addr[0], addr[1], exc)
             return
         if len(packets) > 1:
+            if type(packets[0]) is not codec.Deliver:  # a pack of PUSHes belongs to the backbone
+                self.stats["dropped_unexpected_type"] += 1
+                log.debug("dropped a pack of PUSHes from %s:%s", addr[0], addr[1])
+                return
             self.stats["packs_in"] += 1
             for packet in packets:
                 self._on_deliver(packet.sequence, bytes(packet.data), now)
