@@ -39,8 +39,13 @@ g.sign_off()
 print(f"load: sent {pub['sent']}, received {res['unique']} of {pub['sent'] * subs}", file=sys.stderr)
 PY
 sleep 2
+ctxt() { cat /proc/$BB/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
+ticks() { awk '{print $14 + $15}' /proc/$BB/stat; }
+c0=$(ctxt); t0=$(ticks)
 perf record -q -g -p $BB -o "$OUT/perf.data" -- sleep 3 2>/dev/null
+c1=$(ctxt); t1=$(ticks)
 wait $LG
+echo "== backbone over the 3 s: CPU $(( (t1 - t0) * 100 / $(getconf CLK_TCK) / 3 )) %, $(( (c1 - c0) / 3 )) context switches/s"
 echo "== samples by DSO"
 perf report -i "$OUT/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep "%" | head -8
 echo "== top symbols"
