@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from pelotari.bench.results import table
+from pelotari.bench.results import combine_rounds, table
 from pelotari.bench.search import find_lossless_rate
 from pelotari.bench.trial import TrialResult
 
@@ -123,6 +123,25 @@ def test_table_shows_every_target_ratio_that_both_sides_ran():
     assert "best peer" not in without_peers and "redis" not in without_peers
 
 
+def test_rounds_combine_into_the_median_round_with_every_round_kept():
+    rounds = [rec("pelotari", "S=16 N=4 P=1", rate, lossless_rate=rate / 4, loss=0.0)
+              for rate in (300_000, 100_000, 200_000)]
+    combined = combine_rounds(rounds)
+    assert combined["delivered_rate"] == 200_000 and combined["rounds_run"] == 3
+    assert [r["delivered_rate"] for r in combined["rounds"]] == [300_000, 100_000, 200_000]
+    assert combine_rounds(rounds[:2])["delivered_rate"] == 100_000  # the lower middle of two
+    assert "rounds" not in rounds[0] and combine_rounds(rounds[:1]) is rounds[0]
+
+
+def test_rounds_skip_a_round_that_did_not_run_and_keep_a_system_that_never_ran():
+    ran = rec("reference", "S=16 N=4 P=1", 500_000, lossless_rate=1.0, loss=0.0)
+    missing = {"kind": "bench-skipped", "system": "reference", "reason": "gone"}
+    combined = combine_rounds([missing, ran])
+    assert combined["delivered_rate"] == 500_000 and len(combined["rounds"]) == 1
+    assert combined["rounds_run"] == 2
+    assert combine_rounds([missing, missing]) is missing
+
+
 def test_unavailable_system_is_reported_not_faked(tmp_path):
     env = dict(os.environ, PELOTARI_BENCH_DIR=str(tmp_path))
     out = subprocess.run(PELOTARI + ["bench", "--list"], capture_output=True, text=True, env=env)
@@ -148,11 +167,19 @@ def test_bad_bench_options_are_one_line():
 def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
     out = tmp_path / "bench.jsonl"
     res = subprocess.run(PELOTARI + ["bench", "--systems", "pelotari,reference", "-S", "16",
-                                     "-N", "2", "-d", "0.3", "--repeats", "1", "-o", str(out)],
-                         capture_output=True, text=True, timeout=240)
+                                     "-N", "2", "-d", "0.3", "--repeats", "1", "--rounds", "2",
+                                     "-o", str(out)],
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     records = [json.loads(line) for line in open(out)]
     assert [r["system"] for r in records] == ["pelotari", "reference"]
+    # The rounds take the systems in turn, and each record is its system's median round.
+    turns = [res.stderr.index(f"{name:<13} S=16 N=2 P=1 round {k}/2")
+             for k, name in ((1, "pelotari"), (1, "reference"), (2, "pelotari"), (2, "reference"))]
+    assert turns == sorted(turns)
+    for r in records:
+        assert len(r["rounds"]) == 2 and r["rounds_run"] == 2
+        assert r["delivered_rate"] == min(x["delivered_rate"] for x in r["rounds"])
     for r in records:
         assert r["kind"] == "bench" and r["scenario"] == "S=16 N=2 P=1"
         assert r["lossless_rate"] > 1000 and r["delivered_rate"] > 1000
@@ -163,7 +190,7 @@ def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
     assert "| S=16 N=2 P=1 |" in res.stdout and "pelotari/reference" in res.stdout
     assert records[0]["system_version"] == "pelotari 0.1.0"
     assert records[1]["system_version"].startswith(("cc ", "gcc "))  # the compiler that built it
-    assert "[##########..........] 2/2" in res.stderr  # the progress bar, half full at the second
+    assert "[#####...............] 2/4" in res.stderr  # the progress bar, a quarter full at the second
 
 
 def test_memory_trend_ignores_warm_up_and_catches_growth():

@@ -87,6 +87,24 @@ def record(system: str, scenario, search, env: dict, placement: str, duration: f
     }
 
 
+def combine_rounds(rounds: List[dict]) -> dict:
+    """One record from a system's records of several interleaved rounds of a scenario: the
+    round with the median delivered rate (the lower one of an even count), with every round's
+    rates under "rounds". A system that never ran stays a skipped record."""
+    ran = [r for r in rounds if r.get("kind") == "bench"]
+    if not ran:
+        return rounds[-1]
+    if len(rounds) == 1:
+        return ran[0]
+    ordered = sorted(ran, key=lambda r: r["delivered_rate"])
+    median = dict(ordered[(len(ordered) - 1) // 2])
+    median["rounds"] = [{"lossless_rate": r["lossless_rate"], "delivered_rate": r["delivered_rate"],
+                         "loss": r["loss"], "server_cpu_us_per_msg": r["server_cpu_us_per_msg"]}
+                        for r in ran]
+    median["rounds_run"] = len(rounds)
+    return median
+
+
 def skipped(system: str, reason: str, env: dict) -> dict:
     """The record of a system that could not run."""
     return {"kind": "bench-skipped", "system": system, "reason": reason, "env": env}

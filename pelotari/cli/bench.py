@@ -35,10 +35,18 @@ def _int_list(ctx, param, value):
               help="Seconds each trial publishes.")
 @click.option("--repeats", type=click.IntRange(1, 15), default=3, show_default=True,
               help="Runs at the lossless rate; the median is reported.")
+@click.option("--rounds", type=click.IntRange(1, 15), default=1, show_default=True,
+              help="Search every system this many times per scenario, taking the systems in "
+                   "turn (A B C A B C...), and report each one's median round: slow drift of a "
+                   "shared machine then falls on all systems alike.")
+@click.option("--precision", type=click.FloatRange(0.01, 1.0), default=0.05, show_default=True,
+              help="The search stops when the lowest failing rate is within this fraction above "
+                   "the highest lossless one.")
 @click.option("-o", "--output", type=click.Path(path_type=pathlib.Path), default=None,
               help="JSON-lines file to append to [default: results/bench-TIME.jsonl].")
 @click.option("--list", "list_systems", is_flag=True, help="List the systems and whether each can run here.")
-def bench(systems, payloads, subscribers, publishers, duration, repeats, output, list_systems):
+def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds, precision, output,
+          list_systems):
     """Measure systems side by side: the highest lossless rate of each scenario.
 
     For every payload size S and subscriber count N, each system is started alone on one core
@@ -46,6 +54,8 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
     by search, run --repeats times (median), and latency measured at half that rate. Delivered
     msgs/s (summed over subscribers), ingress, loss, latency and the server's CPU are written
     as JSON lines; the side-by-side table with pelotari's ratios is printed at the end.
+    With --rounds R every system is searched R times per scenario, the systems taking turns,
+    and each one's median round is reported (every round's rates are kept in its record).
     """
     from pelotari.bench import results
     from pelotari.bench.search import find_lossless_rate
@@ -82,16 +92,18 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
             runnable.append(name)
     versions = {name: SYSTEMS[name].version() for name in runnable}
     scenarios = [Scenario(s, n, publishers) for s in payloads for n in subscribers]
-    total = len(scenarios) * len(runnable)
+    total = len(scenarios) * len(runnable) * rounds
     started = time.monotonic()
     done = 0
     for scenario in scenarios:
-        for name in runnable:
+        per_round = {name: [] for name in runnable}
+        for name, rnd in [(n, r) for r in range(rounds) for n in runnable]:
             done += 1
             spent = time.monotonic() - started
             eta = f" ETA {_clock(spent / (done - 1) * (total - done + 1))}" if done > 1 else ""
             filled = round(20 * (done - 1) / total)
-            label = f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total}{eta} {name:<13} {scenario.name}"
+            label = (f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total}{eta} {name:<13} "
+                     f"{scenario.name}" + (f" round {rnd + 1}/{rounds}" if rounds > 1 else ""))
 
             def progress(what, r, label=label):
                 click.echo(f"\r{label}  {what:<14} offered {_r(r.offered_rate):>7}/s  "
@@ -101,13 +113,16 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, output,
             try:
                 with Session(SYSTEMS[name], scenario) as session:
                     found = find_lossless_rate(lambda rate: session.trial(rate, duration),
-                                               repeats=repeats, progress=progress)
+                                               repeats=repeats, precision=precision,
+                                               progress=progress)
                 rec = results.record(name, scenario, found, env, where, duration, versions[name])
             except Unavailable as exc:
                 click.secho(f"\n{label}: {exc}", fg="red", err=True)
                 rec = results.skipped(name, str(exc), env)
-            records.append(rec)
-            results.write(output, [rec])
+            per_round[name].append(rec)
+            if rnd == rounds - 1:
+                records.append(results.combine_rounds(per_round[name]))
+                results.write(output, records[-1:])
             if rec["kind"] == "bench":
                 click.echo(f"\r{label}  lossless {_r(rec['lossless_rate'])}/s in, "
                            f"{_r(rec['delivered_rate'])}/s delivered, p99 "
