@@ -8,16 +8,35 @@ Each CMD is a backbone command line with PORT where its UDP port goes, e.g.
 Round after round the backbones take turns (A B C A B C...): each is started alone on core 0,
 the load generator on core 1 publishes RATE msgs/s for 3 s to SUBSCRIBERS subscribers, and the
 delivered msgs/s is counted. Offer more than the backbones can take and this is their capacity;
-taking turns puts the machine's drift on every backbone alike. Prints each trial as it ends and
-each backbone's median with its ratio to the first.
+taking turns puts the machine's drift on every backbone alike. Prints each trial as it ends (with
+the server's and the load generator's CPU per published message, and the server's context
+switches) and each backbone's median
+delivered rate with its ratio to the first.
 """
 import os
+import resource
 import shlex
 import statistics
 import subprocess
 import sys
 import threading
 import time
+
+
+def _cpu_seconds(pid):
+    """User + system CPU seconds of a running process (its threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _context_switches(pid):
+    """Voluntary + involuntary context switches of a running process, summed over its threads."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/status") as f:
+            total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+    return total
 
 
 def main(argv):
@@ -50,19 +69,28 @@ def main(argv):
                           file=sys.stderr)
                     return 1
                 counts = {}
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                switches, server_cpu = _context_switches(server.pid), _cpu_seconds(server.pid)
                 reader = threading.Thread(target=lambda: counts.update(group.measure(10, 0.5)))
                 reader.start()
                 sent = publish_fyrehose("127.0.0.1", port, payload_size=payload, duration=3,
                                         rate=rate)["sent"]
                 reader.join()
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                server_cpu = _cpu_seconds(server.pid) - server_cpu
+                switches = _context_switches(server.pid) - switches
                 group.sign_off()
             finally:
                 server.terminate()
                 server.wait()
             rate_out = counts["unique"] / (counts["active"] or 1)
             delivered[command].append(rate_out)
+            client_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
             print(f"round {rnd + 1}/{rounds} backbone {chr(65 + k)}: delivered {rate_out / 1e3:9.1f}k/s, "
-                  f"lost {1 - counts['unique'] / max(sent * subs, 1):.2%}", flush=True)
+                  f"lost {1 - counts['unique'] / max(sent * subs, 1):.2%}, µs CPU per message "
+                  f"published: server {server_cpu / max(sent, 1) * 1e6:.2f}, "
+                  f"load generator {client_cpu / max(sent, 1) * 1e6:.2f}; server context "
+                  f"switches per 1,000 messages {switches / max(sent, 1) * 1e3:.1f}", flush=True)
     first = statistics.median(delivered[commands[0]])
     for k, command in enumerate(commands):
         med = statistics.median(delivered[command])

@@ -122,13 +122,16 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
                 if r["target"] == target:
                     latest[r["scenario"]] = r["ratio"]
             xs = [s for s in scenarios if s in latest]
-            ax.plot(xs, [latest[s] for s in xs], marker="o", label=target)
+            # Positions, not category names: matplotlib would order categories by first use.
+            ax.plot([scenarios.index(s) for s in xs], [latest[s] for s in xs], marker="o",
+                    label=target)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
         ax.set_yscale("log")
         ax.set_ylabel("delivered rate ratio (latest commit)")
         ax.set_title("Target ratios: -- is 0.9 of the reference; above 1 is ahead", fontsize=10)
-        ax.tick_params(axis="x", rotation=30, labelsize=7)
+        ax.set_xticks(range(len(scenarios)))
+        ax.set_xticklabels(scenarios, rotation=30, fontsize=7)
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
         fig.tight_layout()
