@@ -223,3 +223,19 @@ def test_trend_without_pyspark_says_how_to_get_it_in_one_line(tmp_path):
                          text=True, env=env, timeout=60)
     assert res.returncode == 1
     assert res.stderr.strip() == "Error: pelotari trend needs PySpark: pip install 'pelotari[analysis]'"
+
+
+def test_target_lines_follow_the_scenario_order_and_take_the_latest_commit():
+    targets = [
+        {"target": "a/b", "scenario": "S=16 N=1000", "ratio": 3.0, "time": "2026-11-01"},
+        {"target": "c/d", "scenario": "S=16 N=1", "ratio": 1.5, "time": "2026-11-01"},
+        {"target": "c/d", "scenario": "S=256 N=1", "ratio": 0.5, "time": "2026-11-01"},
+        {"target": "c/d", "scenario": "S=256 N=1", "ratio": 0.8, "time": "2026-11-02"},
+        {"target": "a/b", "scenario": "S=16 N=1", "ratio": 2.0, "time": "2026-11-02"},
+    ]
+    scenarios = ["S=16 N=1", "S=16 N=1000", "S=256 N=1"]
+    assert report.target_lines(targets, scenarios) == {
+        "a/b": ([0, 1], [2.0, 3.0]),
+        "c/d": ([0, 2], [1.5, 0.8]),
+    }
+

@@ -116,15 +116,8 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
     written.append(path)
     if data.get("targets"):
         fig, ax = plt.subplots(figsize=(9, 4.5))
-        for target in sorted({r["target"] for r in data["targets"]}):
-            latest = {}
-            for r in sorted(data["targets"], key=lambda r: r["time"]):
-                if r["target"] == target:
-                    latest[r["scenario"]] = r["ratio"]
-            xs = [s for s in scenarios if s in latest]
-            # Positions, not category names: matplotlib would order categories by first use.
-            ax.plot([scenarios.index(s) for s in xs], [latest[s] for s in xs], marker="o",
-                    label=target)
+        for target, (xs, ys) in target_lines(data["targets"], scenarios).items():
+            ax.plot(xs, ys, marker="o", label=target)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(0.9, color="grey", lw=0.8, ls="--")
         ax.set_yscale("log")
@@ -140,6 +133,20 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
         plt.close(fig)
         written.append(path)
     return written
+
+
+def target_lines(targets: List[dict], scenarios: List[str]) -> Dict[str, tuple]:
+    """Each target's latest ratio per scenario as (positions in `scenarios`, ratios), in
+    scenario order. Positions, not names: matplotlib orders category names by first use."""
+    lines = {}
+    for target in sorted({r["target"] for r in targets}):
+        latest = {}
+        for r in sorted(targets, key=lambda r: r["time"]):
+            if r["target"] == target:
+                latest[r["scenario"]] = r["ratio"]
+        shown = [s for s in scenarios if s in latest]
+        lines[target] = ([scenarios.index(s) for s in shown], [latest[s] for s in shown])
+    return lines
 
 
 def _rate(v) -> str:
