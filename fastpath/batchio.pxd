@@ -12,6 +12,7 @@ cdef class RecvBatch:
     cdef iovec* iovs
     cdef sockaddr_in* addrs
     cdef mmsghdr* msgs
+    cdef uint8_t* control        # per-slot ancillary data buffers, or NULL
 
     cdef int receive(self, int fd) noexcept nogil
     cdef int receive_wait(self, int fd) noexcept nogil
@@ -22,6 +23,7 @@ cdef class RecvBatch:
         return self.msgs[i].msg_len
     cdef inline bint truncated(self, int i) noexcept nogil:
         return self.msgs[i].msg_hdr.msg_flags != 0
+    cdef Py_ssize_t segment_size(self, int i) noexcept nogil
 
 
 cdef class SendBatch:

@@ -9,7 +9,8 @@ from posix.uio cimport iovec
 
 from fastpath.csocket cimport (mmsghdr, sockaddr_in, recvmmsg, sendmmsg, poll, pollfd, POLLOUT,
                                errno, EAGAIN, EWOULDBLOCK, EINTR, ENOBUFS, MSG_DONTWAIT,
-                               MSG_WAITFORONE, AF_INET,
+                               MSG_WAITFORONE, AF_INET, cmsghdr, CMSG_FIRSTHDR, CMSG_NXTHDR,
+                               CMSG_DATA, SOL_UDP, UDP_GRO,
                                htons, ntohs, htonl, ntohl)
 
 import socket
@@ -32,8 +33,11 @@ def set_buffers(sock, int size, bint force=True):
                 pass
 
 
+cdef Py_ssize_t CONTROL_SPACE = 64  # per slot: room for a UDP_GRO cmsg (an int) and more
+
+
 cdef class RecvBatch:
-    def __cinit__(self, int capacity=64, Py_ssize_t slot_size=65536):
+    def __cinit__(self, int capacity=64, Py_ssize_t slot_size=65536, bint control=False):
         cdef Py_ssize_t i
         if capacity < 1 or capacity > 1024:
             raise ValueError(f"capacity {capacity} outside 1..1024")
@@ -47,6 +51,10 @@ cdef class RecvBatch:
         self.msgs = <mmsghdr*>PyMem_Calloc(capacity, sizeof(mmsghdr))
         if not (self.arena and self.iovs and self.addrs and self.msgs):
             raise MemoryError()
+        if control:  # ancillary data is read, e.g. UDP_GRO's segment size
+            self.control = <uint8_t*>PyMem_Calloc(capacity, CONTROL_SPACE)
+            if not self.control:
+                raise MemoryError()
         for i in range(capacity):
             self.iovs[i].iov_base = self.arena + i * slot_size
             self.iovs[i].iov_len = slot_size
@@ -56,6 +64,20 @@ cdef class RecvBatch:
         PyMem_Free(self.iovs)
         PyMem_Free(self.addrs)
         PyMem_Free(self.msgs)
+        PyMem_Free(self.control)
+
+    cdef Py_ssize_t segment_size(self, int i) noexcept nogil:
+        """UDP_GRO: the size of each datagram coalesced into slot i (the last may be shorter);
+        0 when the slot holds one datagram as sent."""
+        cdef cmsghdr* c
+        if self.control == NULL:
+            return 0
+        c = CMSG_FIRSTHDR(&self.msgs[i].msg_hdr)
+        while c != NULL:
+            if c.cmsg_level == SOL_UDP and c.cmsg_type == UDP_GRO:
+                return (<int*>CMSG_DATA(c))[0]
+            c = CMSG_NXTHDR(&self.msgs[i].msg_hdr, c)
+        return 0
 
     cdef int receive(self, int fd) noexcept nogil:
         """Non-blocking recvmmsg into the slots; return the count (0 if none) or -errno."""
@@ -73,8 +95,12 @@ cdef class RecvBatch:
             self.msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in)
             self.msgs[i].msg_hdr.msg_iov = &self.iovs[i]
             self.msgs[i].msg_hdr.msg_iovlen = 1
-            self.msgs[i].msg_hdr.msg_control = NULL
-            self.msgs[i].msg_hdr.msg_controllen = 0
+            if self.control != NULL:
+                self.msgs[i].msg_hdr.msg_control = self.control + i * CONTROL_SPACE
+                self.msgs[i].msg_hdr.msg_controllen = CONTROL_SPACE
+            else:
+                self.msgs[i].msg_hdr.msg_control = NULL
+                self.msgs[i].msg_hdr.msg_controllen = 0
             self.msgs[i].msg_hdr.msg_flags = 0
         while True:
             rc = recvmmsg(fd, self.msgs, self.capacity, flags, NULL)

@@ -36,6 +36,8 @@ cdef extern from "<sys/socket.h>" nogil:
     size_t CMSG_SPACE(size_t length)
     size_t CMSG_LEN(size_t length)
     unsigned char* CMSG_DATA(cmsghdr* c)
+    cmsghdr* CMSG_FIRSTHDR(msghdr* m)
+    cmsghdr* CMSG_NXTHDR(msghdr* m, cmsghdr* c)
 
 cdef extern from "<netinet/udp.h>" nogil:
     """
@@ -45,8 +47,12 @@ cdef extern from "<netinet/udp.h>" nogil:
     #ifndef SOL_UDP
     #define SOL_UDP 17
     #endif
+    #ifndef UDP_GRO
+    #define UDP_GRO 104
+    #endif
     """
     int UDP_SEGMENT
+    int UDP_GRO
     int SOL_UDP
 
 cdef extern from "<netinet/in.h>" nogil:

@@ -8,7 +8,7 @@ from posix.time cimport nanosleep, timespec
 from posix.uio cimport iovec
 
 from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, poll, pollfd, POLLIN, AF_INET,
-                               htons, htonl, errno, EINTR)
+                               htons, htonl, errno, EINTR, SOL_UDP, UDP_GRO)
 from fastpath.wire cimport get_u16, put_u16
 from fastpath.batchio cimport RecvBatch
 
@@ -236,11 +236,30 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
             "sendmmsg_calls": calls, "elapsed": (now - start) / 1e9, "pub_id": pub_id}
 
 
+cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, uint64_t now,
+                                 uint64_t* frames) noexcept nogil:
+    """Count one datagram's DELIVER frames (one, or several packed back to back); return
+    whether it was all DELIVERs (a malformed tail is counted by the caller, never read)."""
+    cdef Py_ssize_t off = 0, size
+    if n < 9 or p[0] != 0x01:
+        return False
+    while n - off >= 9 and p[off] == 0x01:
+        size = 9 + get_u16(p + off + 1)
+        if size > n - off:
+            break
+        ls_counter_record(c, p + off + 9, size - 9, now)
+        frames[0] += 1
+        off += size
+    return off == n
+
+
 cdef class SubscriberGroup:
     """`subscribers` UDP sockets signed on to a fyrehose backbone, counting DELIVERs in trials.
 
     sign_on() sends NOJOURNAL KEEPALIVEs and waits for the ACKs; measure() runs one trial;
     sign_off() sends NOSUBSCRIBE so the backbone stops fanning out to these sockets at once.
+    With `gro`, the sockets set UDP_GRO: a GSO send from the backbone (a run of DELIVERs to one
+    subscriber) arrives as one read and is split here at the segment size the kernel reports.
     """
     cdef list socks
     cdef object host
@@ -250,13 +269,18 @@ cdef class SubscriberGroup:
     cdef pollfd* pfds
     cdef RecvBatch rx
     cdef sockaddr_in bb
+    cdef readonly bint gro
 
     def __cinit__(self, host, int port, int subscribers=1, int buffer=32 << 20,
-                  Py_ssize_t pack=0):
+                  Py_ssize_t pack=0, bint gro=False):
         if subscribers < 1 or subscribers > 1024:
             raise ValueError("subscribers must be within 1..1024")
         self.host, self.port, self.nsub = host, port, subscribers
         self.socks = [_udp_socket(buffer) for _ in range(subscribers)]
+        self.gro = gro
+        if gro:
+            for sock in self.socks:
+                sock.setsockopt(SOL_UDP, UDP_GRO, 1)  # OSError (ENOPROTOOPT) before Linux 5.0
         # NOJOURNAL; with `pack`, also PACKED and the largest packed datagram accepted.
         flags = 0x2 | (packed_flags(pack) if pack else 0)
         self.keepalive = encode_keepalive("", 0, flags, b"pelotari-loadgen")
@@ -264,7 +288,7 @@ cdef class SubscriberGroup:
         self.pfds = <pollfd*>PyMem_Calloc(subscribers, sizeof(pollfd))
         if not self.pfds:
             raise MemoryError()
-        self.rx = RecvBatch(RECV_BATCH, RECV_SLOT)
+        self.rx = RecvBatch(RECV_BATCH, RECV_SLOT, gro)
         cdef int k
         for k in range(subscribers):
             self.pfds[k].fd = self.socks[k].fileno()
@@ -312,12 +336,12 @@ cdef class SubscriberGroup:
         cdef Py_ssize_t ka_len = len(self.keepalive)
         cdef uint64_t start, now, last_rx = 0, next_keepalive, deadline
         cdef uint64_t idle_ns = <uint64_t>(idle * 1e9)
-        cdef uint64_t other = 0, datagrams = 0, frames = 0
+        cdef uint64_t other = 0, datagrams = 0, frames = 0, reads = 0
         cdef int rc, i, ready_n
         cdef const uint8_t* p
         cdef pollfd* pfds = self.pfds
         cdef RecvBatch rx = self.rx
-        cdef Py_ssize_t n, off, size
+        cdef Py_ssize_t n, off, seg
         try:
             with nogil:
                 start = ls_now_ns()
@@ -342,25 +366,25 @@ cdef class SubscriberGroup:
                             if rc <= 0:
                                 break
                             now = ls_now_ns()
-                            datagrams += rc
+                            reads += rc
                             for i in range(rc):
                                 p = rx.slot(i)
                                 n = rx.length(i)
-                                if n < 9 or p[0] != 0x01:
+                                # With GRO a read may hold several datagrams of `seg` bytes
+                                # each (the last may be shorter); without, seg is the whole.
+                                seg = rx.segment_size(i) or n
+                                if n == 0:
+                                    datagrams += 1
                                     other += 1
-                                    continue
-                                # One DELIVER, or several packed back to back.
-                                last_rx = now
                                 off = 0
-                                while n - off >= 9 and p[off] == 0x01:
-                                    size = 9 + get_u16(p + off + 1)
-                                    if size > n - off:
-                                        break
-                                    ls_counter_record(cs[k], p + off + 9, size - 9, now)
-                                    frames += 1
-                                    off += size
-                                if off != n:
-                                    other += 1  # a malformed tail: counted, never read
+                                while off < n:
+                                    datagrams += 1
+                                    if _count_delivers(cs[k], p + off, min(seg, n - off), now,
+                                                       &frames):
+                                        last_rx = now
+                                    else:
+                                        other += 1
+                                    off += seg
                             if rc < RECV_BATCH:
                                 break
                 now = ls_now_ns()
@@ -377,6 +401,7 @@ cdef class SubscriberGroup:
             "duplicates": sum(s["duplicates"] for s in per_sub),
             "reordered": sum(s["reordered"] for s in per_sub),
             "datagrams": datagrams,
+            "reads": reads,
             "frames": frames,
             "other_datagrams": other,
             "latency": merged.summary(),
@@ -388,9 +413,9 @@ cdef class SubscriberGroup:
 
 def subscribe_fyrehose(host, int port, *, int subscribers=1, double max_duration=30.0,
                        double idle=0.5, double ack_timeout=3.0, ready=None, int buffer=32 << 20,
-                       Py_ssize_t pack=0):
+                       Py_ssize_t pack=0, bint gro=False):
     """One trial: sign `subscribers` sockets on, call ready(), measure, sign off."""
-    group = SubscriberGroup(host, port, subscribers, buffer, pack)
+    group = SubscriberGroup(host, port, subscribers, buffer, pack, gro)
     try:
         group.sign_on(ack_timeout)
         if ready is not None:

@@ -109,6 +109,28 @@ def test_publisher_and_subscribers_against_a_live_backbone(backbone):
     assert backbone.stats()["pushes"] == 1000
 
 
+@pytest.mark.parametrize("gro", [False, True])
+def test_gro_subscribers_read_gso_runs_whole_and_split_them(backbone_factory, gro):
+    bb = backbone_factory(gso=True)
+    port = bb.address[1]
+    result, ready = {}, threading.Event()
+    t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
+        "127.0.0.1", port, subscribers=2, ready=ready.set, idle=0.3, max_duration=20, gro=gro)))
+    t.start()
+    assert ready.wait(5)
+    # Bursts of 64 reach the backbone together, so it sends runs of DELIVERs with UDP GSO.
+    publish_fyrehose("127.0.0.1", port, payload_size=100, count=3000, duration=10, batch=64)
+    t.join()
+    assert bb.stats()["gso_sends"] > 0
+    assert result["unique"] == 2 * 3000 and result["duplicates"] == 0
+    # Each DELIVER is one datagram on the wire; the others are the KEEPALIVE-ACKs.
+    assert result["frames"] == result["datagrams"] - result["other_datagrams"] == 2 * 3000
+    if gro:
+        assert result["reads"] < result["datagrams"]  # runs arrived whole, split at the segment size
+    else:
+        assert result["reads"] == result["datagrams"]
+
+
 def test_paced_publisher_sends_rate_times_duration():
     import socket
 

@@ -29,7 +29,7 @@ def answer(record) -> None:
 def run_sub(args) -> None:
     from fastpath.loadgen import SubscriberGroup
 
-    group = SubscriberGroup(args.host, args.port, args.subscribers, pack=args.pack)
+    group = SubscriberGroup(args.host, args.port, args.subscribers, pack=args.pack, gro=args.gro)
     try:
         group.sign_on()
         answer({"ready": True})
@@ -73,6 +73,8 @@ def main(argv=None) -> None:
     parser.add_argument("--pub-id", type=int, default=0)
     parser.add_argument("--pack", type=int, default=0,
                         help="packing extension: largest packed datagram in bytes (0: off)")
+    parser.add_argument("--gro", action="store_true",
+                        help="subscribers set UDP_GRO: a GSO run arrives as one read (sub only)")
     parser.add_argument("--system", default="fyrehose", choices=["fyrehose"],
                         help="only fyrehose: the peers' agent is bench/clients/peer_client.c")
     args = parser.parse_args(argv)

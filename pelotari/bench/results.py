@@ -131,7 +131,7 @@ RATIOS = [("pelotari-plain", "reference"), ("pelotari", "reference"),
           ("pelotari", "reference-gso"), ("pelotari", "best peer"), ("pelotari-packed", "redis"),
           ("pelotari-packed", "nats"), ("pelotari-packed", "best peer")]
 # Latency and server CPU per message are shown for these, when they ran.
-OWN = ("pelotari", "pelotari-plain", "pelotari-packed")
+OWN = ("pelotari", "pelotari-plain", "pelotari-packed", "pelotari-gro")
 
 
 def table(records: List[dict], systems: List[str]) -> str:

@@ -226,9 +226,21 @@ def _zeromq(port: int, sub_port: int) -> List[str]:
     return [str(binary), str(port), str(sub_port)]
 
 
+UDP_GRO = 104  # <netinet/udp.h>; Python's socket module does not name it
+
+
 def _require_gso() -> None:
     if not udp_gso_supported():
         raise Unavailable("the kernel does not support UDP_SEGMENT (needs Linux >= 4.18)")
+
+
+def _require_gso_and_gro() -> None:
+    _require_gso()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+        except OSError:
+            raise Unavailable("the kernel does not support UDP_GRO (needs Linux >= 5.0)") from None
 
 
 SYSTEMS: Dict[str, System] = {s.name: s for s in [
@@ -240,6 +252,11 @@ SYSTEMS: Dict[str, System] = {s.name: s for s in [
            lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
                          "--port", str(port), "--stats-interval", "3600"],
            agent_args=["--pack", str(PACK)]),
+    System("pelotari-gro", "fyrehose",
+           "the pelotari backbone (GSO fan-out); subscribers read with UDP_GRO",
+           lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
+                         "--port", str(port), "--stats-interval", "3600"],
+           requires=_require_gso_and_gro, agent_args=["--gro"]),
     System("pelotari-plain", "fyrehose", "the pelotari backbone without GSO (--no-gso)",
            lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
                          "--port", str(port), "--stats-interval", "3600", "--no-gso"]),
