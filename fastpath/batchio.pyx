@@ -115,17 +115,28 @@ cdef class RecvBatch:
             return -errno
 
     def recv(self, sock):
-        """Receive up to capacity datagrams without blocking; return [(bytes, (host, port))]."""
+        """Receive up to capacity reads without blocking; return [(bytes, (host, port))], one
+        per datagram as sent: a UDP_GRO read (with control=True) is split at its segment size."""
         cdef int fd = sock.fileno()
-        cdef int rc
+        cdef int rc, i
+        cdef Py_ssize_t n, seg, off
         with nogil:
             rc = self.receive(fd)
         if rc < 0:
             raise OSError(-rc, "recvmmsg failed")
         out = []
         for i in range(rc):
-            out.append((PyBytes_FromStringAndSize(<const char*>self.slot(i), self.length(i)),
-                        _py_addr(&self.addrs[i])))
+            addr = _py_addr(&self.addrs[i])
+            n = self.length(i)
+            seg = self.segment_size(i) or n
+            if seg >= n:
+                out.append((PyBytes_FromStringAndSize(<const char*>self.slot(i), n), addr))
+                continue
+            off = 0
+            while off < n:
+                out.append((PyBytes_FromStringAndSize(<const char*>self.slot(i) + off,
+                                                      min(seg, n - off)), addr))
+                off += seg
         return out
 
 

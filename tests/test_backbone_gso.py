@@ -71,3 +71,26 @@ def test_dry_run_counts_gso_delivers():
     assert loop.dry_run([(wire.encode_push(b"x" * 16), ("127.0.0.1", 9))] * 64, repeat=3) == 768
     assert loop.stats()["gso_segments"] == 768 and loop.stats()["gso_sends"] == 12
     sock.close()
+
+
+def test_a_gro_client_receives_gso_runs_as_the_datagrams_sent(backbone_factory):
+    from pelotari.fyrehose import Client, Message
+
+    bb = backbone_factory(first_sequence=100, gso=True)
+    payloads = [b"%04d" % i + b"y" * 60 for i in range(300)]
+    got = []
+    with Client(f"127.0.0.1:{bb.address[1]}", bind="127.0.0.1:0", gro=True) as client:
+        assert client.wait_connected(3.0)
+        pub = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        pub.bind(("127.0.0.1", 0))
+        SendBatch().send(pub, [(wire.encode_push(p), bb.address) for p in payloads])
+        pub.close()
+        for item in client.messages(timeout=2.0):
+            got.append(item)
+            if len(got) == len(payloads):
+                break
+        stats = client.stats()
+    assert all(isinstance(m, Message) for m in got)
+    assert [(m.sequence, m.data) for m in got] == [(100 + i, p) for i, p in enumerate(payloads)]
+    assert bb.stats()["gso_sends"] > 0 and stats.get("requests", 0) == 0  # no gap was seen
+
