@@ -33,6 +33,15 @@ def set_buffers(sock, int size, bint force=True):
                 pass
 
 
+def enable_gro(sock):
+    """Set UDP_GRO on a UDP socket, so a GSO run arrives as one read (see RecvBatch control);
+    OSError in one line where the kernel lacks it."""
+    try:
+        sock.setsockopt(SOL_UDP, UDP_GRO, 1)
+    except OSError as exc:
+        raise OSError(exc.errno, "this kernel does not support UDP_GRO (needs Linux >= 5.0)") from None
+
+
 cdef Py_ssize_t CONTROL_SPACE = 64  # per slot: room for a UDP_GRO cmsg (an int) and more
 
 

@@ -8,13 +8,13 @@ from posix.time cimport nanosleep, timespec
 from posix.uio cimport iovec
 
 from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, poll, pollfd, POLLIN, AF_INET,
-                               htons, htonl, errno, EINTR, SOL_UDP, UDP_GRO)
+                               htons, htonl, errno, EINTR)
 from fastpath.wire cimport get_u16, put_u16
 from fastpath.batchio cimport RecvBatch
 
 import socket
 
-from fastpath.batchio import set_buffers
+from fastpath.batchio import enable_gro, set_buffers
 from fastpath.codec import encode_keepalive
 from fastpath.packets import packed_flags
 
@@ -280,7 +280,7 @@ cdef class SubscriberGroup:
         self.gro = gro
         if gro:
             for sock in self.socks:
-                sock.setsockopt(SOL_UDP, UDP_GRO, 1)  # OSError (ENOPROTOOPT) before Linux 5.0
+                enable_gro(sock)
         # NOJOURNAL; with `pack`, also PACKED and the largest packed datagram accepted.
         flags = 0x2 | (packed_flags(pack) if pack else 0)
         self.keepalive = encode_keepalive("", 0, flags, b"pelotari-loadgen")

@@ -226,9 +226,6 @@ def _zeromq(port: int, sub_port: int) -> List[str]:
     return [str(binary), str(port), str(sub_port)]
 
 
-UDP_GRO = 104  # <netinet/udp.h>; Python's socket module does not name it
-
-
 def _require_gso() -> None:
     if not udp_gso_supported():
         raise Unavailable("the kernel does not support UDP_SEGMENT (needs Linux >= 4.18)")
@@ -236,11 +233,13 @@ def _require_gso() -> None:
 
 def _require_gso_and_gro() -> None:
     _require_gso()
+    from fastpath.batchio import enable_gro
+
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
-            sock.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
-        except OSError:
-            raise Unavailable("the kernel does not support UDP_GRO (needs Linux >= 5.0)") from None
+            enable_gro(sock)
+        except OSError as exc:
+            raise Unavailable(exc.strerror) from None
 
 
 SYSTEMS: Dict[str, System] = {s.name: s for s in [

@@ -10,16 +10,13 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-from fastpath.batchio import RecvBatch, SendBatch, set_buffers
+from fastpath.batchio import RecvBatch, SendBatch, enable_gro, set_buffers
 from pelotari.fyrehose.backbone import DEFAULT_PORT
 from pelotari.fyrehose.core import ClientConfig, ClientCore
 from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,
                                       PublishConfirmed, PublishFailed, Resync)
 
 log = logging.getLogger("pelotari.fyrehose.client")
-
-
-UDP_GRO = 104  # <netinet/udp.h>; Python's socket module does not name it
 
 
 class PublishTimeout(TimeoutError):
@@ -99,11 +96,10 @@ class Client:
         self._sock = open_client_socket(self._bind)
         if self._gro:
             try:
-                self._sock.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
-            except OSError as exc:
+                enable_gro(self._sock)
+            except OSError:
                 self._sock.close()
-                raise OSError(exc.errno, "this kernel does not support UDP_GRO "
-                                         "(needs Linux >= 5.0)") from None
+                raise
         self._rx = RecvBatch(64, 65536, self._gro)
         self._tx = SendBatch(1024)
         self._wake_r, self._wake_w = os.pipe()
