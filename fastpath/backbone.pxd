@@ -16,7 +16,12 @@ cdef enum:
     DROP_NO_JOURNAL_PEER = 9
     DROP_TABLE_FULL = 10
     DROP_ZERO_PORT = 11
-    N_DROPS = 12
+    DROP_NOT_SUBSCRIBED = 12     # REQUEST from (or for) an address that is no live subscriber
+    DROP_REPAIR_BUDGET = 13      # REQUEST past the requester's repair budget
+    DROP_ADDRESS_LIMIT = 14      # new client from a host already holding max_per_address entries
+    DROP_PACK_NOT_ALLOWED = 15   # packed PUSH from a source that is no live PACKED client
+    DROP_TOO_MANY_FRAMES = 16    # packed PUSH of more than max_pack_frames frames
+    N_DROPS = 17
 
 cdef struct Subscriber:
     uint64_t key          # (IPv4 address << 16) | port, host byte order
@@ -24,6 +29,8 @@ cdef struct Subscriber:
     int64_t expires_ns    # CLOCK_MONOTONIC; live while now < expires_ns
     uint64_t flags
     uint32_t pack_limit   # packing extension: largest datagram it accepts; 0 = plain
+    double repair_tokens  # REQUEST budget in sequences (token bucket)
+    int64_t repair_ns     # when repair_tokens was last refilled
 
 cdef struct Counters:
     uint64_t datagrams_in
@@ -71,6 +78,14 @@ cdef class BackboneLoop:
     cdef int max_subs
     cdef int* index        # open-addressing hash: subscriber index + 1, 0 = empty
     cdef uint64_t index_mask
+    cdef uint64_t* host_keys     # open-addressing hash of source hosts: IPv4 + 1, 0 = empty
+    cdef int* host_counts        # table entries per host (rebuilt by sweep)
+    cdef int max_per_address     # 0 = no per-host limit
+    cdef double repair_rate      # sequences per second a requester's budget refills
+    cdef double repair_burst     # sequences a requester may REQUEST at once
+    cdef Py_ssize_t max_pack_frames
+    cdef int64_t next_full_sweep_ns  # a full table is swept at most this often
+    cdef int refused             # why upsert() last returned NULL (a DROP_ reason)
     cdef int64_t next_sweep_ns
     cdef bint dry                # dry_run(): queued sends are discarded, never sent
     cdef readonly bint gso       # DELIVER runs go to each subscriber in one UDP_SEGMENT send
@@ -96,6 +111,9 @@ cdef class BackboneLoop:
     cdef void on_request(self, int i, const uint8_t* p, int64_t now) noexcept nogil
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil
     cdef Subscriber* upsert(self, uint64_t key, int64_t now) noexcept nogil
+    cdef Subscriber* find(self, uint64_t key) noexcept nogil
+    cdef int* host_slot(self, uint32_t addr, bint insert) noexcept nogil
+    cdef bint packer(self, int i, int64_t now) noexcept nogil
     cdef void sweep(self, int64_t now) noexcept nogil
     cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen, void* control=*,
                     size_t controllen=*) noexcept nogil

@@ -12,7 +12,8 @@ class BackboneLoop:
                  max_request_range: int = ..., allow_foreign_addresses: bool = ...,
                  first_sequence: Optional[int] = ..., batch: int = ..., seed: int = ...,
                  gso: Optional[bool] = ..., gso_max_segment: int = ..., packing: bool = ...,
-                 max_pack: int = ...) -> None: ...
+                 max_pack: int = ..., max_per_address: int = ..., repair_rate: float = ...,
+                 repair_burst: float = ..., max_pack_frames: int = ...) -> None: ...
     gso: bool
     packing: bool
     def serve(self) -> None: ...

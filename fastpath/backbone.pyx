@@ -35,12 +35,18 @@ DROP_REASONS = {
     DROP_NO_JOURNAL_PEER: "no_journal_peer",
     DROP_TABLE_FULL: "table_full",
     DROP_ZERO_PORT: "zero_port",
+    DROP_NOT_SUBSCRIBED: "request_not_subscribed",
+    DROP_REPAIR_BUDGET: "repair_budget",
+    DROP_ADDRESS_LIMIT: "address_limit",
+    DROP_PACK_NOT_ALLOWED: "pack_not_signed_on",
+    DROP_TOO_MANY_FRAMES: "pack_too_many_frames",
 }
 
 cdef uint64_t SEQ_MASK = (<uint64_t>1 << 48) - 1
 cdef uint64_t NOSUBSCRIBE = 0x1
 cdef uint64_t NOJOURNAL = 0x2
 cdef int64_t SWEEP_INTERVAL_NS = 1000000000
+cdef int64_t FULL_SWEEP_INTERVAL_NS = 10000000  # a full table is swept at most every 10 ms
 cdef long WAKE_INTERVAL_US = 100000  # recvmmsg timeout: sweeps and stop() are noticed by then
 cdef int GSO_MAX_SEGMENTS = 64       # the kernel's UDP_MAX_SEGMENTS
 cdef size_t GSO_MAX_BYTES = 65000    # one GSO send is at most one IP datagram's worth
@@ -85,7 +91,9 @@ cdef class BackboneLoop:
                   Py_ssize_t max_data=MAX_DATA, uint64_t max_request_range=1024,
                   bint allow_foreign_addresses=False, first_sequence=None, int batch=64,
                   uint64_t seed=0, gso=None, Py_ssize_t gso_max_segment=1472,
-                  bint packing=True, Py_ssize_t max_pack=MAX_DATAGRAM):
+                  bint packing=True, Py_ssize_t max_pack=MAX_DATAGRAM, int max_per_address=256,
+                  double repair_rate=16384, double repair_burst=16384,
+                  Py_ssize_t max_pack_frames=1024):
         cdef uint64_t cap = 1
         if max_subscribers < 1:
             raise ValueError("max_subscribers must be at least 1")
@@ -97,6 +105,16 @@ cdef class BackboneLoop:
             raise ValueError("max_request_range must be at least 1")
         if not HEADER_SIZE <= max_pack <= MAX_DATAGRAM:
             raise ValueError(f"max_pack must be within {HEADER_SIZE}..{MAX_DATAGRAM}")
+        if max_per_address < 0:
+            raise ValueError("max_per_address must be 0 (no limit) or positive")
+        if repair_rate < 0 or repair_burst < 1:
+            raise ValueError("repair_rate must be >= 0 and repair_burst >= 1")
+        if max_pack_frames < 2:
+            raise ValueError("max_pack_frames must be at least 2")
+        self.max_per_address = max_per_address
+        self.repair_rate = repair_rate
+        self.repair_burst = repair_burst
+        self.max_pack_frames = max_pack_frames
         self.fd = fd
         self.window_ns = <int64_t>(window * 1e9)
         self.max_data = max_data
@@ -109,7 +127,7 @@ cdef class BackboneLoop:
         self.next_seq = first_sequence
         self.rng = seed or (<uint64_t>monotonic_ns() ^ <uint64_t>0xD1B54A32D192ED03) | 1
         self.rx = RecvBatch(batch, HEADER_SIZE + max_data + 1)  # +1 so oversize shows as such
-        self.tx = SendBatch(1024)
+        self.tx = SendBatch(1024, 0)  # never wait for buffer space: drop and count
         self.max_subs = max_subscribers
         while cap < <uint64_t>max_subscribers * 2:
             cap <<= 1
@@ -118,7 +136,10 @@ cdef class BackboneLoop:
         self.subs = <Subscriber*>PyMem_Calloc(max_subscribers, sizeof(Subscriber))
         self.plain = <Subscriber**>PyMem_Calloc(max_subscribers, sizeof(Subscriber*))
         self.index = <int*>PyMem_Calloc(cap, sizeof(int))
-        if not (self.slots and self.subs and self.index and self.plain):
+        self.host_keys = <uint64_t*>PyMem_Calloc(cap, sizeof(uint64_t))
+        self.host_counts = <int*>PyMem_Calloc(cap, sizeof(int))
+        if not (self.slots and self.subs and self.index and self.plain and self.host_keys
+                and self.host_counts):
             raise MemoryError()
         # GSO: runs of equal-size DELIVERs go to a subscriber in one send. Segments are kept
         # within a standard Ethernet MTU (1500 - 28) by default so any path can carry them.
@@ -142,6 +163,8 @@ cdef class BackboneLoop:
         PyMem_Free(self.subs)
         PyMem_Free(self.plain)
         PyMem_Free(self.index)
+        PyMem_Free(self.host_keys)
+        PyMem_Free(self.host_counts)
         PyMem_Free(self.frames)
         PyMem_Free(self.run_start)
         PyMem_Free(self.run_count)
@@ -228,6 +251,10 @@ cdef class BackboneLoop:
             count = count_frames(p, n, self.max_data)
             if count < 0:
                 self.c.drops[-count] += 1
+            elif count > self.max_pack_frames:
+                self.c.drops[DROP_TOO_MANY_FRAMES] += 1
+            elif not self.packer(i, now):
+                self.c.drops[DROP_PACK_NOT_ALLOWED] += 1
             else:
                 self.c.packs_in += 1
                 self.on_push(p, n, count, now)
@@ -379,19 +406,22 @@ cdef class BackboneLoop:
             self.tx.flush(self.fd)
 
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil:
-        # ADDR/PORT of zero mean "the packet's source"; a foreign ADDR is refused by default so
-        # that nobody can make the backbone (or a peer) send traffic to a host that never asked.
+        # ADDR/PORT of zero mean "the packet's source". Anything else must *be* the source
+        # (unless allow_foreign): then every address:port the backbone sends DELIVERs or repair
+        # to has itself asked for them, and nobody can aim the backbone (or, through FORWARD, a
+        # peer) at an address:port that never sent a KEEPALIVE.
         cdef sockaddr_in* src = &self.rx.addrs[i]
         cdef uint32_t src_addr = ntohl(src.sin_addr.s_addr)
+        cdef uint32_t src_port = ntohs(src.sin_port)
         addr[0] = get_u32(p + 1)
         port[0] = get_u16(p + 5)
         if addr[0] == 0:
             addr[0] = src_addr
-        elif addr[0] != src_addr and not self.allow_foreign:
+        if port[0] == 0:
+            port[0] = src_port
+        if (addr[0] != src_addr or port[0] != src_port) and not self.allow_foreign:
             self.c.drops[DROP_FOREIGN_ADDRESS] += 1
             return False
-        if port[0] == 0:
-            port[0] = ntohs(src.sin_port)
         if port[0] == 0:
             self.c.drops[DROP_ZERO_PORT] += 1
             return False
@@ -407,7 +437,7 @@ cdef class BackboneLoop:
             return
         s = self.upsert((<uint64_t>addr << 16) | port, now)
         if s == NULL:
-            self.c.drops[DROP_TABLE_FULL] += 1
+            self.c.drops[self.refused] += 1
             return
         s.flags = get_u48(p + 7)
         s.expires_ns = now + self.window_ns
@@ -427,11 +457,17 @@ cdef class BackboneLoop:
 
     cdef void on_request(self, int i, const uint8_t* p, int64_t now) noexcept nogil:
         # (B4) FORWARD to one randomly chosen journaling subscriber other than the requester.
+        # Only a live subscriber may REQUEST, within its repair budget: the DELIVERs a FORWARD
+        # sets off go to the requester, so nobody can aim them at an address:port that never
+        # subscribed, and toward a subscriber they are bounded (docs: Security).
         cdef uint32_t addr, port
         cdef uint64_t lo = get_u48(p + 7), hi = get_u48(p + 13), key
         cdef Subscriber* s
         cdef Subscriber* chosen = NULL
-        cdef uint64_t seen = 0, x
+        cdef Subscriber* requester
+        cdef uint64_t x
+        cdef double weight, total = 0.0
+        cdef int* hosts
         cdef Slot* slot = &self.slots[i]
         cdef int k
         self.c.requests += 1
@@ -441,18 +477,34 @@ cdef class BackboneLoop:
             self.c.drops[DROP_REQUEST_TOO_LARGE] += 1
             return
         key = (<uint64_t>addr << 16) | port
+        requester = self.find(key)
+        if requester == NULL or requester.expires_ns <= now or requester.flags & NOSUBSCRIBE:
+            self.c.drops[DROP_NOT_SUBSCRIBED] += 1
+            return
+        requester.repair_tokens += (now - requester.repair_ns) * 1e-9 * self.repair_rate
+        if requester.repair_tokens > self.repair_burst:
+            requester.repair_tokens = self.repair_burst
+        requester.repair_ns = now
+        if requester.repair_tokens < <double>(hi - lo + 1):
+            self.c.drops[DROP_REPAIR_BUDGET] += 1
+            return
+        requester.repair_tokens -= <double>(hi - lo + 1)
         for k in range(self.nsubs):
             s = &self.subs[k]
             if s.expires_ns <= now or (s.flags & (NOSUBSCRIBE | NOJOURNAL)) or s.key == key:
                 continue
-            seen += 1
-            # xorshift64; reservoir sampling keeps each candidate with probability 1/seen.
+            # Weighted reservoir sampling: each entry weighs 1 / (entries its host holds), so
+            # every host is as likely to be asked as any other, however many sockets it opens.
+            hosts = self.host_slot(<uint32_t>(s.key >> 16), False)
+            weight = 1.0 / (hosts[0] if hosts != NULL and hosts[0] > 0 else 1)
+            total += weight
+            # xorshift64
             x = self.rng
             x ^= x << 13
             x ^= x >> 7
             x ^= x << 17
             self.rng = x
-            if x % seen == 0:
+            if <double>(x >> 11) * (1.0 / 9007199254740992.0) * total < weight:
                 chosen = s
         if chosen == NULL:
             self.c.drops[DROP_NO_JOURNAL_PEER] += 1
@@ -467,33 +519,79 @@ cdef class BackboneLoop:
         self.c.forwards += 1
         self.queue(&chosen.sa, slot.iov, 1)
 
-    cdef Subscriber* upsert(self, uint64_t key, int64_t now) noexcept nogil:
+    cdef Subscriber* find(self, uint64_t key) noexcept nogil:
         cdef uint64_t h = hash_key(key) & self.index_mask
-        cdef int idx
         cdef Subscriber* s
         while self.index[h] != 0:
             s = &self.subs[self.index[h] - 1]
             if s.key == key:
                 return s
             h = (h + 1) & self.index_mask
-        if self.nsubs == self.max_subs:
-            # Queued sends point at table entries: flush them before the sweep moves entries.
+        return NULL
+
+    cdef int* host_slot(self, uint32_t addr, bint insert) noexcept nogil:
+        """The entry count of a source host; NULL if absent (and not insert)."""
+        cdef uint64_t want = <uint64_t>addr + 1
+        cdef uint64_t h = hash_key(want) & self.index_mask
+        while self.host_keys[h] != 0:
+            if self.host_keys[h] == want:
+                return &self.host_counts[h]
+            h = (h + 1) & self.index_mask
+        if not insert:
+            return NULL
+        self.host_keys[h] = want
+        self.host_counts[h] = 0
+        return &self.host_counts[h]
+
+    cdef bint packer(self, int i, int64_t now) noexcept nogil:
+        """Whether datagram i comes from a live client that announced PACKED (packing
+        extension): only such a client may send packed PUSHes."""
+        cdef sockaddr_in* src = &self.rx.addrs[i]
+        cdef Subscriber* s = self.find((<uint64_t>ntohl(src.sin_addr.s_addr) << 16)
+                                       | ntohs(src.sin_port))
+        return s != NULL and s.expires_ns > now and s.pack_limit != 0
+
+    cdef Subscriber* upsert(self, uint64_t key, int64_t now) noexcept nogil:
+        cdef uint64_t h
+        cdef int idx
+        cdef int* hosts
+        cdef Subscriber* s = self.find(key)
+        if s != NULL:
+            return s
+        hosts = self.host_slot(<uint32_t>(key >> 16), False)
+        if self.nsubs == self.max_subs or (
+                self.max_per_address and hosts != NULL and hosts[0] >= self.max_per_address):
+            # Entries expire only in a sweep. Queued sends point at table entries: flush them
+            # before the sweep moves entries. Swept at most every 10 ms, so a flood of new
+            # clients cannot make every datagram cost a sweep of the whole table.
+            if now < self.next_full_sweep_ns:
+                self.refused = DROP_TABLE_FULL if self.nsubs == self.max_subs else DROP_ADDRESS_LIMIT
+                return NULL
             self.flush()
             self.sweep(now)
+            self.next_full_sweep_ns = now + FULL_SWEEP_INTERVAL_NS
             if self.nsubs == self.max_subs:
+                self.refused = DROP_TABLE_FULL
                 return NULL
-            h = hash_key(key) & self.index_mask
-            while self.index[h] != 0:
-                h = (h + 1) & self.index_mask
+            hosts = self.host_slot(<uint32_t>(key >> 16), False)
+            if self.max_per_address and hosts != NULL and hosts[0] >= self.max_per_address:
+                self.refused = DROP_ADDRESS_LIMIT
+                return NULL
+        h = hash_key(key) & self.index_mask
+        while self.index[h] != 0:
+            h = (h + 1) & self.index_mask
         idx = self.nsubs
         self.nsubs += 1
         self.index[h] = idx + 1
+        self.host_slot(<uint32_t>(key >> 16), True)[0] += 1
         s = &self.subs[idx]
         memset(s, 0, sizeof(Subscriber))
         s.key = key
         s.sa.sin_family = AF_INET
         s.sa.sin_addr.s_addr = htonl(<uint32_t>(key >> 16))
         s.sa.sin_port = htons(<uint16_t>(key & 0xffff))
+        s.repair_tokens = self.repair_burst
+        s.repair_ns = now
         return s
 
     cdef void sweep(self, int64_t now) noexcept nogil:
@@ -507,11 +605,13 @@ cdef class BackboneLoop:
                 kept += 1
         self.nsubs = kept
         memset(self.index, 0, (self.index_mask + 1) * sizeof(int))
+        memset(self.host_keys, 0, (self.index_mask + 1) * sizeof(uint64_t))
         for k in range(kept):
             h = hash_key(self.subs[k].key) & self.index_mask
             while self.index[h] != 0:
                 h = (h + 1) & self.index_mask
             self.index[h] = k + 1
+            self.host_slot(<uint32_t>(self.subs[k].key >> 16), True)[0] += 1
         self.next_sweep_ns = now + SWEEP_INTERVAL_NS
 
     def dry_run(self, datagrams, int repeat=1):
@@ -581,6 +681,7 @@ cdef class BackboneLoop:
             "datagrams_out": self.tx.sent,
             "bytes_out": self.tx.bytes_sent,
             "send_errors": self.tx.errors,
+            "send_would_block": self.tx.would_block,
             "receive_errors": self.c.receive_errors,
             "pushes": self.c.pushes,
             "delivers": self.c.delivers,

@@ -1,6 +1,6 @@
 from libc.stdint cimport uint8_t, uint64_t
 from posix.uio cimport iovec
-from fastpath.csocket cimport mmsghdr, sockaddr_in
+from fastpath.csocket cimport mmsghdr, sockaddr_in, MSG_TRUNC
 
 
 cdef class RecvBatch:
@@ -22,7 +22,7 @@ cdef class RecvBatch:
     cdef inline Py_ssize_t length(self, int i) noexcept nogil:
         return self.msgs[i].msg_len
     cdef inline bint truncated(self, int i) noexcept nogil:
-        return self.msgs[i].msg_hdr.msg_flags != 0
+        return (self.msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0
     cdef Py_ssize_t segment_size(self, int i) noexcept nogil
 
 
@@ -36,6 +36,8 @@ cdef class SendBatch:
     cdef public uint64_t sent
     cdef public uint64_t bytes_sent
     cdef public uint64_t errors
+    cdef public uint64_t would_block   # datagrams dropped because the socket buffer was full
+    cdef public int max_wait_ms        # how long one flush may wait for buffer space
     cdef mmsghdr* msgs
 
     cdef inline bint full(self) noexcept nogil:

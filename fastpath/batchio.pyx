@@ -15,7 +15,7 @@ from fastpath.csocket cimport (mmsghdr, sockaddr_in, recvmmsg, sendmmsg, poll, p
 
 import socket
 
-cdef int SEND_BLOCKED_WAIT_MS = 50  # how long a full socket buffer may stall one flush
+cdef int SEND_BLOCKED_WAIT_MS = 50  # default: how long a full socket buffer may stall one flush
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 
@@ -123,6 +123,13 @@ cdef class RecvBatch:
                 return 0
             return -errno
 
+    def truncated_at(self, int i):
+        """Whether read i of the last receive lost bytes (MSG_TRUNC; other flags, such as a
+        truncated control message, do not count)."""
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return self.truncated(i)
+
     def recv(self, sock):
         """Receive up to capacity reads without blocking; return [(bytes, (host, port))], one
         per datagram as sent: a UDP_GRO read (with control=True) is split at its segment size."""
@@ -165,10 +172,13 @@ cdef int _fill_addr(sockaddr_in* sa, addr) except -1:
 
 
 cdef class SendBatch:
-    def __cinit__(self, int capacity=1024):
+    def __cinit__(self, int capacity=1024, int max_wait_ms=SEND_BLOCKED_WAIT_MS):
         if capacity < 1 or capacity > 1024:  # UIO_MAXIOV caps one sendmmsg at 1024
             raise ValueError(f"capacity {capacity} outside 1..1024")
+        if max_wait_ms < 0:
+            raise ValueError("max_wait_ms must not be negative")
         self.capacity = capacity
+        self.max_wait_ms = max_wait_ms
         self.msgs = <mmsghdr*>PyMem_Calloc(capacity, sizeof(mmsghdr))
         if not self.msgs:
             raise MemoryError()
@@ -177,13 +187,15 @@ cdef class SendBatch:
         PyMem_Free(self.msgs)
 
     cdef int flush(self, int fd) noexcept nogil:
-        """Send every queued datagram; return how many went. One the kernel refuses is counted
-        in `errors` and skipped."""
+        """Send every queued datagram; return how many went. Never blocks in the kernel (even
+        on a blocking socket): a full socket buffer is waited on for at most max_wait_ms in
+        all, then what is left is dropped and counted in `would_block`. A datagram the kernel
+        refuses is counted in `errors` and skipped."""
         cdef int off = 0, rc, waited = 0, done = 0
         cdef int i
         cdef pollfd pfd
         while off < self.count:
-            rc = sendmmsg(fd, self.msgs + off, self.count - off, 0)
+            rc = sendmmsg(fd, self.msgs + off, self.count - off, MSG_DONTWAIT)
             if rc > 0:
                 for i in range(off, off + rc):
                     self.bytes_sent += self.msgs[i].msg_len
@@ -193,13 +205,16 @@ cdef class SendBatch:
                 continue
             if rc < 0 and errno == EINTR:
                 continue
-            if rc < 0 and (errno == EAGAIN or errno == EWOULDBLOCK or errno == ENOBUFS) \
-                    and waited < SEND_BLOCKED_WAIT_MS:
-                pfd.fd = fd
-                pfd.events = POLLOUT
-                poll(&pfd, 1, 1)
-                waited += 1
-                continue
+            if rc < 0 and (errno == EAGAIN or errno == EWOULDBLOCK or errno == ENOBUFS):
+                if waited < self.max_wait_ms:
+                    pfd.fd = fd
+                    pfd.events = POLLOUT
+                    poll(&pfd, 1, 1)
+                    waited += 1
+                    continue
+                # The buffer stays full: the rest would fail the same way (one buffer).
+                self.would_block += self.count - off
+                break
             # sendmmsg reports a failure of the first datagram; skip it and go on.
             self.errors += 1
             off += 1

@@ -430,16 +430,17 @@ def encode_pack(packets, Py_ssize_t max_datagram=MAX_DATAGRAM):
     return out
 
 
-def pack_pushes(datas, Py_ssize_t limit=_PY_DEFAULT_PACK_LIMIT, Py_ssize_t max_data=MAX_DATA):
+def pack_pushes(datas, Py_ssize_t limit=_PY_DEFAULT_PACK_LIMIT, Py_ssize_t max_data=MAX_DATA,
+                Py_ssize_t max_frames=1024):
     """PUSH frames for `datas`, packed greedily in order into datagrams of at most `limit` bytes
-    (a frame larger than `limit` travels alone); return the list of datagrams."""
+    and `max_frames` frames (a frame larger than `limit` travels alone); return the datagrams."""
     cdef Py_ssize_t used = 0, size
     out = []
     current = []
     for data in datas:
         frame = encode_push(data, max_data)
         size = len(frame)
-        if current and used + size > limit:
+        if current and (used + size > limit or len(current) >= max_frames):
             out.append(b"".join(current))
             current = []
             used = 0

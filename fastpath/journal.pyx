@@ -125,6 +125,26 @@ cdef class GapTracker:
         return [(<uint64_t>g.first & SEQ_MASK, <uint64_t>g.last & SEQ_MASK)
                 for g in self.gaps if not (<Gap>g).lost]
 
+    def requested(self, uint64_t seq):
+        """Whether SEQUENCE lies in an open gap that a REQUEST has been sent for: the only
+        sequences a DELIVER from anyone but the backbone may fill (never past the highest)."""
+        cdef Gap g
+        cdef int64_t pos
+        cdef Py_ssize_t lo = 0, hi = len(self.gaps), mid
+        if not self.started or not self.gaps:
+            return False
+        pos = self.unwrap(seq)
+        while lo < hi:  # gaps are sorted and disjoint: the last one starting at or before pos
+            mid = (lo + hi) // 2
+            if (<Gap>self.gaps[mid]).first <= pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return False
+        g = self.gaps[lo - 1]
+        return g.first <= pos <= g.last and not g.lost and g.attempts > 0
+
     cdef int64_t unwrap(self, uint64_t seq):
         cdef int64_t delta = <int64_t>((seq - <uint64_t>self.next_pos) & SEQ_MASK)
         if delta >= HALF_RANGE:

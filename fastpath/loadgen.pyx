@@ -146,10 +146,12 @@ def _udp_socket(int buffer):
 
 def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double duration=1.0,
                      double rate=0.0, int pub_id=0, uint64_t count=0, int batch=DEFAULT_BATCH,
-                     Py_ssize_t pack=0):
+                     Py_ssize_t pack=0, Py_ssize_t max_frames=1024):
     """Send stamped PUSHes for `duration` seconds (or `count` messages) at `rate` per second
     (0: as fast as possible), in sendmmsg batches; return what was sent. With `pack` > 0, as
-    many PUSH frames as fit in `pack` bytes share a datagram (the packing extension)."""
+    many PUSH frames as fit in `pack` bytes (at most `max_frames`) share a datagram (the
+    packing extension): the socket then signs on first as a NOSUBSCRIBE NOJOURNAL PACKED client
+    and keeps that alive every second, since the backbone takes packs only from such clients."""
     if payload_size < LS_STAMP_SIZE or payload_size > 65498:
         raise ValueError(f"payload_size must be within {LS_STAMP_SIZE}..65498")
     if not 0 <= pub_id < LS_MAX_PUBLISHERS:
@@ -158,12 +160,21 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
         raise ValueError("batch must be within 1..1024")
     if pack and not 9 <= pack <= 65507:
         raise ValueError("pack must be 0 or within 9..65507")
+    if max_frames < 1:
+        raise ValueError("max_frames must be at least 1")
     sock = _udp_socket(4 << 20)
     cdef int fd = sock.fileno()
     cdef sockaddr_in dst
     _fill_sockaddr(&dst, host, port)
     cdef Py_ssize_t frame = 9 + payload_size
-    cdef Py_ssize_t per = max(1, pack // frame) if pack else 1  # frames per datagram
+    cdef Py_ssize_t per = min(max(1, pack // frame), max_frames) if pack else 1  # frames/datagram
+    cdef bytes keepalive = encode_keepalive("", 0, 0x3 | packed_flags(pack), b"pelotari-loadpub") \
+        if pack else b""
+    cdef const uint8_t* ka = keepalive
+    cdef Py_ssize_t ka_len = len(keepalive)
+    cdef uint64_t next_keepalive = 0
+    if pack:
+        _sign_on_publisher(sock, host, port, keepalive)
     cdef Py_ssize_t dgram = per * frame
     cdef uint8_t* arena = <uint8_t*>PyMem_Calloc(batch, dgram)
     cdef mmsghdr* msgs = <mmsghdr*>PyMem_Calloc(batch, sizeof(mmsghdr))
@@ -190,10 +201,14 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
         with nogil:
             start = ls_now_ns()
             deadline = start + <uint64_t>(duration * 1e9)
+            next_keepalive = start + 1000000000
             while True:
                 now = ls_now_ns()
                 if now >= deadline or (count and sent >= count):
                     break
+                if ka_len and now >= next_keepalive:  # (C1) the sign-on packs depend on
+                    sendto(fd, ka, ka_len, 0, &dst, sizeof(sockaddr_in))
+                    next_keepalive = now + 1000000000
                 n = batch * per  # messages this round
                 if rate > 0:
                     due = <uint64_t>((now - start) / interval_ns) + 1
@@ -234,6 +249,25 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
         sock.close()
     return {"sent": sent, "datagrams": datagrams, "send_failures": failed,
             "sendmmsg_calls": calls, "elapsed": (now - start) / 1e9, "pub_id": pub_id}
+
+
+def _sign_on_publisher(sock, host, int port, bytes keepalive, double timeout=3.0):
+    """KEEPALIVE until the backbone ACKs (it then takes this socket's packs)."""
+    deadline = ls_now_ns() + <uint64_t>(timeout * 1e9)
+    sock.settimeout(0.2)
+    try:
+        while ls_now_ns() < deadline:
+            sock.sendto(keepalive, (host, port))
+            try:
+                while True:
+                    data = sock.recv(64)
+                    if data[:1] == b"\x20" and data[1:] == keepalive[13:29]:
+                        return
+            except socket.timeout:
+                continue
+        raise TimeoutError(f"no KEEPALIVE-ACK from {host}:{port}")
+    finally:
+        sock.setblocking(False)
 
 
 cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, uint64_t now,

@@ -239,13 +239,13 @@ def encode_pack(packets, max_datagram=MAX_DATAGRAM):
     return out
 
 
-def pack_pushes(datas, limit=DEFAULT_PACK_LIMIT, max_data=MAX_DATA):
+def pack_pushes(datas, limit=DEFAULT_PACK_LIMIT, max_data=MAX_DATA, max_frames=1024):
     """PUSH frames for `datas`, packed greedily in order into datagrams of at most `limit` bytes
-    (a frame larger than `limit` travels alone); return the list of datagrams."""
+    and `max_frames` frames (a frame larger than `limit` travels alone); return the datagrams."""
     out, current, used = [], [], 0
     for data in datas:
         frame = encode_push(data, max_data)
-        if current and used + len(frame) > limit:
+        if current and (used + len(frame) > limit or len(current) >= max_frames):
             out.append(b"".join(current))
             current, used = [], 0
         current.append(frame)

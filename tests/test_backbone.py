@@ -143,12 +143,28 @@ def test_keepalive_or_request_naming_another_host_is_refused_by_default(backbone
     assert st["drops"]["foreign_address"] == 2 and st["clients"] == 1
 
 
-def test_keepalive_may_name_another_port_on_its_own_host(backbone, raw_peer):
+def test_keepalive_naming_another_port_of_its_own_host_is_refused(backbone, raw_peer):
+    # Issue 11: one socket varying PORT kept 4,096 entries alive. Only the source itself can
+    # be signed on, so each entry is a socket that asked for its DELIVERs.
     control, listener, pub = raw_peer(), raw_peer(), raw_peer()
-    ack = keepalive(control, backbone, addr="127.0.0.1", port=listener.address[1])
-    assert ack == KeepaliveAck(TOKEN)  # the ACK goes to the KEEPALIVE's source
+    assert keepalive(control, backbone, addr="127.0.0.1", port=listener.address[1]) is None
+    assert keepalive(control, backbone, addr="", port=listener.address[1]) is None
     pub.send(wire.encode_push(b"x"), backbone.address)
-    assert delivers(listener) == [Deliver(1000, b"x")]
+    assert listener.recv(0.2) is None and control.recv(0.1) is None
+    st = backbone.stats()
+    assert st["drops"]["foreign_address"] == 2 and st["clients"] == 0
+    # Naming itself explicitly is the same as zeros.
+    own = control.address
+    assert keepalive(control, backbone, addr=own[0], port=own[1]) == KeepaliveAck(TOKEN)
+
+
+def test_allow_foreign_addresses_lets_a_keepalive_name_another_port(backbone_factory, raw_peer):
+    bb = backbone_factory(allow_foreign_addresses=True)
+    control, listener, pub = raw_peer(), raw_peer(), raw_peer()
+    ack = keepalive(control, bb, addr="127.0.0.1", port=listener.address[1])
+    assert ack == KeepaliveAck(TOKEN)  # the ACK goes to the KEEPALIVE's source
+    pub.send(wire.encode_push(b"x"), bb.address)
+    assert delivers(listener) == [Deliver(bb.stats()["next_sequence"] - 1, b"x")]
     assert control.recv(0.1) is None
 
 

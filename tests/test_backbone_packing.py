@@ -8,7 +8,7 @@ import pytest
 from fastpath import refcodec as wire
 from fastpath.backbone import BackboneLoop, gso_supported
 from fastpath.batchio import SendBatch
-from fastpath.packets import PACKED, Deliver, packed_flags
+from fastpath.packets import NOSUBSCRIBE, PACKED, Deliver, packed_flags
 
 TOKEN = b"t" * 16
 
@@ -18,9 +18,14 @@ def sign_on(peer, bb, flags=0):
     assert peer.recv()[0] == b"\x20" + TOKEN
 
 
-def publish(bb, datagrams):
+def publish(bb, datagrams, sign=NOSUBSCRIBE | packed_flags(65507)):
+    """Send datagrams from a new socket, signed on first with `sign` (None: not signed on)."""
     pub = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     pub.bind(("127.0.0.1", 0))
+    pub.settimeout(2)
+    if sign is not None:  # only a live PACKED client may send packed PUSHes
+        pub.sendto(wire.encode_keepalive("", 0, sign, TOKEN), bb.address)
+        assert pub.recv(100) == b"\x20" + TOKEN
     SendBatch().send(pub, [(d, bb.address) for d in datagrams])  # one receive batch, mostly
     pub.close()
 
@@ -111,7 +116,7 @@ def test_packing_off_refuses_packs_and_ignores_the_flag(backbone_factory, raw_pe
 
 def test_a_batch_of_more_frames_than_one_fan_out_holds_keeps_every_sequence(backbone_factory,
                                                                            raw_peer):
-    bb = backbone_factory(first_sequence=0)
+    bb = backbone_factory(first_sequence=0, max_pack_frames=4000)
     sub = raw_peer()
     sign_on(sub, bb, packed_flags(60000))
     # 3 datagrams of 4,000 empty frames each: 12,000 frames > the 8,192 fanned out at once.
@@ -121,7 +126,7 @@ def test_a_batch_of_more_frames_than_one_fan_out_holds_keeps_every_sequence(back
 
 
 def test_zero_length_frames_and_the_largest_pack(backbone_factory, raw_peer):
-    bb = backbone_factory(first_sequence=0)
+    bb = backbone_factory(first_sequence=0, max_pack_frames=65507 // 9)
     sub = raw_peer()
     sign_on(sub, bb, packed_flags(65507))
     big = wire.encode_push(b"q" * 65498)  # one frame filling a datagram
@@ -138,7 +143,8 @@ def test_dry_run_fans_out_packs():
     loop = BackboneLoop(sock.fileno(), gso=False)
     kas = [(wire.encode_keepalive("", 0, packed_flags(1472), TOKEN), ("127.0.0.%d" % k, 5))
            for k in range(2, 6)]
-    loop.dry_run(kas)
+    loop.dry_run(kas + [(wire.encode_keepalive("", 0, NOSUBSCRIBE | PACKED, TOKEN),
+                         ("127.0.0.1", 9))])
     pack = wire.encode_push(b"x" * 16) * 58  # 1,450 bytes
     assert loop.dry_run([(pack, ("127.0.0.1", 9))] * 64, repeat=2) == 2 * 64 * 58 * 4
     st = loop.stats()
@@ -150,3 +156,35 @@ def test_decode_pack_gives_each_frame(codec):
     pack = codec.encode_pack([Deliver(5, b"ab"), Deliver(6, b""), Deliver(9, b"xyz")])
     assert [(d.sequence, bytes(d.data)) for d in codec.decode_pack(pack)] == [
         (5, b"ab"), (6, b""), (9, b"xyz")]
+
+
+@pytest.mark.parametrize("sign, allowed", [
+    (None, False),                                 # never signed on
+    (NOSUBSCRIBE, False),                          # signed on, but not PACKED
+    (NOSUBSCRIBE | PACKED, True),                  # a publisher that opted in
+    (packed_flags(1472), True),                    # a packing subscriber
+])
+def test_only_a_live_packed_client_may_send_a_pack(backbone_factory, raw_peer, sign, allowed):
+    # Issue 11: 10 packed datagrams from anyone became 72,780 messages. A pack is accepted
+    # only from the address:port of a live client that announced PACKED.
+    bb = backbone_factory(first_sequence=1)
+    sub = raw_peer()
+    sign_on(sub, bb)
+    publish(bb, [wire.encode_push(b"") * 50, wire.encode_push(b"single")], sign=sign)
+    got = [d for d, _ in sub.recv_all(0.3)]
+    st = bb.stats()
+    if allowed:
+        assert len(got) == 51 and st["packs_in"] == 1
+    else:  # the pack is dropped whole; a plain PUSH is still accepted from anyone (B5)
+        assert got == [wire.encode_deliver(1, b"single")]
+        assert st["drops"]["pack_not_signed_on"] == 1 and st["pushes"] == 1
+
+
+def test_frames_per_pack_at_the_limit_and_one_past(backbone_factory, raw_peer):
+    bb = backbone_factory(first_sequence=1, max_pack_frames=100)
+    sub = raw_peer()
+    sign_on(sub, bb, packed_flags(65507))
+    publish(bb, [wire.encode_push(b"a") * 100, wire.encode_push(b"b") * 101])
+    got, _ = frames_of(sub)
+    assert got == [(1 + i, b"a") for i in range(100)]
+    assert bb.stats()["drops"]["pack_too_many_frames"] == 1

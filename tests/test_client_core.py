@@ -161,10 +161,86 @@ def test_repaired_deliver_from_a_peer_fills_the_gap():
     core = make()
     core.receive_datagram(wire.encode_deliver(1, b"a"), BB, 0)
     core.receive_datagram(wire.encode_deliver(3, b"c"), BB, 0)
+    core.handle_timer(0.1)
+    assert Request("0.0.0.0", 0, 2, 2) in [p for p, _ in sent(core)]
     core.receive_datagram(wire.encode_deliver(2, b"b"), PEER, 0.2)  # FORWARD's answer
     core.receive_datagram(wire.encode_deliver(2, b"b"), BB, 0.2)    # a late duplicate
     assert events(core) == [Message(1, b"a"), Message(2, b"b"), Message(3, b"c")]
     assert core.stats["duplicates"] == 1
+
+
+# ---- issue 11: DELIVERs are believed only from the backbone, or when asked for -------------
+
+def test_a_peer_deliver_before_any_request_is_not_believed():
+    core = make()
+    core.receive_datagram(wire.encode_deliver(1, b"a"), BB, 0)
+    core.receive_datagram(wire.encode_deliver(3, b"c"), BB, 0)
+    core.receive_datagram(wire.encode_deliver(2, b"forged"), PEER, 0.01)  # nothing asked yet
+    core.handle_timer(0.1)
+    core.receive_datagram(wire.encode_deliver(2, b"real"), PEER, 0.15)
+    assert events(core) == [Message(1, b"a"), Message(2, b"real"), Message(3, b"c")]
+    assert core.stats["dropped_unsolicited_deliver"] == 1
+
+
+def test_a_forged_next_sequence_does_not_replace_the_real_message():
+    core = make()
+    core.receive_datagram(wire.encode_deliver(10, b"a"), BB, 0)
+    core.receive_datagram(wire.encode_deliver(11, b"FORGED"), PEER, 0.01)
+    core.receive_datagram(wire.encode_deliver(11, b"real"), BB, 0.02)
+    assert events(core) == [Message(10, b"a"), Message(11, b"real")]
+    assert core.journal.get(11) == b"real"  # and the forgery never reaches peers via FORWARD
+
+
+def test_a_forged_jump_from_a_peer_moves_nothing_and_sends_no_request():
+    core = make()
+    core.receive_datagram(wire.encode_deliver(100, b"a"), BB, 0)
+    for k in range(200):  # 20,000 ahead; a burst of forgeries
+        core.receive_datagram(wire.encode_deliver(100 + 20000 + k, b"x"), PEER, 0.01)
+    for t in (0.2, 0.5, 1.0, 2.0, 4.0):
+        core.handle_timer(t)
+    assert [p for p, _ in sent(core) if isinstance(p, Request)] == []
+    assert core.tracker.highest_sequence == 100
+    core.receive_datagram(wire.encode_deliver(101, b"b"), BB, 4.1)
+    stream = [e for e in events(core) if isinstance(e, (Message, Lost, Resync))]
+    assert stream == [Message(100, b"a"), Message(101, b"b")]  # no Lost, no Resync
+    assert core.stats["dropped_unsolicited_deliver"] == 200
+
+
+def test_a_peer_deliver_for_a_requested_gap_never_moves_the_highest_sequence():
+    core = make()
+    core.receive_datagram(wire.encode_deliver(1, b"a"), BB, 0)
+    core.receive_datagram(wire.encode_deliver(5, b"e"), BB, 0)
+    core.handle_timer(0.1)  # REQUEST 2..4
+    core.receive_datagram(wire.encode_deliver(6, b"beyond"), PEER, 0.15)  # not asked for
+    core.receive_datagram(wire.encode_deliver(3, b"c"), PEER, 0.15)
+    assert core.tracker.highest_sequence == 5 and core.tracker.open_gaps() == [(2, 2), (4, 4)]
+    assert core.stats["dropped_unsolicited_deliver"] == 1
+
+
+# ---- issue 11: repair served within a per-requester budget ----------------------------------
+
+def test_forwards_are_served_within_the_requesters_byte_budget():
+    core = make(serve_burst=10 * 109, serve_rate=1000 * 109)  # 109-byte DELIVERs: 10, +1/ms
+    for seq in range(1, 101):
+        core.receive_datagram(wire.encode_deliver(seq, b"p" * 100), BB, 0)
+    core.receive_datagram(wire.encode_forward("127.0.0.9", 5555, 1, 100), BB, 1.0)
+    assert len(core.datagrams_to_send()) == 10  # the burst, at the limit
+    core.receive_datagram(wire.encode_forward("127.0.0.9", 5555, 1, 100), BB, 1.0)
+    assert core.datagrams_to_send() == []  # one past it
+    core.receive_datagram(wire.encode_forward("127.0.0.9", 5555, 1, 100), BB, 1.0051)
+    assert len(core.datagrams_to_send()) == 5  # refilled at the rate
+    core.receive_datagram(wire.encode_forward("127.0.0.8", 5555, 1, 100), BB, 1.0051)
+    assert len(core.datagrams_to_send()) == 10  # another requester has its own budget
+    assert core.stats["forward_budget_exhausted"] == 4  # one per FORWARD cut short
+
+
+def test_the_budget_table_is_bounded():
+    core = make(serve_requesters=4)
+    core.receive_datagram(wire.encode_deliver(1, b"x"), BB, 0)
+    for port in range(1000, 1100):
+        core.receive_datagram(wire.encode_forward("127.0.0.9", port, 1, 1), BB, 0.5)
+    assert len(core._serve_budget) == 4
+    assert len(core.datagrams_to_send()) == 100
 
 
 def test_backbone_restart_is_a_resync_with_no_duplicates_and_no_stall():

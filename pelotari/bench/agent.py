@@ -59,7 +59,7 @@ def run_pub(args) -> None:
         result = publish_fyrehose(args.host, args.port, payload_size=cmd["payload_size"],
                                   duration=cmd["duration"], rate=cmd.get("rate", 0.0),
                                   pub_id=args.pub_id, batch=cmd.get("batch", 64),
-                                  pack=args.pack)
+                                  pack=args.pack, max_frames=args.pack_frames)
         result["cpu"] = cpu_seconds() - before
         answer(result)
 
@@ -73,6 +73,8 @@ def main(argv=None) -> None:
     parser.add_argument("--pub-id", type=int, default=0)
     parser.add_argument("--pack", type=int, default=0,
                         help="packing extension: largest packed datagram in bytes (0: off)")
+    parser.add_argument("--pack-frames", type=int, default=1024,
+                        help="most frames per packed PUSH (the backbone's --max-pack-frames)")
     parser.add_argument("--gro", action="store_true",
                         help="subscribers set UDP_GRO: a GSO run arrives as one read (sub only)")
     parser.add_argument("--system", default="fyrehose", choices=["fyrehose"],

@@ -181,6 +181,9 @@ def _reference(gso: bool) -> Callable[[int], List[str]]:
 
 PEER_HINT = "run: sudo bash bench/peers/install.sh"
 PACK = 65507  # pelotari-packed's datagram limit: loopback's MTU carries it unfragmented
+# Frames per packed PUSH, on both sides: 65,507-byte packs of the smallest (16-byte) messages
+# hold 2,620 frames, past the backbone's default --max-pack-frames of 1,024.
+PACK_FRAMES = 8192
 
 
 def _have_zmq_headers() -> bool:
@@ -242,23 +245,26 @@ def _require_gso_and_gro() -> None:
             raise Unavailable(exc.strerror) from None
 
 
+def _pelotari(*extra: str):
+    """`pelotari backbone` on 127.0.0.1. Every bench client shares one address there, so the
+    per-host table limit is lifted (--max-per-address 0) for the 1,000-subscriber scenarios."""
+    return lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
+                         "--port", str(port), "--stats-interval", "3600",
+                         "--max-per-address", "0", *extra]
+
+
 SYSTEMS: Dict[str, System] = {s.name: s for s in [
     System("pelotari", "fyrehose", "the pelotari backbone (Cython, recvmmsg/sendmmsg)",
-           lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
-                         "--port", str(port), "--stats-interval", "3600"]),
+           _pelotari()),
     System("pelotari-packed", "fyrehose",
            f"the pelotari backbone; clients use the packing extension ({PACK} B datagrams)",
-           lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
-                         "--port", str(port), "--stats-interval", "3600"],
-           agent_args=["--pack", str(PACK)]),
+           _pelotari("--max-pack-frames", str(PACK_FRAMES)),
+           agent_args=["--pack", str(PACK), "--pack-frames", str(PACK_FRAMES)]),
     System("pelotari-gro", "fyrehose",
            "the pelotari backbone (GSO fan-out); subscribers read with UDP_GRO",
-           lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
-                         "--port", str(port), "--stats-interval", "3600"],
-           requires=_require_gso_and_gro, agent_args=["--gro"]),
+           _pelotari(), requires=_require_gso_and_gro, agent_args=["--gro"]),
     System("pelotari-plain", "fyrehose", "the pelotari backbone without GSO (--no-gso)",
-           lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
-                         "--port", str(port), "--stats-interval", "3600", "--no-gso"]),
+           _pelotari("--no-gso")),
     System("reference", "fyrehose", "minimal C backbone, sendmmsg fan-out (bench/reference)",
            _reference(gso=False), version_command=["cc", "--version"]),
     System("reference-gso", "fyrehose", "minimal C backbone, UDP GSO fan-out (bench/reference)",

@@ -31,6 +31,10 @@ class BackboneConfig:
     gso_max_segment: int = 1472  # larger DELIVERs go one per send (fits an Ethernet MTU)
     packing: bool = True  # packing extension: packed PUSHes in, packed DELIVERs to those who ask
     max_pack: int = MAX_DATAGRAM  # caps the packed datagram size a client may ask for
+    max_pack_frames: int = 1024  # most PUSH frames one packed datagram may hold
+    max_per_address: int = 256  # table entries one source host may hold (0: no limit)
+    repair_rate: float = 16384.0  # sequences/s each subscriber's REQUEST budget refills
+    repair_burst: float = 16384.0  # sequences a subscriber may REQUEST at once
 
 
 class Backbone:
@@ -67,7 +71,9 @@ class Backbone:
                 allow_foreign_addresses=cfg.allow_foreign_addresses,
                 first_sequence=cfg.first_sequence, batch=cfg.batch, gso=cfg.gso,
                 gso_max_segment=cfg.gso_max_segment, packing=cfg.packing,
-                max_pack=cfg.max_pack)
+                max_pack=cfg.max_pack, max_pack_frames=cfg.max_pack_frames,
+                max_per_address=cfg.max_per_address, repair_rate=cfg.repair_rate,
+                repair_burst=cfg.repair_burst)
         except BaseException:
             sock.close()
             raise

@@ -4,7 +4,7 @@ Client rules of the seed are cited as (C1)..(C6). Sockets live in client.py and 
 """
 import logging
 import os
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, replace
 from typing import Deque, Dict, List, Optional, Tuple
 
@@ -32,13 +32,21 @@ class ClientConfig:
     max_gap: int = 65536  # a larger jump is a Resync, not a gap
     max_held: int = 65536  # messages held behind gaps before the oldest gap is given up
     publish_timeout: float = 2.0
-    tail_probe: float = 0.25  # quiet seconds before asking peers for what may follow (0: never)
+    # Quiet seconds before asking peers for what may follow the highest sequence (0: never).
+    # Off by default: peers' answers would then move the highest sequence (docs: Security).
+    tail_probe: float = 0.0
     tail_probe_range: int = 64
     max_pending_publishes: int = 65536
     backbone_silence: float = 3.0  # seconds without ACK before BackboneDown
     # Packing extension: 0 = plain seed client. Otherwise the largest packed datagram this
     # client accepts (announced with PACKED in every KEEPALIVE) and packs publish_many() into.
     pack: int = 0
+    max_pack_frames: int = 1024  # most frames publish_many() puts in one packed PUSH
+    # Repair served to one requester (C4): a token bucket in bytes of DELIVERs, so neither a
+    # forged FORWARD nor a greedy peer can turn this client into a firehose at one address.
+    serve_rate: float = 8 << 20  # bytes per second
+    serve_burst: int = 2 << 20  # bytes at once (a whole 1,024-message REQUEST of 1 KiB each)
+    serve_requesters: int = 1024  # requesters whose budget is remembered (least recent go)
 
     def __post_init__(self):
         if not 0 < self.keepalive_interval <= 1.0:
@@ -47,6 +55,10 @@ class ClientConfig:
             raise ValueError("flags must fit in 48 bits")
         if self.pack and not codec.HEADER_SIZE <= self.pack <= codec.MAX_DATAGRAM:
             raise ValueError(f"pack must be 0 or within {codec.HEADER_SIZE}..{codec.MAX_DATAGRAM}")
+        if self.serve_rate < 0 or self.serve_burst < 0 or self.serve_requesters < 1:
+            raise ValueError("serve_rate and serve_burst must be >= 0, serve_requesters >= 1")
+        if self.max_pack_frames < 1:
+            raise ValueError("max_pack_frames must be at least 1")
 
 
 class ClientCore:
@@ -76,6 +88,8 @@ class ClientCore:
         self._deadlines: Deque[Tuple[float, int]] = deque()
         self._next_probe: Optional[float] = None
         self._probes = 0
+        self._probe_range: Optional[Tuple[int, int]] = None  # last tail probe, still answerable
+        self._serve_budget: "OrderedDict[Address, List[float]]" = OrderedDict()
         self.stats: Dict[str, int] = defaultdict(int)
 
     @property
@@ -100,6 +114,7 @@ class ClientCore:
             self.stats["dropped_" + exc.reason] += 1
             log.debug("dropped datagram from %s:%s: %s", addr[0], addr[1], exc)
             return
+        live = addr == self.backbone  # live DELIVERs come from the backbone alone
         if len(packets) > 1:
             if type(packets[0]) is not codec.Deliver:  # a pack of PUSHes belongs to the backbone
                 self.stats["dropped_unexpected_type"] += 1
@@ -107,22 +122,37 @@ class ClientCore:
                 return
             self.stats["packs_in"] += 1
             for packet in packets:
-                self._on_deliver(packet.sequence, bytes(packet.data), now)
+                self._on_deliver(packet.sequence, bytes(packet.data), now, live)
             return
         packet = packets[0]
         kind = type(packet)
         if kind is codec.Deliver:
-            self._on_deliver(packet.sequence, bytes(packet.data), now)
+            self._on_deliver(packet.sequence, bytes(packet.data), now, live)
         elif kind is codec.Forward:
-            self._on_forward(packet, addr)
+            self._on_forward(packet, addr, now)
         elif kind is codec.KeepaliveAck:
             self._on_ack(packet.token, addr, now)
         else:
             self.stats["dropped_unexpected_type"] += 1
             log.debug("dropped unexpected %s from %s:%s", kind.__name__, addr[0], addr[1])
 
-    def _on_deliver(self, seq: int, data: bytes, now: float) -> None:
+    def _solicited(self, seq: int) -> bool:
+        """Whether a DELIVER from a peer may be believed: only for a sequence we REQUESTed and
+        still miss (so never past the highest seen), or in the last tail probe's range."""
+        if self.tracker.requested(seq):
+            return True
+        probe = self._probe_range
+        return probe is not None and (seq - probe[0]) % (1 << 48) <= (probe[1] - probe[0])
+
+    def _on_deliver(self, seq: int, data: bytes, now: float, live: bool = True) -> None:
+        if not live and not self._solicited(seq):
+            # Anyone can send a DELIVER: believed from elsewhere, it could replace a real
+            # message or fake a jump that turns real messages into Lost ones.
+            self.stats["dropped_unsolicited_deliver"] += 1
+            return
         self.stats["delivers_in"] += 1
+        if live:
+            self._probe_range = None
         if self._pending:
             ids = self._pending_by_data.get(data)
             if ids:
@@ -155,7 +185,7 @@ class ClientCore:
                 self.stats["resyncs"] += 1
                 self._events.append(Resync(a, b))
 
-    def _on_forward(self, fwd, addr: Address) -> None:
+    def _on_forward(self, fwd, addr: Address, now: float) -> None:
         # (C4) serve what the journal holds straight to the requester. Only the backbone may
         # ask: otherwise anyone could aim our DELIVERs at a third host.
         if addr != self.backbone:
@@ -166,7 +196,20 @@ class ClientCore:
             return
         self.stats["forwards_in"] += 1
         target = (fwd.addr, fwd.port)
-        for datagram in self.journal.serve(fwd.from_seq, fwd.to_seq, self.config.max_request_range):
+        cfg = self.config
+        budget = self._serve_budget.pop(target, None)
+        if budget is None:
+            budget = [float(cfg.serve_burst), now]
+            while len(self._serve_budget) >= cfg.serve_requesters:
+                self._serve_budget.popitem(last=False)
+        self._serve_budget[target] = budget  # most recent last
+        budget[0] = min(float(cfg.serve_burst), budget[0] + (now - budget[1]) * cfg.serve_rate)
+        budget[1] = now
+        for datagram in self.journal.serve(fwd.from_seq, fwd.to_seq, cfg.max_request_range):
+            if len(datagram) > budget[0]:
+                self.stats["forward_budget_exhausted"] += 1
+                break
+            budget[0] -= len(datagram)
             self._out.append((datagram, target))
             self.stats["forwarded_delivers"] += 1
 
@@ -195,7 +238,8 @@ class ClientCore:
         extension; the backbone must support it). Returns one id (or None) per message."""
         datas = list(datas)
         if self.config.pack:
-            for datagram in codec.pack_pushes(datas, self.config.pack):
+            for datagram in codec.pack_pushes(datas, self.config.pack,
+                                              max_frames=self.config.max_pack_frames):
                 self._out.append((datagram, self.backbone))
         else:
             self._out.extend((codec.encode_push(d), self.backbone) for d in datas)
@@ -264,13 +308,14 @@ class ClientCore:
         # sequence seen; they serve only what exists. Backs off, and stops after the retries.
         cfg = self.config
         if self._probes > cfg.request_retries:
-            self._next_probe = None
+            self._next_probe = None  # the last probe's range stays answerable until a live DELIVER
             return
         first = (self.tracker.highest_sequence + 1) % (1 << 48)
         last = (first + min(cfg.tail_probe_range, cfg.max_request_range) - 1) % (1 << 48)
         if last < first:  # do not straddle the 48-bit wrap
             last = (1 << 48) - 1
         self._out.append((codec.encode_request("", 0, first, last), self.backbone))
+        self._probe_range = (first, last)
         self.stats["tail_probes"] += 1
         self._probes += 1
         self._next_probe = now + cfg.tail_probe * (cfg.request_backoff ** self._probes)
