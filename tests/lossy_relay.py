@@ -13,13 +13,14 @@ import threading
 class LossyRelay:
     """Relay between one client and a backbone, dropping DELIVERs with probability `loss`."""
 
-    def __init__(self, backbone, loss, seed=1, drop_sequences=()):
+    def __init__(self, backbone, loss, seed=1, drop_sequences=(), drop_once=(), host="127.0.0.1"):
         self.backbone = backbone
         self.loss = loss
         self.drop_sequences = set(drop_sequences)  # always dropped, on every path
+        self.drop_once = set(drop_once)  # the first copy is dropped; repairs pass
         self.rng = random.Random(seed)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((host, 0))
         self.client = None
         self.dropped = 0
         self.passed = 0
@@ -43,6 +44,10 @@ class LossyRelay:
                 continue
             if data[:1] == b"\x01":
                 seq = int.from_bytes(data[3:9], "big")
+                if seq in self.drop_once:
+                    self.drop_once.discard(seq)
+                    self.dropped += 1
+                    continue
                 if seq in self.drop_sequences or self.rng.random() < self.loss:
                     self.dropped += 1
                     continue
