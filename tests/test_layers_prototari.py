@@ -48,7 +48,8 @@ def run_node(port, bport):
     async def main():
         node = await Node.start(Config(unicast_port=port, broadcast_port=bport,
                                        broadcast_address="127.255.255.255",
-                                       broadcast_interval=100), host="127.0.0.1")
+                                       broadcast_interval=100, multi_node=True),
+                                host="127.0.0.1")  # several nodes on one address: per port
         ready.set()
         while not stop.is_set():
             await asyncio.sleep(0.05)
@@ -86,7 +87,8 @@ def test_inspect_decodes_a_captured_discovery(tmp_path):
 
     async def second():
         node = await Node.start(Config(unicast_port=24760, broadcast_port=24751,
-                                       broadcast_address="127.255.255.255"), host="127.0.0.1")
+                                       broadcast_address="127.255.255.255", multi_node=True),
+                                host="127.0.0.1")
         event = await node.next_event(3)
         await node.close()
         return event

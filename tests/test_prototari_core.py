@@ -6,8 +6,20 @@ from dataclasses import replace
 
 import pytest
 
-from pelotari.prototari.core import (CONFIRM, DATA_MAGIC, DISCOVER, MAX_DATA, PING, PONG, RESPOND,
-                                     Config, Message, NodeCore, PeerJoined, PeerLeft)
+from pelotari.prototari.core import (
+    CONFIRM,
+    DATA_MAGIC,
+    DISCOVER,
+    MAX_DATA,
+    PING,
+    PONG,
+    RESPOND,
+    Config,
+    Message,
+    NodeCore,
+    PeerJoined,
+    PeerLeft,
+)
 
 BROADCAST = ("10.9.0.255", 21451)
 
@@ -274,8 +286,8 @@ def test_own_broadcasts_are_ignored():
     assert node.datagrams_to_send() == [] and node.stats["own_datagrams"] == 1
 
 
-def test_peers_are_keyed_by_address_and_port():
-    node = NodeCore(0.0)
+def test_multi_node_peers_are_keyed_by_address_and_port():
+    node = NodeCore(0.0, Config(multi_node=True))
     node.receive_datagram(DISCOVER, ("10.0.0.5", 21450), 0.0)
     node.receive_datagram(DISCOVER, ("10.0.0.5", 21460), 0.0)  # a second node on that host
     assert set(node.reservations) == {("10.0.0.5", 21450), ("10.0.0.5", 21460)}
@@ -285,6 +297,6 @@ def test_peers_are_keyed_by_address_and_port():
 def test_config_limits():
     Config(max_peers=1, heartbeat_max_wait=0.001)
     for bad in ({"max_peers": 0}, {"broadcast_interval": 0}, {"missed_heartbeats_limit": 0},
-                {"reservation_timeout": -1}):
+                {"reservation_timeout": -1}, {"response_window": 0}, {"max_reservations": 0}):
         with pytest.raises(ValueError):
             Config(**bad)

@@ -1,17 +1,19 @@
 """Sans-IO prototari node: datagrams, their source and `now` in; datagrams, timers and events out.
 
 Sections of the seed (prototari.md) are cited as 1a (broadcasting), 1b (responding),
-1c (handshake) and 2 (heartbeat). Decisions the seed leaves open are in
-docs/protocols/prototari.md.
+1c (handshake) and 2 (heartbeat). Decisions the seed leaves open, and the security bounds,
+are in docs/protocols/prototari.md.
+
+A peer is its IP address (Config.multi_node opts into (IP, port)), written as the address
+everything for it goes to: (IP, unicast_port).
 """
 import logging
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Deque, Dict, List, Optional, Set, Tuple
 
 log = logging.getLogger("pelotari.prototari")
 
-Address = Tuple[str, int]
+Address = tuple[str, int]
 
 DISCOVER = b"pelotari?"
 RESPOND = b"aupa!"
@@ -39,19 +41,38 @@ class Config:
     heartbeat_max_wait: float = 1.0
     reservation_timeout: float = 2.0
     missed_heartbeats_limit: int = 3
-    broadcast_address: str = "255.255.255.255"
+    # None: the adapter uses the interface's (NodeCore alone falls back to 255.255.255.255).
+    broadcast_address: str | None = None
     broadcast_port: int = BROADCAST_PORT
     unicast_port: int = UNICAST_PORT
+    # An `aupa!` counts only this long after our last `pelotari?` (it answers a broadcast).
+    response_window: float = 2.0
+    # Spots that reservations for strangers' broadcasts may hold at once (None: half the table).
+    max_reservations: int | None = None
+    # Opt-in: several nodes per host. Peers are (address, port) and replies go to the source
+    # port. Off by default: a peer is its address and everything goes to its unicast port.
+    multi_node: bool = False
 
     def __post_init__(self):
         if self.max_peers < 1:
             raise ValueError("max_peers must be at least 1")
         for name in ("broadcast_interval", "inactive_peer_time", "heartbeat_max_wait",
-                     "reservation_timeout"):
+                     "reservation_timeout", "response_window"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.missed_heartbeats_limit < 1:
             raise ValueError("missed_heartbeats_limit must be at least 1")
+        if self.max_reservations is not None and self.max_reservations < 1:
+            raise ValueError("max_reservations must be at least 1")
+
+    @property
+    def reservation_limit(self) -> int:
+        """How many reservations may be outstanding at once: max_reservations, or by default
+        half the table (at least one), so that a flood of `pelotari?` from strangers leaves the
+        other half for our own discovery."""
+        if self.max_reservations is not None:
+            return self.max_reservations
+        return max(1, self.max_peers // 2)
 
 
 @dataclass(frozen=True)
@@ -82,22 +103,37 @@ class Message:
 class Peer:
     last_seen: float
     missed: int = 0
-    heartbeat_deadline: Optional[float] = None  # a `hor?` is out and unanswered until then
+    heartbeat_deadline: float | None = None  # a `hor?` is out and unanswered until then
+    pongs: int = 0  # `hemen nago!` received from it
+    reconfirmed_for: float | None = None  # the broadcast our last `dale!` to it answered
 
 
 class NodeCore:
     """The protocol state of one prototari node, free of sockets and clocks."""
 
-    def __init__(self, now: float, config: Optional[Config] = None,
-                 self_addresses: Set[Address] = frozenset()):
+    def __init__(self, now: float, config: Config | None = None,
+                 self_addresses: set[Address] = frozenset()):
         self.config = config or Config()
-        self.self_addresses = set(self_addresses)  # our own broadcasts come back: ignore them
-        self.peers: Dict[Address, Peer] = {}
-        self.reservations: Dict[Address, float] = {}  # broadcaster -> when the spot frees (1b)
-        self._out: List[Tuple[bytes, Address]] = []
-        self._events: Deque[object] = deque()
+        # Our own broadcasts come back: ignore datagrams from these (by address alone unless
+        # multi_node, where another node on this host is a peer).
+        self.self_addresses = {self.key(a) for a in self_addresses}
+        self.peers: dict[Address, Peer] = {}
+        self.reservations: dict[Address, float] = {}  # broadcaster -> when the spot frees (1b)
+        self._out: list[tuple[bytes, Address]] = []
+        self._events: deque[object] = deque()
         self._next_broadcast = now
-        self.stats: Dict[str, int] = defaultdict(int)
+        self.last_broadcast: float | None = None
+        self.stats: dict[str, int] = defaultdict(int)
+
+    def key(self, address: Address) -> Address:
+        """The peer an address belongs to, as the address everything for it is sent to.
+
+        By default a peer is its IP address, whatever port a datagram came from, and is
+        written (IP, unicast_port); with multi_node it is the (IP, port) the datagram came from.
+        """
+        if self.config.multi_node:
+            return (address[0], int(address[1]))
+        return (address[0], self.config.unicast_port)
 
     @property
     def full(self) -> bool:
@@ -108,7 +144,7 @@ class NodeCore:
 
     def receive_datagram(self, data: bytes, source: Address, now: float) -> None:
         """Handle one datagram from source (either socket); unexpected ones are counted."""
-        source = (source[0], int(source[1]))
+        source = self.key(source)
         if source in self.self_addresses:
             self.stats["own_datagrams"] += 1
             return
@@ -144,14 +180,30 @@ class NodeCore:
             self._drop("discover_already_reserved", source)
         elif self.full:
             self._drop("discover_while_full", source)
+        elif len(self.reservations) >= self.config.reservation_limit:
+            self._drop("discover_reservations_full", source)  # a flood cannot hold every spot
         else:
             self._send(RESPOND, source)
             self.reservations[source] = now + self.config.reservation_timeout
 
+    def in_response_window(self, now: float) -> bool:
+        """Whether an `aupa!` arriving now can answer our last broadcast."""
+        return (self.last_broadcast is not None
+                and now < self.last_broadcast + self.config.response_window)
+
     def _on_respond(self, source: Address, now: float) -> None:  # 1c
-        if source in self.peers:
+        if not self.in_response_window(now):  # we did not ask: nobody is registered unasked
+            self._drop("respond_outside_window", source)
+            return
+        peer = self.peers.get(source)
+        if peer is not None:
             # It answered our broadcast, so it does not have us: our `dale!` was lost. Confirm
-            # again (its reservation is fresh), or the two would disagree for ever.
+            # again (its reservation is fresh), or the two would disagree for ever; once per
+            # broadcast.
+            if peer.reconfirmed_for == self.last_broadcast:
+                self._drop("respond_repeated", source)
+                return
+            peer.reconfirmed_for = self.last_broadcast
             self._send(CONFIRM, source)
             self.stats["reconfirmed"] += 1
             return
@@ -160,6 +212,7 @@ class NodeCore:
             self._drop("respond_while_full", source)
             return
         self._register(source, now, "handshake")
+        self.peers[source].reconfirmed_for = self.last_broadcast  # one `dale!` per broadcast
         self._send(CONFIRM, source)
 
     def _on_confirm(self, source: Address, now: float) -> None:  # 1b step 5
@@ -171,19 +224,20 @@ class NodeCore:
         else:
             self._register(source, now, "confirmation")
 
-    def _on_ping(self, source: Address, peer: Optional[Peer]) -> None:
+    def _on_ping(self, source: Address, peer: Peer | None) -> None:
         if peer is None:  # answering strangers would make us a reflector
             self._drop("ping_from_stranger", source)
             return
         self._send(PONG, source)
 
-    def _on_pong(self, source: Address, peer: Optional[Peer]) -> None:  # 2 step 4
+    def _on_pong(self, source: Address, peer: Peer | None) -> None:  # 2 step 4
         if peer is None:
             self._drop("pong_from_stranger", source)
             return
         self.stats["pongs_in"] += 1  # last seen and the missed count were reset above
+        peer.pongs += 1
 
-    def _on_data(self, data: bytes, source: Address, peer: Optional[Peer]) -> None:
+    def _on_data(self, data: bytes, source: Address, peer: Peer | None) -> None:
         if peer is None:
             self._drop("data_from_stranger", source)
             return
@@ -199,7 +253,7 @@ class NodeCore:
 
     def send(self, peer: Address, data: bytes) -> None:
         """Queue data for one registered peer; raises KeyError for a stranger."""
-        peer = (peer[0], int(peer[1]))
+        peer = self.key(peer)
         if peer not in self.peers:
             raise KeyError(f"{peer[0]}:{peer[1]} is not a registered peer")
         if len(data) > MAX_DATA:
@@ -248,8 +302,10 @@ class NodeCore:
                 peer.heartbeat_deadline = now + cfg.heartbeat_max_wait
         if now >= self._next_broadcast:  # 1a: paused while the list is full
             if not self.full:
-                self._send(DISCOVER, (cfg.broadcast_address, cfg.broadcast_port))
+                self._send(DISCOVER, (cfg.broadcast_address or "255.255.255.255",
+                                      cfg.broadcast_port))
                 self.stats["broadcasts"] += 1
+                self.last_broadcast = now
             self._next_broadcast = now + cfg.broadcast_interval
 
     # ---- output --------------------------------------------------------------------------
@@ -257,11 +313,11 @@ class NodeCore:
     def _send(self, data: bytes, to: Address) -> None:
         self._out.append((data, to))
 
-    def datagrams_to_send(self) -> List[Tuple[bytes, Address]]:
+    def datagrams_to_send(self) -> list[tuple[bytes, Address]]:
         """Datagrams queued since the last call, with their destinations."""
         out, self._out = self._out, []
         return out
 
-    def next_event(self) -> Optional[object]:
+    def next_event(self) -> object | None:
         """The oldest undelivered event, or None."""
         return self._events.popleft() if self._events else None
