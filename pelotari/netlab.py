@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import List
 
 _counter = itertools.count()
 
@@ -49,8 +48,8 @@ class LanHarness:
         self.tag = f"pt{os.getpid() % 10000}x{n}"
         self.bridge = f"{self.tag}br"[:15]
         self.subnet = f"10.{200 + (os.getpid() + n) % 50}.{n % 250}"
-        self.hosts: List[Host] = []
-        self.procs: List[subprocess.Popen] = []
+        self.hosts: list[Host] = []
+        self.procs: list[subprocess.Popen] = []
         _sh("ip", "link", "add", self.bridge, "type", "bridge")
         _sh("ip", "link", "set", self.bridge, "up")
 
@@ -75,7 +74,7 @@ class LanHarness:
     def exec_in(namespace: str, *argv, check=True):
         return _sh("ip", "netns", "exec", namespace, *argv, check=check)
 
-    def spawn(self, host: Host, argv: List[str], **popen) -> subprocess.Popen:
+    def spawn(self, host: Host, argv: list[str], **popen) -> subprocess.Popen:
         """Start a process inside the host's namespace (stopped on close)."""
         proc = subprocess.Popen(["ip", "netns", "exec", host.namespace, *argv], **popen)
         self.procs.append(proc)
@@ -104,7 +103,7 @@ class LanHarness:
             _sh("ip", "netns", "del", host.namespace, check=False)
         _sh("ip", "link", "del", self.bridge, check=False)
 
-    def __enter__(self) -> "LanHarness":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:

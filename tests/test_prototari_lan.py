@@ -2,6 +2,8 @@
 finding each other by real broadcast (root only: the `lan` fixture says why when skipped)."""
 import json
 import queue
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -16,16 +18,17 @@ DETECT_BOUND = 1 + 3 * 0.3 + 1.0  # inactive + 3 x max wait, plus one second of 
 
 
 class NodeProcess:
-    """`pelotari prototari --json` in a host's namespace; its events arrive on a queue."""
+    """`pelotari prototari --json` in a host's namespace; its events arrive on a queue. With no
+    `interface`, the node picks the host's one private interface itself."""
 
-    def __init__(self, lan, host, *extra):
+    def __init__(self, lan, host, *extra, interface=None, stdin=subprocess.PIPE):
         self.host = host
+        iface = ["--interface", interface] if interface else []
         self.proc = lan.spawn(host, [sys.executable, "-m", "pelotari", "prototari", "--json",
-                                     "--interface", host.interface, *FAST, *extra],
-                              stdin=__import__("subprocess").PIPE,
-                              stdout=__import__("subprocess").PIPE,
-                              stderr=__import__("subprocess").PIPE, text=True, bufsize=1)
-        self.events: "queue.Queue" = queue.Queue()
+                                     *iface, *FAST, *extra],
+                              stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, bufsize=1)
+        self.events: queue.Queue = queue.Queue()
         self.seen = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -67,6 +70,13 @@ class NodeProcess:
         self.proc.kill()
         self.proc.wait()
 
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Stop it with a signal; return (exit code, its "stopped" event, its stderr)."""
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        stopped = self.wait(lambda e: e["event"] == "stopped", 5)
+        return code, stopped, self.proc.stderr.read()
+
 
 def addr(host):
     return f"{host.address}:21450"
@@ -105,7 +115,7 @@ def test_three_nodes_discover_message_detect_a_death_and_readmit(lan):
 
 def test_a_node_with_max_peers_2_stops_admitting(lan):
     hosts = [lan.add_host(n) for n in "abcd"]
-    small = NodeProcess(lan, hosts[0], "--max-peers", "2")
+    small = NodeProcess(lan, hosts[0], "--max-peers", "2", interface=hosts[0].interface)
     others = [NodeProcess(lan, h) for h in hosts[1:]]
     assert small.wait(lambda e: e["event"] == "joined" and len(small.peers()) == 2, 10)
     time.sleep(2.0)  # several broadcast intervals: nobody else gets in
@@ -135,17 +145,16 @@ def test_discovery_converges_with_packet_loss(lan):
 
 
 def test_lan_demo_narrates_discovery_message_death_and_return(lan):
-    import subprocess
-
     from conftest import PELOTARI
 
     res = subprocess.run(PELOTARI + ["lan-demo", "--nodes", "3"], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     for line in ("every node found every other", "every node got the message",
-                 "the others dropped it", "it was admitted again", "namespaces and bridge removed"):
+                 "the others dropped it", "it was admitted again", "every node stopped on SIGTERM",
+                 "namespaces and bridge removed"):
         assert f"lan-demo: {line}" in res.stdout
     assert res.stdout.count("(3 missed heartbeats)") == 2
     bridge = next(line for line in res.stdout.splitlines() if "on bridge" in line).split("bridge ")[1].split(":")[0]
-    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout
     assert bridge not in links  # it cleaned up after itself

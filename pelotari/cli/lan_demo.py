@@ -25,14 +25,15 @@ def lan_demo(nodes, loss):
     Creates NODES network namespaces on a bridge (root only), runs `pelotari prototari` in
     each, and narrates: every node finds every other by broadcast; the first sends a message;
     the last is killed and the others drop it after three missed heartbeats; it restarts and
-    is admitted again. Everything it created is removed at the end.
+    is admitted again. Each node picks its host's private interface by itself (no -i). At the
+    end every node is stopped with SIGTERM, and everything the demo created is removed.
     """
     from pelotari import netlab
 
     why = netlab.available()
     if why:
         raise click.ClickException(f"lan-demo needs network namespaces: {why}")
-    out: "queue.Queue" = queue.Queue()
+    out: queue.Queue = queue.Queue()
     with netlab.LanHarness() as lan:
         hosts = [lan.add_host(chr(ord("a") + i)) for i in range(nodes)]
         if loss:
@@ -62,7 +63,14 @@ def lan_demo(nodes, loss):
         ok &= _follow(out, peers, lambda: all(peers[n] == everyone[n] for n in peers), 20,
                       "it was admitted again")
         for proc in procs.values():
-            proc.stdin.close()
+            proc.terminate()  # a node runs until SIGTERM, whatever happens to its stdin
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                ok = False
+                _say("a node did not stop on SIGTERM")
+        _say("every node stopped on SIGTERM")
     _say("namespaces and bridge removed")
     sys.exit(0 if ok else 1)
 
@@ -72,8 +80,7 @@ def _say(text):
 
 
 def _start(lan, host, out):
-    proc = lan.spawn(host, [sys.executable, "-m", "pelotari", "prototari", "--json",
-                            "--interface", host.interface, *FAST],
+    proc = lan.spawn(host, [sys.executable, "-m", "pelotari", "prototari", "--json", *FAST],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                      text=True, bufsize=1)
 
@@ -104,7 +111,8 @@ def _follow(out, peers, done, timeout, what, got=None):
             if got is not None:
                 got.add(name)
         elif kind == "started":
-            click.echo(f"[{name}] started on {ev['address']} (broadcast {ev['broadcast']})")
+            click.echo(f"[{name}] started on {ev['interface']} {ev['address']} "
+                       f"(broadcast {ev['broadcast']})")
     result = done()
     click.secho(f"lan-demo: {what}" if result else f"lan-demo: TIMED OUT waiting until {what}",
                 fg="green" if result else "red", bold=True)

@@ -1,21 +1,33 @@
 """`pelotari prototari`: run a LAN discovery node, see peers come and go, send lines."""
 import asyncio
 import json
+import os
+import signal
 import sys
+import threading
 import time
 
 import click
 
 from pelotari.cli import main
 
+MAX_LINE = 65536  # bytes per stdin line (the largest DATA is 65,503 bytes)
+
 
 @main.command()
 @click.option("-i", "--interface", default=None,
-              help="Network interface to use: its address, and its broadcast address.")
-@click.option("--host", default=None, help="Address to bind the unicast socket [default: the interface's, or all].")
-@click.option("--broadcast-address", default="255.255.255.255", show_default=True,
-              help="Where `pelotari?` goes (ignored with --interface).")
-@click.option("--unicast-port", type=click.IntRange(1, 65535), default=21450, show_default=True)
+              help="Network interface to use: its address and broadcast address. [default: the "
+                   "host's one private IPv4 interface (10/8, 172.16/12, 192.168/16; up, not "
+                   "loopback, with a broadcast address); none or several is an error]")
+@click.option("--host", default=None,
+              help="Bind this address instead (e.g. 0.0.0.0): no interface is picked, and "
+                   "broadcasts go to --broadcast-address.")
+@click.option("--broadcast-address", default=None,
+              help="Where `pelotari?` goes. [default: the interface's; 255.255.255.255 with "
+                   "--host]")
+@click.option("--unicast-port", type=click.IntRange(1, 65535), default=21450, show_default=True,
+              help="Where every node listens for unicasts: aupa!, dale!, hor?, hemen nago! and "
+                   "data go to a peer's address at this port.")
 @click.option("--broadcast-port", type=click.IntRange(1, 65535), default=21451, show_default=True)
 @click.option("--max-peers", type=click.IntRange(1, 65535), default=64, show_default=True)
 @click.option("--broadcast-interval", type=click.FloatRange(0.01), default=5.0, show_default=True,
@@ -26,57 +38,171 @@ from pelotari.cli import main
               help="Seconds to wait for `hemen nago!`.")
 @click.option("--reservation-timeout", type=click.FloatRange(0.01), default=2.0, show_default=True,
               help="Seconds a spot stays reserved for a broadcaster we answered.")
+@click.option("--response-window", type=click.FloatRange(0.01), default=2.0, show_default=True,
+              help="Seconds after our broadcast in which `aupa!` is accepted; outside it, "
+                   "`aupa!` is counted and dropped.")
+@click.option("--max-reservations", type=click.IntRange(1, 65535), default=None,
+              help="Spots strangers' broadcasts may reserve at once. [default: half of "
+                   "--max-peers, at least 1]")
+@click.option("--per-port", "multi_node", is_flag=True,
+              help="Several nodes per host: a peer is IP:PORT and replies go to the source "
+                   "port. Off by default (a peer is its IP, replies go to --unicast-port); nodes "
+                   "that send from ephemeral ports cannot be peers of a --per-port node.")
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines.")
 def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, max_peers,
               broadcast_interval, inactive_peer_time, heartbeat_max_wait, reservation_timeout,
-              as_json):
+              response_window, max_reservations, multi_node, as_json):
     """Run a prototari node: find peers on the LAN by broadcast and keep them by heartbeat.
 
     Peers joining and leaving, and messages from them, are printed as they happen. Each line
-    typed on stdin is sent to every peer; `@HOST:PORT text` sends to one. Ctrl-C or end of input
-    stops the node.
+    on stdin is sent to every peer; `@HOST text` (or `@HOST:PORT text`) sends to one. Lines
+    over 64 KiB or not UTF-8 are reported (one line on stderr, or an "error" event) and
+    skipped.
+
+    stdin may be a terminal, a pipe, /dev/null or closed: the end of input does not stop the
+    node. It runs until Ctrl-C or SIGTERM, so it can run as a service (systemd, nohup, a
+    container without a TTY); then it prints a "stopped" event (with its counters) and exits 0.
     """
     from pelotari.prototari import Config
 
+    _ensure_standard_fds()
     try:
         config = Config(max_peers=max_peers, broadcast_interval=broadcast_interval,
                         inactive_peer_time=inactive_peer_time,
                         heartbeat_max_wait=heartbeat_max_wait,
                         reservation_timeout=reservation_timeout,
-                        broadcast_address=broadcast_address, broadcast_port=broadcast_port,
-                        unicast_port=unicast_port)
+                        response_window=response_window, max_reservations=max_reservations,
+                        multi_node=multi_node, broadcast_address=broadcast_address,
+                        broadcast_port=broadcast_port, unicast_port=unicast_port)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     try:
         asyncio.run(_run(config, interface, host, as_json))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the signal handlers were installed
         pass
 
 
-def _emit(as_json, kind, **fields):
+def _ensure_standard_fds():
+    """Open /dev/null on any of fds 0-2 that is closed (`prog <&-`), so that no socket is given
+    one of those numbers and then read as stdin or written as output."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            new = os.open(os.devnull, os.O_RDWR)
+            if new != fd:
+                os.dup2(new, fd)
+                os.close(new)
+
+
+def _emit(as_json, event, text=None, err=False, **fields):
+    """One event: a JSON line on stdout, or a text line (`text`, else the fields' values; on
+    stderr when err)."""
     if as_json:
-        click.echo(json.dumps({"time": time.time(), "event": kind, **fields}))
+        click.echo(json.dumps({"time": time.time(), "event": event, **fields}))
+        sys.stdout.flush()
     else:
-        text = " ".join(f"{v}" for v in fields.values())
-        click.echo(f"{time.strftime('%H:%M:%S')} {kind:<7} {text}")
-    sys.stdout.flush()
+        text = text if text is not None else " ".join(f"{v}" for v in fields.values())
+        click.echo(f"{time.strftime('%H:%M:%S')} {event:<7} {text}", err=err)
+        (sys.stderr if err else sys.stdout).flush()
+
+
+class _StdinLines(threading.Thread):
+    """Reads fd 0 in a thread (any kind of file: a terminal, a pipe, /dev/null, a regular
+    file), splits lines itself with a bounded length, and hands ("line", text) or ("error",
+    message) to the event loop; ("eof", None) at the end. At most `slots` items wait in the
+    loop at once, so a fast pipe cannot fill memory."""
+
+    def __init__(self, loop, deliver, fd=0, limit=MAX_LINE, slots=64):
+        super().__init__(daemon=True, name="prototari-stdin")
+        self.loop, self.deliver, self.fd, self.limit = loop, deliver, fd, limit
+        self.slots = threading.Semaphore(slots)
+        self.number = 0
+
+    def _put(self, kind, value):
+        self.slots.acquire()
+        self.loop.call_soon_threadsafe(self.deliver, (kind, value))
+
+    def _line(self, raw: bytes, dropped: int) -> None:
+        self.number += 1
+        if dropped:
+            self._put("error", f"stdin line {self.number}: longer than {self.limit} bytes "
+                               f"({dropped + len(raw)}); skipped")
+            return
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._put("error", f"stdin line {self.number}: not UTF-8 (byte {exc.start}); skipped")
+            return
+        self._put("line", text.rstrip("\r"))
+
+    def run(self):
+        buf, dropped = bytearray(), 0
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:
+                    chunk = b""  # closed or unreadable: the end of input
+                if not chunk:
+                    break
+                start = 0
+                while start < len(chunk):
+                    nl = chunk.find(b"\n", start)
+                    piece = chunk[start:] if nl < 0 else chunk[start:nl]
+                    if dropped:
+                        dropped += len(piece)
+                    else:
+                        buf += piece
+                        if len(buf) > self.limit:  # too long: discard it up to its newline
+                            dropped, buf = len(buf), bytearray()
+                    if nl < 0:
+                        break
+                    self._line(bytes(buf), dropped)
+                    buf, dropped, start = bytearray(), 0, nl + 1
+            if buf or dropped:  # a last line without a newline
+                self._line(bytes(buf), dropped)
+            self._put("eof", None)
+        except RuntimeError:  # the loop closed under us: the node is stopping
+            pass
 
 
 async def _run(config, interface, host, as_json):
-    from pelotari.prototari import Message, Node, PeerJoined, PeerLeft
+    from pelotari.prototari import Message, Node, NodeWarning, PeerJoined, PeerLeft
 
+    _quiet_logging()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    why = []
+
+    def on_signal(name):
+        why.append(name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, both stop the node cleanly
+        loop.add_signal_handler(sig, on_signal, sig.name)
     try:
         node = await Node.start(config, interface=interface, host=host)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot start: {getattr(exc, 'strerror', None) or exc}") from None
-    where = f"{node.address[0]}:{node.address[1]}"
-    _emit(as_json, "started", address=where, broadcast=f"{node.config.broadcast_address}:{config.broadcast_port}")
-    loop = asyncio.get_running_loop()
-    lines: "asyncio.Queue" = asyncio.Queue()
-    loop.add_reader(sys.stdin.fileno(), lambda: lines.put_nowait(sys.stdin.readline()))
+    address = f"{node.address[0]}:{node.address[1]}"
+    broadcast = "{}:{}".format(*node.broadcast)
+    identity = "address:port" if config.multi_node else "address"
+    _emit(as_json, "started", f"{address} on {node.interface or 'the bound address'}, "
+          f"broadcast {broadcast}; a peer is its {identity}",
+          interface=node.interface, address=address, broadcast=broadcast, peer=identity)
+    lines: asyncio.Queue = asyncio.Queue()
+    reader = _StdinLines(loop, lines.put_nowait)
+    reader.start()
+
+    def error(message):
+        _emit(as_json, "error", err=True, message=message)
 
     async def show_events():
         async for ev in node.events():
+            if isinstance(ev, NodeWarning):
+                _emit(as_json, "warning", ev.message, err=True, kind=ev.kind, message=ev.message)
+                continue
             peer = f"{ev.peer[0]}:{ev.peer[1]}"
             if isinstance(ev, PeerJoined):
                 _emit(as_json, "joined", peer=peer, via=ev.via, peers=len(node.peers))
@@ -85,26 +211,57 @@ async def _run(config, interface, host, as_json):
             elif isinstance(ev, Message):
                 _emit(as_json, "message", peer=peer, data=ev.data.decode("utf-8", "backslashreplace"))
 
-    shower = asyncio.ensure_future(show_events())
-    try:
+    async def handle_lines():
         while True:
-            line = await lines.get()
-            if not line:  # end of input
-                break
-            text = line.rstrip("\n")
+            kind, text = await lines.get()
+            reader.slots.release()
+            if kind == "eof":
+                if not as_json and os.isatty(0):
+                    click.echo("end of input: the node keeps running until Ctrl-C or SIGTERM",
+                               err=True)
+                return
+            if kind == "error":
+                error(text)
+                continue
             if not text:
                 continue
-            if text.startswith("@") and " " in text:
-                target, body = text[1:].split(" ", 1)
-                h, _, p = target.rpartition(":")
-                try:
-                    node.send((h, int(p)), body.encode())
-                except (KeyError, ValueError) as exc:
-                    _emit(as_json, "error", message=str(exc).strip("'\""))
-            else:
-                n = node.send_all(text.encode())
-                _emit(as_json, "sent", peers=n)
+            try:
+                if text.startswith("@") and " " in text:
+                    target, body = text[1:].split(" ", 1)
+                    h, sep, p = target.rpartition(":")
+                    peer = (h, int(p)) if sep else (target, config.unicast_port)
+                    node.send(peer, body.encode())
+                else:
+                    n = node.send_all(text.encode())
+                    _emit(as_json, "sent", peers=n)
+            except (KeyError, ValueError) as exc:
+                error(str(exc).strip("'\""))
+
+    tasks = [asyncio.ensure_future(show_events()), asyncio.ensure_future(handle_lines())]
+    try:
+        await stop.wait()
     finally:
-        loop.remove_reader(sys.stdin.fileno())
-        shower.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        for t in tasks:
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
         await node.close()
+    for result in results:  # a bug in either task must not pass silently
+        if isinstance(result, Exception):
+            raise result
+    peers = {f"{a}:{p}": {"missed": s.missed, "pongs": s.pongs}
+             for (a, p), s in sorted(node.core.peers.items())}
+    _emit(as_json, "stopped", f"by {why[0] if why else 'request'} with {len(peers)} peers",
+          signal=why[0] if why else None, peers=peers,
+          stats=dict(sorted(node.core.stats.items())))
+
+
+def _quiet_logging():
+    """Socket warnings reach the user as events; keep logging's last-resort handler from
+    printing them a second time."""
+    import logging
+
+    logger = logging.getLogger("pelotari.prototari")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())

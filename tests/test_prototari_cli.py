@@ -1,0 +1,289 @@
+"""`pelotari prototari` as a service: stdin closed, /dev/null or a pipe; lines read without
+blocking the node; bad lines reported and skipped; SIGTERM and Ctrl-C stop it cleanly; the
+default interface and visible send errors (namespaced LAN, root).
+
+The stdin tests run nodes on loopback: 127.0.0.2 and 127.0.0.3 are two addresses of this host,
+so two default (peer = address) nodes can share one port.
+"""
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import PELOTARI
+
+pytestmark = pytest.mark.e2e
+
+FAST = ["--broadcast-interval", "0.5", "--inactive-peer-time", "0.3", "--heartbeat-max-wait", "0.2",
+        "--reservation-timeout", "1", "--response-window", "0.5"]
+
+
+def free_port_pair():
+    """A unicast port whose next port is free too (UDP, on loopback)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+class Loopback:
+    """`pelotari prototari` bound to one loopback address, with events on a queue."""
+
+    def __init__(self, address, port, *extra, stdin=subprocess.PIPE, as_json=True,
+                 preexec_fn=None):
+        argv = PELOTARI + ["prototari", "--host", address, "--broadcast-address",
+                           "127.255.255.255", "--unicast-port", str(port), "--broadcast-port",
+                           str(port + 1), *FAST, *extra] + (["--json"] if as_json else [])
+        self.address = f"{address}:{port}"
+        self.proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE,
+                                     preexec_fn=preexec_fn)  # noqa: PLW1509 (only os.close)
+        self.as_json = as_json
+        self.events: queue.Queue = queue.Queue()
+        self.seen = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line) if self.as_json else line.decode())
+
+    def wait(self, predicate, timeout):
+        deadline = time.monotonic() + timeout
+        for ev in self.seen:
+            if predicate(ev):
+                return ev
+        while time.monotonic() < deadline:
+            try:
+                ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            self.seen.append(ev)
+            if predicate(ev):
+                return ev
+        return None
+
+    def write(self, data: bytes):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def stop(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+        code = self.proc.wait(10)
+        stopped = self.wait(lambda e: e["event"] == "stopped", 5) if self.as_json else None
+        return code, stopped, self.proc.stderr.read().decode()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def nodes():
+    started = []
+
+    def make(*args, **kwargs):
+        node = Loopback(*args, **kwargs)
+        started.append(node)
+        return node
+
+    yield make
+    for node in started:
+        node.close()
+
+
+def is_event(kind, **fields):
+    return lambda e: e["event"] == kind and all(e.get(k) == v for k, v in fields.items())
+
+
+def close_stdin():
+    os.close(0)
+
+
+@pytest.mark.parametrize("stdin", ["devnull", "closed", "pipe closed at once"])
+def test_runs_until_sigterm_whatever_stdin_is(nodes, stdin):
+    port = free_port_pair()
+    kwargs = {"devnull": {"stdin": subprocess.DEVNULL},
+              "closed": {"stdin": subprocess.DEVNULL, "preexec_fn": close_stdin},
+              "pipe closed at once": {"stdin": subprocess.PIPE}}[stdin]
+    a = nodes("127.0.0.2", port, **kwargs)
+    if stdin.startswith("pipe"):
+        a.proc.stdin.close()
+    started = a.wait(is_event("started"), 10)
+    assert started is not None, a.proc.stderr.read()
+    assert started["address"] == a.address and started["broadcast"] == f"127.255.255.255:{port + 1}"
+    b = nodes("127.0.0.3", port, stdin=subprocess.DEVNULL)  # a peer, to show a keeps working
+    assert a.wait(is_event("joined", peer=f"127.0.0.3:{port}"), 5)
+    time.sleep(1.0)  # end of input (or none at all) does not stop it
+    assert a.proc.poll() is None
+    code, stopped, stderr = a.stop(signal.SIGTERM)
+    assert (code, stderr) == (0, "")
+    assert stopped["signal"] == "SIGTERM" and f"127.0.0.3:{port}" in stopped["peers"]
+    code, _, stderr = b.stop(signal.SIGINT)  # Ctrl-C
+    assert (code, stderr) == (0, ""), stderr
+
+
+def test_ctrl_c_in_text_mode_prints_no_traceback(nodes):
+    a = nodes("127.0.0.2", free_port_pair(), stdin=subprocess.DEVNULL, as_json=False)
+    assert a.wait(lambda line: " started " in line, 10)
+    code, _, stderr = a.stop(signal.SIGINT)
+    assert code == 0 and stderr == ""
+    assert a.wait(lambda line: " stopped by SIGINT" in line, 5)
+
+
+def pair(nodes):
+    port = free_port_pair()
+    a = nodes("127.0.0.2", port)
+    b = nodes("127.0.0.3", port, stdin=subprocess.DEVNULL)
+    assert a.wait(is_event("joined", peer=f"127.0.0.3:{port}"), 5)
+    assert b.wait(is_event("joined", peer=f"127.0.0.2:{port}"), 5)
+    return a, b, port
+
+
+def test_a_partial_line_does_not_stop_the_node_from_answering(nodes):
+    a, b, port = pair(nodes)
+    a.write(b"half a li")  # no newline: a node that blocked reading it would miss heartbeats
+    time.sleep(2.5)  # b drops a silent peer after 0.3 + 3 x 0.2 = 0.9 s
+    assert b.wait(is_event("left"), 0.1) is None
+    a.write(b"ne\n")
+    assert b.wait(is_event("message", peer=f"127.0.0.2:{port}", data="half a line"), 5)
+
+
+def test_lines_too_long_or_not_utf8_are_reported_and_skipped(nodes):
+    a, b, port = pair(nodes)
+    a.write(b"x" * 70000 + b"\n")
+    a.write(b"caf\xe9\n")
+    a.write(b"y" * 65503 + b"\n")  # the largest DATA: sent
+    a.write(b"@127.0.0.3 to one\n@127.0.0.9 nobody\n")
+    a.write("after ✓\n".encode())
+    assert b.wait(is_event("message", data="after ✓"), 5)
+    a.wait(lambda e: False, 0.3)
+    errors = [e["message"] for e in a.seen if e["event"] == "error"]
+    assert errors == ["stdin line 1: longer than 65536 bytes (70000); skipped",
+                      "stdin line 2: not UTF-8 (byte 3); skipped",
+                      f"127.0.0.9:{port} is not a registered peer"], errors
+    got = [e["data"] for e in b.seen if e["event"] == "message"]
+    assert got == ["y" * 65503, "to one", "after ✓"]
+    assert a.proc.poll() is None
+
+
+def test_bad_lines_in_text_mode_are_one_line_each_on_stderr(nodes):
+    a = nodes("127.0.0.2", free_port_pair(), as_json=False)
+    assert a.wait(lambda line: " started " in line, 10)
+    a.write(b"z" * 100000 + b"\n\xff\xfe\nfine\n")
+    assert a.wait(lambda line: " sent " in line, 5)
+    code, _, stderr = a.stop()
+    lines = stderr.splitlines()
+    assert code == 0 and len(lines) == 2, stderr
+    assert "stdin line 1: longer than 65536 bytes (100000); skipped" in lines[0]
+    assert "stdin line 2: not UTF-8 (byte 0); skipped" in lines[1]
+
+
+# ---- the default interface -----------------------------------------------------------------
+
+def iface(name, address, broadcast="auto", up=True, loopback=False, can_broadcast=True):
+    from pelotari.prototari.node import Interface
+
+    if broadcast == "auto":
+        broadcast = address.rsplit(".", 1)[0] + ".255" if address else None
+    return Interface(name, address, broadcast, up, loopback, can_broadcast)
+
+
+@pytest.mark.parametrize("address,private", [
+    ("10.0.0.2", True), ("10.255.255.254", True), ("11.0.0.1", False), ("9.255.255.255", False),
+    ("172.16.0.1", True), ("172.31.255.254", True), ("172.15.255.254", False),
+    ("172.32.0.1", False), ("192.168.0.2", True), ("192.168.255.254", True),
+    ("192.169.0.1", False), ("192.0.2.2", False), ("100.64.0.1", False)])
+def test_private_ranges_at_their_edges(address, private):
+    assert iface("eth0", address).private is private
+
+
+def test_choose_interface_picks_the_one_private_broadcast_interface():
+    from pelotari.prototari.node import choose_interface
+
+    lo = iface("lo", "127.0.0.1", broadcast=None, loopback=True, can_broadcast=False)
+    public = iface("eth1", "192.0.2.2")
+    down = iface("eth2", "10.1.0.2", up=False)
+    p2p = iface("tun0", "10.8.0.2", broadcast=None, can_broadcast=False)
+    lan = iface("eth0", "192.168.1.20")
+    assert choose_interface([lo, public, down, p2p, lan]) is lan
+    with pytest.raises(ValueError, match=r"^no private IPv4 interface .*pass -i/--interface$"):
+        choose_interface([lo, public, down, p2p])
+    with pytest.raises(ValueError, match=r"^several private IPv4 interfaces: eth0 \(192.168.1.20\), "
+                                         r"wlan0 \(10.0.0.5\); pass -i/--interface to choose$"):
+        choose_interface([lan, iface("wlan0", "10.0.0.5")])
+
+
+def run_in(lan, host, *args, timeout=30):
+    return subprocess.run(["ip", "netns", "exec", host.namespace, *PELOTARI, "prototari", *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_no_private_interface_or_several_is_one_clear_line(lan):
+    none, two = lan.add_host("none"), lan.add_host("two")
+    lan.exec_in(none.namespace, "ip", "addr", "flush", "dev", none.interface)
+    res = run_in(lan, none)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr == ("Error: cannot start: no private IPv4 interface (10/8, 172.16/12, "
+                          "192.168/16; up, not loopback, with a broadcast address): pass "
+                          "-i/--interface\n")
+    lan.exec_in(two.namespace, "ip", "link", "add", "second7", "type", "veth", "peer", "name",
+                "second7p")  # a second private interface, both ends inside the namespace
+    lan.exec_in(two.namespace, "ip", "addr", "add", "192.168.77.1/24", "brd", "+", "dev", "second7")
+    for link in ("second7", "second7p"):
+        lan.exec_in(two.namespace, "ip", "link", "set", link, "up")
+    res = run_in(lan, two)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "several private IPv4 interfaces: " in res.stderr
+    assert f"{two.interface} ({two.address})" in res.stderr and "second7 (192.168.77.1)" in res.stderr
+    assert res.stderr.endswith("; pass -i/--interface to choose\n")
+
+
+def test_send_errors_are_reported_once_per_kind_and_counted(lan):
+    """Bound to all addresses with the default 255.255.255.255 on a host with no default route:
+    every broadcast fails. The user hears of it once, and the counter has them all."""
+    host = lan.add_host("a")
+    proc = lan.spawn(host, PELOTARI + ["prototari", "--json", "--host", "0.0.0.0",
+                                       "--broadcast-interval", "0.2"],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)
+    events = [json.loads(line) for line in out.splitlines()]
+    warnings = [e for e in events if e["event"] == "warning"]
+    assert proc.returncode == 0 and err == ""
+    assert events[0]["event"] == "started" and events[0]["interface"] is None
+    assert events[0]["broadcast"] == "255.255.255.255:21451"
+    assert len(warnings) == 1, warnings
+    assert warnings[0]["kind"] == "send ENETUNREACH"
+    assert warnings[0]["message"].startswith("cannot send to 255.255.255.255:21451: ")
+    assert events[-1]["stats"]["send_errors"] >= 5
+
+
+def test_send_errors_in_text_mode_go_to_stderr_once(lan):
+    host = lan.add_host("a")
+    proc = lan.spawn(host, PELOTARI + ["prototari", "--host", "0.0.0.0", "--broadcast-interval",
+                                       "0.2"],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert err.count("\n") == 1 and "warning cannot send to 255.255.255.255:21451: " in err, err
