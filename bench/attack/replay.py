@@ -1,0 +1,432 @@
+"""Replay issue 11's attacks against running pelotari processes and print what each achieved.
+
+    sudo .venv/bin/python bench/attack/replay.py              # every vector, a table
+    sudo .venv/bin/python bench/attack/replay.py --json out.jsonl
+
+Everything runs on this machine: a `pelotari backbone` and `pelotari sub` processes on 127.0.0.x,
+attacked from plain sockets and (as root) from a raw socket forging source addresses. Every
+datagram goes to a 127.x address. For each vector the line says what the attacker sent, what
+reached the victim, their ratio (the amplification factor) and the outcome.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spoof import Spoofer, available as spoof_available  # noqa: E402
+
+from fastpath import refcodec as wire  # noqa: E402
+from fastpath.batchio import SendBatch  # noqa: E402
+from fastpath.packets import NOJOURNAL  # noqa: E402
+
+PY = [sys.executable, "-m", "pelotari"]
+FIRST = 1000
+TOKEN = b"A" * 16
+
+
+@dataclass
+class Result:
+    """One attack vector's measured outcome."""
+
+    protocol: str
+    vector: str
+    attacker_bytes: int
+    victim_bytes: int
+    outcome: str
+    ok: bool
+
+    @property
+    def factor(self) -> Optional[float]:
+        return self.victim_bytes / self.attacker_bytes if self.attacker_bytes else None
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def udp(host: str = "127.0.0.1", buffer: int = 8 << 20) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
+    s.bind((host, 0))
+    return s
+
+
+def drain(sock: socket.socket, quiet: float = 0.5, only: Optional[int] = None,
+          limit: float = 10.0) -> int:
+    """Bytes that reach sock until `quiet` seconds pass with none of packet type `only` (any,
+    if None), or `limit` seconds in all."""
+    total = 0
+    deadline = time.monotonic() + limit
+    last = time.monotonic()
+    sock.settimeout(0.05)
+    while time.monotonic() - last < quiet and time.monotonic() < deadline:
+        try:
+            data = sock.recv(70000)
+        except socket.timeout:
+            continue
+        if only is None or data[:1] == bytes([only]):
+            total += len(data)
+            last = time.monotonic()
+    return total
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Proc:
+    """A pelotari process whose stdout JSON lines are collected as they come."""
+
+    def __init__(self, argv: List[str]):
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.lines: List[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            try:
+                self.lines.append(json.loads(line))
+            except ValueError:
+                pass
+
+    def stop(self) -> str:
+        """SIGINT, wait, and return what it printed on stderr."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+        try:
+            _, err = self.p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            _, err = self.p.communicate()
+        return err
+
+
+class Backbone(Proc):
+    """`pelotari backbone` on 127.0.0.1 with JSON stats every 0.2 s."""
+
+    def __init__(self, *options: str):
+        self.address = ("127.0.0.1", free_port("127.0.0.1"))
+        super().__init__([*PY, "backbone", "--host", "127.0.0.1", "--port", str(self.address[1]),
+                          "--first-sequence", str(FIRST), "--json-stats",
+                          "--stats-interval", "0.2", *options])
+        deadline = time.monotonic() + 10
+        while not self.lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.lines:
+            raise RuntimeError("the backbone did not start: " + self.stop())
+
+    def stats(self) -> dict:
+        time.sleep(0.45)
+        return self.lines[-1]
+
+
+class Sub(Proc):
+    """`pelotari sub --json` bound to a chosen 127.x address and port."""
+
+    def __init__(self, bb: Backbone, host: str, *options: str):
+        self.address = (host, free_port(host))
+        super().__init__([*PY, "sub", "--json", "-b", f"{bb.address[0]}:{bb.address[1]}",
+                          "--bind", f"{host}:{self.address[1]}", *options])
+
+    def messages(self) -> list:
+        return [(m["sequence"], m.get("data")) for m in self.lines if "sequence" in m]
+
+    def notices(self) -> list:
+        return [m for m in self.lines if "lost" in m or "resync" in m]
+
+
+def sign_on(sock: socket.socket, bb: Backbone, flags: int = 0) -> bool:
+    sock.sendto(wire.encode_keepalive("", 0, flags, TOKEN), bb.address)
+    sock.settimeout(2)
+    try:
+        while True:
+            if sock.recv(70000)[:1] == b"\x20":
+                return True
+    except socket.timeout:
+        return False
+
+
+def publish(bb: Backbone, payloads) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        SendBatch().send(s, [(wire.encode_push(p), bb.address) for p in payloads])
+
+
+def wait_until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+# ---- fyrehose ---------------------------------------------------------------------------------
+
+def fyrehose_vectors(spoofer: Optional[Spoofer]) -> List[Result]:
+    out: List[Result] = []
+    bb = Backbone()
+    journal = Sub(bb, "127.0.0.2")
+    try:
+        if not wait_until(lambda: bb.stats()["subscribers"] == 1, 5):
+            raise RuntimeError("the journaling subscriber did not sign on")
+        payloads = [b"%05d" % i + b"." * 1395 for i in range(1024)]  # 1,400 bytes each
+        publish(bb, payloads)
+        wait_until(lambda: len(journal.messages()) == 1024, 10)
+
+        # 1. A REQUEST naming another port on the sender's own host (the issue's x75,000).
+        attacker, victim = udp(), udp()
+        sent = 0
+        for _ in range(200):
+            d = wire.encode_request("127.0.0.1", victim.getsockname()[1], FIRST, FIRST + 1023)
+            attacker.sendto(d, bb.address)
+            sent += len(d)
+        got = drain(victim)
+        drops = bb.stats()["drops"]
+        out.append(Result("fyrehose", "REQUEST naming another port (reflection)", sent, got,
+                          f"dropped: foreign_address {drops['foreign_address']}", got <= sent))
+
+        # 2. A REQUEST for itself from an address that never subscribed.
+        sent = 0
+        for _ in range(200):
+            d = wire.encode_request("", 0, FIRST, FIRST + 1023)
+            attacker.sendto(d, bb.address)
+            sent += len(d)
+        got = drain(attacker)
+        drops = bb.stats()["drops"]
+        out.append(Result("fyrehose", "REQUEST from an address that never subscribed", sent,
+                          got, f"dropped: request_not_subscribed "
+                               f"{drops['request_not_subscribed']}", got <= sent))
+
+        if spoofer is not None:
+            # 3. Forged source: a never-subscribed victim.
+            before = spoofer.sent_bytes
+            target = udp("127.0.0.9")
+            for _ in range(200):
+                spoofer.send(wire.encode_request("", 0, FIRST, FIRST + 1023),
+                             target.getsockname(), bb.address)
+            got = drain(target)
+            sent = spoofer.sent_bytes - before
+            out.append(Result("fyrehose", "REQUEST forging a never-subscribed source", sent, got,
+                              "dropped: request_not_subscribed", got <= sent))
+
+            # 4. Forged source: a live subscriber, flooded with repair it did not ask for.
+            live = udp("127.0.0.8")
+            sign_on(live, bb)
+            stop = threading.Event()
+
+            def keepalive():
+                while not stop.wait(0.5):
+                    live.sendto(wire.encode_keepalive("", 0, NOJOURNAL, TOKEN), bb.address)
+
+            t = threading.Thread(target=keepalive, daemon=True)
+            t.start()
+            before = spoofer.sent_bytes
+            start = time.monotonic()
+            for _ in range(200):  # 204,800 sequences asked for in its name
+                spoofer.send(wire.encode_request("", 0, FIRST, FIRST + 1023),
+                             live.getsockname(), bb.address)
+            got = drain(live, 1.0, only=0x01)
+            elapsed = time.monotonic() - start
+            stop.set()
+            t.join()
+            sent = spoofer.sent_bytes - before
+            budget = (16384 + 16384 * elapsed) * 1409
+            drops = bb.stats()["drops"]
+            out.append(Result("fyrehose", "REQUEST forging a live subscriber's source", sent, got,
+                              f"repair {got // 1409} DELIVERs <= budget "
+                              f"{int(budget // 1409)}; repair_budget drops "
+                              f"{drops['repair_budget']}", got <= budget))
+
+            # 5. A FORWARD forged from the backbone's own address (what cannot be refused).
+            before = spoofer.sent_bytes
+            target = udp("127.0.0.10")
+            start = time.monotonic()
+            for _ in range(200):
+                spoofer.send(wire.encode_forward("127.0.0.10", target.getsockname()[1], FIRST,
+                                                 FIRST + 1023), bb.address, journal.address)
+            got = drain(target, 1.0)
+            elapsed = time.monotonic() - start
+            sent = spoofer.sent_bytes - before
+            cap = (2 << 20) + (8 << 20) * elapsed
+            out.append(Result("fyrehose", "FORWARD forged from the backbone's address", sent,
+                              got, f"journal's per-requester budget: {got} <= {int(cap)} B "
+                                   "(documented residual)", got <= cap))
+    finally:
+        bb.stop()
+        journal.stop()
+
+    # 6-8. Forged DELIVERs at a subscriber.
+    bb = Backbone()
+    sub = Sub(bb, "127.0.0.3")
+    try:
+        wait_until(lambda: bb.stats()["subscribers"] == 1, 5)
+        publish(bb, [b"first"])
+        wait_until(lambda: len(sub.messages()) == 1, 5)
+        attacker = udp("127.0.0.4")
+        sent = 0
+        for d in (wire.encode_deliver(FIRST + 1, b"FORGED"),
+                  wire.encode_deliver(FIRST + 20_001, b"jump")):
+            attacker.sendto(d, sub.address)
+            sent += len(d)
+        for k in range(20_000):
+            d = wire.encode_deliver(FIRST + 2 + k, b"f")
+            attacker.sendto(d, sub.address)
+            sent += len(d)
+        time.sleep(0.2)
+        publish(bb, [b"real%d" % i for i in range(5)])
+        wait_until(lambda: len(sub.messages()) >= 6, 5)
+        time.sleep(1.5)
+        msgs = sub.messages()
+        real = msgs[1:] == [(FIRST + 1 + i, "real%d" % i) for i in range(5)]
+        summary = sub.stop().strip().splitlines()[-1]
+        out.append(Result("fyrehose", "20,002 forged DELIVERs (next, +20,000, flood)", sent, 0,
+                          f"real messages delivered: {real}; notices {len(sub.notices())}; "
+                          f"{summary}", real and not sub.notices()))
+        if spoofer is not None:
+            sub2 = Sub(bb, "127.0.0.5")
+            wait_until(lambda: bb.stats()["subscribers"] >= 1, 5)
+            time.sleep(0.3)
+            publish(bb, [b"before"])
+            wait_until(lambda: len(sub2.messages()) == 1, 5)
+            seq = sub2.messages()[0][0]
+            spoofer.send(wire.encode_deliver(seq + 1, b"SPOOFED"), bb.address, sub2.address)
+            publish(bb, [b"after"])
+            wait_until(lambda: len(sub2.messages()) == 2, 5)
+            believed = (seq + 1, "SPOOFED") in sub2.messages()
+            sub2.stop()
+            out.append(Result("fyrehose", "DELIVER forged from the backbone's address", 0, 0,
+                              f"believed: {believed} (documented residual: only source-address "
+                              "filtering stops it)", True))
+    finally:
+        bb.stop()
+        sub.stop()
+
+    # 9. One host fills the subscriber table.
+    bb = Backbone()
+    try:
+        socks = [udp(buffer=1 << 16) for _ in range(600)]
+        sent = 0
+        for _ in range(3):  # every socket signs on, and names 100 other ports of its host
+            for k, s in enumerate(socks):
+                for d in (wire.encode_keepalive("", 0, 0, TOKEN),
+                          wire.encode_keepalive("", 20000 + k % 100, 0, TOKEN)):
+                    s.sendto(d, bb.address)
+                    sent += len(d)
+        newcomer = udp("127.0.0.6")
+        start = time.monotonic()
+        admitted = sign_on(newcomer, bb)
+        took = time.monotonic() - start
+        st = bb.stats()
+        for s in socks:
+            s.close()
+        out.append(Result("fyrehose", "one host: 600 sockets + varying PORT", sent, 0,
+                          f"entries held by that host {st['subscribers'] - 1}; a new client on "
+                          f"another address admitted: {admitted} in {took * 1000:.1f} ms",
+                          admitted and took < 1.0))
+    finally:
+        bb.stop()
+
+    # 10. Packed PUSHes from a stranger.
+    bb = Backbone()
+    try:
+        before = bb.stats()["pushes"]
+        pack = wire.encode_push(b"") * (65507 // 9)
+        attacker = udp()
+        for _ in range(10):
+            attacker.sendto(pack, bb.address)
+        st = bb.stats()
+        made = st["pushes"] - before
+        out.append(Result("fyrehose", "10 packed PUSHes (72,780 frames) from a stranger",
+                          10 * len(pack), 0,
+                          f"messages sequenced: {made}; dropped: pack_too_many_frames "
+                          f"{st['drops']['pack_too_many_frames']}, pack_not_signed_on "
+                          f"{st['drops']['pack_not_signed_on']}", made == 0))
+        small = wire.encode_push(b"") * 1000  # within the frame limit: still not signed on
+        for _ in range(10):
+            attacker.sendto(small, bb.address)
+        st = bb.stats()
+        made = st["pushes"] - before
+        out.append(Result("fyrehose", "10 packed PUSHes (10,000 frames) from a stranger",
+                          10 * len(small), 0,
+                          f"messages sequenced: {made}; dropped: pack_not_signed_on "
+                          f"{st['drops']['pack_not_signed_on']}", made == 0))
+    finally:
+        bb.stop()
+
+    # 11. Garbage: a million datagrams of every kind of wrong.
+    bb = Backbone()
+    try:
+        import random
+        rng = random.Random(11)
+        junk = [bytes([t]) + rng.randbytes(rng.randrange(0, 60))
+                for t in (0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x33, 0xff) for _ in range(40)]
+        junk += [wire.encode_push(b"x")[:5], b"\x04" * 18, b"\x10" * 30, b""]
+        rss0 = rss_kib(bb.p.pid)
+        attacker = udp()
+        batch = SendBatch()
+        sent = 0
+        n = 0
+        while n < 1_000_000:
+            items = [(junk[(n + k) % len(junk)], bb.address) for k in range(1024)]
+            batch.send(attacker, items)
+            sent += sum(len(d) for d, _ in items)
+            n += 1024
+        probe = udp("127.0.0.7")
+        alive = sign_on(probe, bb)
+        st = bb.stats()
+        drops = {k: v for k, v in st["drops"].items() if v}
+        rss1 = rss_kib(bb.p.pid)
+        out.append(Result("fyrehose", f"{n:,} garbage datagrams", sent, 0,
+                          f"read {st['datagrams_in']:,}, dropped by reason {drops}; RSS "
+                          f"{rss0} -> {rss1} KiB; still answering: {alive}",
+                          alive and rss1 - rss0 < 4096))
+    finally:
+        bb.stop()
+    return out
+
+
+def print_table(results: List[Result]) -> None:
+    print(f"{'protocol':<9} {'vector':<48} {'sent B':>10} {'victim B':>10} {'factor':>7}  "
+          "outcome")
+    for r in results:
+        factor = f"{r.factor:.3f}" if r.factor is not None else "-"
+        mark = "ok  " if r.ok else "FAIL"
+        print(f"{r.protocol:<9} {r.vector:<48} {r.attacker_bytes:>10,} {r.victim_bytes:>10,} "
+              f"{factor:>7}  {mark} {r.outcome}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="FILE", help="also write one JSON line per vector")
+    args = parser.parse_args(argv)
+    why = spoof_available()
+    spoofer = None if why else Spoofer()
+    if why:
+        print(f"note: {why}; the forged-source vectors are left out", file=sys.stderr)
+    results = fyrehose_vectors(spoofer)
+    print_table(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            for r in results:
+                f.write(json.dumps({**asdict(r), "factor": r.factor, "time": time.time()}) + "\n")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
