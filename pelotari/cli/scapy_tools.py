@@ -73,10 +73,14 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
 @click.option("--pack", type=click.IntRange(1, 7278), default=1, show_default=True,
               help="fyrehose packing extension: N copies of the DELIVER or PUSH frame back to "
                    "back in one datagram (a DELIVER's SEQUENCE counts up).")
+@click.option("--sign-on/--no-sign-on", default=True, show_default=True,
+              help="With --send and a packed PUSH: first sign on from the same socket as a "
+                   "NOSUBSCRIBE NOJOURNAL PACKED client, since a backbone takes packs only from "
+                   "such clients (--no-sign-on sends the pack alone, as a stranger would).")
 @click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not show the packet; only send and answers.")
 @click.option("--list", "list_types", is_flag=True, help="List the packet types and their fields.")
-def craft(kind, fields, target, src, wait, pack, hexdump, quiet, list_types, **named):
+def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_types, **named):
     """Build any pelotari packet, show it, and optionally send it and dissect the answer.
 
     TYPE is a packet type of any of pelotari's scapy layers (see --list), e.g. keepalive,
@@ -140,15 +144,26 @@ def craft(kind, fields, target, src, wait, pack, hexdump, quiet, list_types, **n
             cls(wire).show() if pack == 1 else sys.modules[cls.__module__].dissect(wire).show()
     if target is None:
         return
-    sock = _sender(src, target, wire)
+    first = []
+    if pack > 1 and sign_on and src is None and wire[:1] == b"\x02":
+        from fastpath.packets import NOJOURNAL, NOSUBSCRIBE, packed_flags
+        from pelotari.fyrehose.codec import encode_keepalive
+
+        first = [encode_keepalive("", 0, NOSUBSCRIBE | NOJOURNAL | packed_flags(65507),
+                                  b"pelotari-craft-p")]
+    sock = _sender(src, target, wire, before=first)
+    if first:
+        click.echo("signed on as a packing publisher first (--no-sign-on: send the pack alone)",
+                   err=True)
     click.echo(f"sent {len(wire)} bytes to {target[0]}:{target[1]}", err=True)
     if wait and sock is not None:
         _answers(sock, wait, sys.modules[cls.__module__].dissect)
 
 
-def _sender(src, target, wire, root=None):
+def _sender(src, target, wire, root=None, before=()):
     """Send wire to target; return the socket answers will come back to (None for raw sends).
-    `root` says whether raw sockets are allowed (default: whether we run as root)."""
+    `root` says whether raw sockets are allowed (default: whether we run as root). Datagrams in
+    `before` go first from the same socket, each waiting up to a second for an answer."""
     root = os.geteuid() == 0 if root is None else root
     if src is not None:
         if not root:
@@ -162,6 +177,13 @@ def _sender(src, target, wire, root=None):
             return None
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("0.0.0.0", 0))
+    for datagram in before:
+        sock.sendto(datagram, target)
+        sock.settimeout(1.0)
+        try:
+            sock.recv(65536)
+        except socket.timeout:
+            click.echo(f"no answer from {target[0]}:{target[1]} to the sign-on", err=True)
     sock.sendto(wire, target)
     return sock
 
