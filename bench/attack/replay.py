@@ -4,11 +4,15 @@
     sudo .venv/bin/python bench/attack/replay.py --json out.jsonl
 
 Everything runs on this machine: a `pelotari backbone` and `pelotari sub` processes on 127.0.0.x,
-attacked from plain sockets and (as root) from a raw socket forging source addresses. Every
-datagram goes to a 127.x address. For each vector the line says what the attacker sent, what
-reached the victim, their ratio (the amplification factor) and the outcome.
+attacked from plain sockets and (as root) from a raw socket forging source addresses; every such
+datagram goes to a 127.x address. Then (root, iproute2) `pelotari prototari` nodes on a
+namespaced LAN (pelotari/netlab.py), attacked by prototari_attacker.py from another namespace
+host. For each vector the line says what the attacker sent, what reached the victim (for
+prototari: what the node sent back to the attacker's addresses), their ratio (the amplification
+factor) and the outcome.
 """
 import argparse
+import functools
 import json
 import os
 import signal
@@ -26,6 +30,7 @@ from spoof import Spoofer, available as spoof_available  # noqa: E402
 from fastpath import refcodec as wire  # noqa: E402
 from fastpath.batchio import SendBatch  # noqa: E402
 from fastpath.packets import NOJOURNAL  # noqa: E402
+from pelotari import netlab  # noqa: E402
 
 PY = [sys.executable, "-m", "pelotari"]
 FIRST = 1000
@@ -89,13 +94,18 @@ def rss_kib(pid: int) -> int:
 
 
 class Proc:
-    """A pelotari process whose stdout JSON lines are collected as they come."""
+    """A process whose stdout JSON lines (and stderr) are collected as they come."""
 
-    def __init__(self, argv: List[str]):
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+    def __init__(self, argv: List[str], spawn=subprocess.Popen):
+        self.p = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
         self.lines: List[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.err: List[str] = []
+        self.readers = [threading.Thread(target=self._read, daemon=True),
+                        threading.Thread(target=self.err.extend, args=(self.p.stderr,),
+                                         daemon=True)]
+        for t in self.readers:
+            t.start()
 
     def _read(self):
         for line in self.p.stdout:
@@ -104,16 +114,18 @@ class Proc:
             except ValueError:
                 pass
 
-    def stop(self) -> str:
-        """SIGINT, wait, and return what it printed on stderr."""
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
+    def stop(self, sig: Optional[int] = signal.SIGINT, timeout: float = 10) -> str:
+        """Send sig (None: let it end by itself), wait, and return what it printed on stderr."""
+        if sig is not None and self.p.poll() is None:
+            self.p.send_signal(sig)
         try:
-            _, err = self.p.communicate(timeout=10)
+            self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.p.kill()
-            _, err = self.p.communicate()
-        return err
+            self.p.wait()
+        for t in self.readers:
+            t.join(5)
+        return "".join(self.err)
 
 
 class Backbone(Proc):
@@ -401,6 +413,146 @@ def fyrehose_vectors(spoofer: Optional[Spoofer]) -> List[Result]:
     return out
 
 
+# ---- prototari --------------------------------------------------------------------------------
+
+ATTACKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prototari_attacker.py")
+INTERVAL, WINDOW, RESERVATION, INACTIVE, WAIT = 1.0, 0.3, 1.0, 1.0, 0.3
+FAST = ["--broadcast-interval", str(INTERVAL), "--response-window", str(WINDOW),
+        "--reservation-timeout", str(RESERVATION), "--inactive-peer-time", str(INACTIVE),
+        "--heartbeat-max-wait", str(WAIT)]
+
+
+class Node(Proc):
+    """`pelotari prototari --json` in a namespace host (it picks the host's interface itself)."""
+
+    def __init__(self, lan, host):
+        super().__init__([*PY, "prototari", "--json", *FAST],
+                         spawn=functools.partial(lan.spawn, host))
+        if not wait_until(lambda: self.events("started"), 10):
+            raise RuntimeError("the prototari node did not start: " + self.stop(signal.SIGTERM))
+
+    def events(self, name: str, among=None) -> List[dict]:
+        """Its events called name (with among: only those about peers at those addresses)."""
+        return [e for e in self.lines if e.get("event") == name
+                and (among is None or e["peer"].split(":")[0] in among)]
+
+    def finish(self) -> dict:
+        """Stop it with SIGTERM and return its `stopped` event (peers and counters)."""
+        err = self.stop(signal.SIGTERM)
+        stopped = self.events("stopped")
+        if self.p.returncode != 0 or not stopped or err:
+            raise RuntimeError(f"the prototari node did not stop cleanly (exit "
+                               f"{self.p.returncode}): {err}")
+        return stopped[-1]
+
+
+def dropped(stopped: dict, reason: str) -> int:
+    """A node's count of datagrams dropped for reason, from its `stopped` event."""
+    return stopped["stats"].get("dropped_" + reason, 0)
+
+
+def prototari_vectors() -> List[Result]:
+    """Strangers on a namespaced LAN attack fresh `pelotari prototari` nodes."""
+    out: List[Result] = []
+    with netlab.LanHarness() as lan:
+        hv, hx, hn = (lan.add_host(n) for n in ("victim", "attacker", "new"))
+        prefix = hx.address.rsplit(".", 1)[0]
+        extra = [f"{prefix}.{100 + i}" for i in range(60)]
+        for ip in extra:  # addresses the attacker really owns: what is sent to them is counted
+            lan.exec_in(hx.namespace, "ip", "addr", "add", f"{ip}/24", "dev", hx.interface)
+        mine = [hx.address, *extra]
+
+        def run(phase: str, during=None, **cfg):
+            """Attack a fresh victim: (report, `stopped` event, victim, during(victim))."""
+            victim = Node(lan, hv)
+            time.sleep(0.2)
+            victim.rss = [rss_kib(victim.p.pid)]
+            attacker = Proc([sys.executable, ATTACKER, json.dumps(
+                {"phase": phase, "victim": hv.address, "interface": hx.interface,
+                 "addresses": mine, "interval": INTERVAL, "window": WINDOW,
+                 "reservation_timeout": RESERVATION, **cfg})],
+                spawn=functools.partial(lan.spawn, hx))
+            seen = during(victim) if during else None
+            err = attacker.stop(None, 60)
+            if attacker.p.returncode != 0 or not attacker.lines:
+                raise RuntimeError(f"the prototari {phase} attacker failed: {err}")
+            victim.rss.append(rss_kib(victim.p.pid))
+            victim.alive = victim.p.poll() is None
+            return attacker.lines[-1], victim.finish(), victim, seen
+
+        # 1. aupa! from 61 addresses, 3 new ports each, between the victim's response windows.
+        r, st, v, _ = run("outside", rounds=3)
+        joined = v.events("joined", mine)
+        out.append(Result("prototari", "aupa! outside the window, 61 addresses",
+                          r["sent"]["bytes"], r["got_bytes"],
+                          f"{r['sent']['datagrams']} aupa!: peers gained {len(joined)}; dropped "
+                          f"respond_outside_window {dropped(st, 'respond_outside_window')}; "
+                          f"rounds that ran into the next window {r['late_rounds']}",
+                          not joined and r["got_bytes"] == 0 and r["late_rounds"] == 0))
+
+        # 2. 100 aupa! from one address (new ports) right after a broadcast, then silence.
+        r, st, v, _ = run("inside", settle=INACTIVE + 3 * WAIT + 0.6)
+        joined, left, got = v.events("joined", mine), v.events("left", mine), r["got"]
+        bound = len(b"dale!") + 3 * len(b"hor?")
+        out.append(Result("prototari", "100 aupa! inside the window, one address",
+                          r["sent"]["bytes"], r["got_bytes"],
+                          f"sent {r['blast_after_broadcast']:.3f} s after a broadcast: peers "
+                          f"{len(joined)}, dale! {got.get('dale!', 0)}, then hor? "
+                          f"{got.get('hor?', 0)} and left {len(left)}; dropped respond_repeated "
+                          f"{dropped(st, 'respond_repeated')}; <= {bound} B",
+                          r["blast_after_broadcast"] < WINDOW and len(joined) <= 1
+                          and got.get("dale!", 0) == 1 and r["got_bytes"] <= bound))
+
+        # 3. pelotari? from 60 addresses, 20 times a second, while a real node starts.
+        def newcomer(victim: Node) -> Optional[float]:
+            """Start a real node during the flood; seconds until the victim has it (or None)."""
+            time.sleep(1.0)
+            new = Node(lan, hn)
+            start = time.monotonic()
+            admitted = wait_until(lambda: victim.events("joined", [hn.address]), 5)
+            took = time.monotonic() - start
+            new.finish()
+            return took if admitted else None
+
+        r, st, v, took = run("discover", newcomer, duration=6.0, rate=20)
+        limit = 64 // 2  # max_reservations: half of the default --max-peers
+        waited = f"{took:.2f} s" if took is not None else "never"
+        out.append(Result("prototari", "pelotari? flood from 60 addresses",
+                          r["sent"]["bytes"], r["got_bytes"],
+                          f"{r['sent']['datagrams']:,} pelotari?: most reservations held "
+                          f"{r['max_reservations_held']} <= {limit}, aupa! "
+                          f"{r['got'].get('aupa!', 0)}, factor <= 5/9; dropped "
+                          f"discover_reservations_full {dropped(st, 'discover_reservations_full')}"
+                          f"; a new "
+                          f"node admitted after {waited}",
+                          r["max_reservations_held"] <= limit and set(r["got"]) <= {"aupa!"}
+                          and r["got_bytes"] <= r["sent"]["bytes"] * 5 / 9
+                          and took is not None and took <= INTERVAL + 0.5))
+
+        # 4. hor?, hemen nago!, dale! and data from 20 addresses, inside windows and out.
+        r, st, v, _ = run("strangers", rounds=6)
+        drops = {k[8:]: n for k, n in st["stats"].items()
+                 if k.startswith("dropped_") and k.endswith(("stranger", "reservation"))}
+        out.append(Result("prototari", "hor?, hemen nago!, dale!, data from strangers",
+                          r["sent"]["bytes"], r["got_bytes"],
+                          f"{r['sent']['datagrams']} datagrams: answered {r['got'] or 'none'}; "
+                          f"peers gained {len(v.events('joined', mine))}; dropped {drops}",
+                          r["got_bytes"] == 0 and not v.events("joined", mine)))
+
+        # 5. Garbage to both ports: random bytes, 65,507-byte datagrams, cut control strings.
+        r, st, v, _ = run("garbage", random=20000, oversized=200, truncated_rounds=50)
+        drops = {k[8:]: n for k, n in st["stats"].items() if k.startswith("dropped_") and n}
+        out.append(Result("prototari", "garbage to both ports (random, 65,507 B, cut)",
+                          r["sent"]["bytes"], r["got_bytes"],
+                          f"{r['sent']['datagrams']:,} datagrams: the node read "
+                          f"{st['stats'].get('datagrams_in', 0):,}, dropped {drops}; RSS "
+                          f"{v.rss[0]} -> {v.rss[1]} KiB; running and broadcasting after: "
+                          f"{v.alive and r['broadcasting_after']}",
+                          v.alive and r["broadcasting_after"] and r["got_bytes"] == 0
+                          and v.rss[1] - v.rss[0] < 4096))
+    return out
+
+
 def print_table(results: List[Result]) -> None:
     print(f"{'protocol':<9} {'vector':<48} {'sent B':>10} {'victim B':>10} {'factor':>7}  "
           "outcome")
@@ -420,6 +572,11 @@ def main(argv=None) -> int:
     if why:
         print(f"note: {why}; the forged-source vectors are left out", file=sys.stderr)
     results = fyrehose_vectors(spoofer)
+    why = netlab.available()
+    if why:
+        print(f"note: {why}; the prototari vectors are left out", file=sys.stderr)
+    else:
+        results += prototari_vectors()
     print_table(results)
     if args.json:
         with open(args.json, "w") as f:
