@@ -334,22 +334,33 @@ def fyrehose_vectors(spoofer: Optional[Spoofer]) -> List[Result]:
     try:
         socks = [udp(buffer=1 << 16) for _ in range(600)]
         sent = 0
-        for _ in range(3):  # every socket signs on, and names 100 other ports of its host
-            for k, s in enumerate(socks):
-                for d in (wire.encode_keepalive("", 0, 0, TOKEN),
-                          wire.encode_keepalive("", 20000 + k % 100, 0, TOKEN)):
-                    s.sendto(d, bb.address)
-                    sent += len(d)
+        flooding = threading.Event()
+
+        def flood():
+            nonlocal sent
+            for _ in range(5):  # every socket signs on, and names 100 other ports of its host
+                for k, s in enumerate(socks):
+                    for d in (wire.encode_keepalive("", 0, 0, TOKEN),
+                              wire.encode_keepalive("", 20000 + k % 100, 0, TOKEN)):
+                        s.sendto(d, bb.address)
+                        sent += len(d)
+                flooding.set()
+
+        t = threading.Thread(target=flood, daemon=True)
+        t.start()
+        flooding.wait(5)  # the table is full of that host's entries and it goes on flooding
         newcomer = udp("127.0.0.6")
         start = time.monotonic()
         admitted = sign_on(newcomer, bb)
         took = time.monotonic() - start
+        t.join()
         st = bb.stats()
         for s in socks:
             s.close()
         out.append(Result("fyrehose", "one host: 600 sockets + varying PORT", sent, 0,
                           f"entries held by that host {st['subscribers'] - 1}; a new client on "
-                          f"another address admitted: {admitted} in {took * 1000:.1f} ms",
+                          f"another address admitted during the flood: {admitted} in "
+                          f"{took * 1e3:.1f} ms",
                           admitted and took < 1.0))
     finally:
         bb.stop()
