@@ -1,11 +1,11 @@
 """Synchronous fyrehose client: a background I/O thread drives the sans-IO core."""
 import logging
 import os
-import queue
 import select
 import socket
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -55,15 +55,94 @@ def open_client_socket(bind: Tuple[str, int], buffer: int = 4 << 20) -> socket.s
 
 Item = Union[Message, Lost, Resync]
 
+DEFAULT_MAX_QUEUED = 65536  # items waiting for the application
+DEFAULT_MAX_QUEUED_BYTES = 32 << 20  # DATA bytes of the messages waiting
+
+
+class Backlog:
+    """Items waiting for the application, bounded in count and DATA bytes (not thread-safe).
+
+    An item that does not fit is dropped, and so is every later one until the application has
+    taken the backlog down to half of both limits; then the dropped sequences are queued, in
+    their place, as Lost(first, last, reason="overflow") (a Resync among them is kept, so at most
+    Lost, Resync, Lost). Memory stays within the limits plus those three notices.
+    """
+
+    def __init__(self, max_items: int = DEFAULT_MAX_QUEUED,
+                 max_bytes: int = DEFAULT_MAX_QUEUED_BYTES):
+        if max_items < 1 or max_bytes < 1:
+            raise ValueError("max_queued and max_queued_bytes must be at least 1")
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self.items: "deque[Item]" = deque()
+        self.bytes = 0
+        self.dropped_messages = 0  # Messages dropped for overflow, ever
+        self._dropped: list = []  # while overflowing: [first, last] ranges and at most one Resync
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def put(self, item: Item) -> bool:
+        """Queue item, or fold it into the overflow notice; whether it was queued."""
+        size = len(item.data) if type(item) is Message else 0
+        if (self._dropped or len(self.items) >= self.max_items
+                or (self.items and self.bytes + size > self.max_bytes)):
+            self._drop(item)
+            return False
+        self.items.append(item)
+        self.bytes += size
+        return True
+
+    def get(self) -> Item:
+        """The oldest item (the backlog must not be empty)."""
+        item = self.items.popleft()
+        if type(item) is Message:
+            self.bytes -= len(item.data)
+        if (self._dropped and len(self.items) <= self.max_items // 2
+                and self.bytes <= self.max_bytes // 2):
+            for entry in self._dropped:
+                self.items.append(Lost(entry[0], entry[1], "overflow")
+                                  if isinstance(entry, list) else entry)
+            self._dropped = []
+        return item
+
+    def clear(self) -> None:
+        """Forget everything queued or pending."""
+        self.items.clear()
+        self.bytes = 0
+        self._dropped = []
+
+    def _drop(self, item: Item) -> None:
+        dropped = self._dropped
+        if isinstance(item, Resync):  # tracking restarted: one Resync stands for several
+            if dropped and isinstance(dropped[-1], list) and len(dropped) > 1:
+                dropped.pop()  # sequences between two Resyncs are not worth a notice
+            if dropped and isinstance(dropped[-1], Resync):
+                dropped[-1] = Resync(dropped[-1].expected, item.received)
+            else:
+                dropped.append(item)
+            return
+        if isinstance(item, Message):
+            self.dropped_messages += 1
+            first = last = item.sequence
+        else:
+            first, last = item.first, item.last
+        if dropped and isinstance(dropped[-1], list):
+            dropped[-1][1] = last
+        else:
+            dropped.append([first, last])
+
 
 class Client:
     """A fyrehose publisher/subscriber with a blocking API.
 
     Messages, Lost and Resync notices arrive in sequence order through messages()/receive()
     or the on_message callback (called on the I/O thread). receive=False keeps no queue (for
-    clients that only publish but still want confirmations). gro=True sets UDP_GRO on the
-    socket (Linux >= 5.0): runs of DELIVERs the backbone sends with GSO arrive as one read and
-    are split back into datagrams before the protocol sees them.
+    clients that only publish but still want confirmations). The queue holds at most
+    `max_queued` items and `max_queued_bytes` bytes of DATA: an application that does not keep
+    up loses the newest messages, reported in their place as Lost(first, last, "overflow")
+    (see Backlog). gro=True sets UDP_GRO on the socket (Linux >= 5.0): runs of DELIVERs the
+    backbone sends with GSO arrive as one read and are split back into datagrams before the
+    protocol sees them.
     """
 
     def __init__(self, backbone: Union[str, Tuple[str, int]] = f"127.0.0.1:{DEFAULT_PORT}", *,
@@ -71,7 +150,9 @@ class Client:
                  config: Optional[ClientConfig] = None,
                  on_message: Optional[Callable[[Item], None]] = None,
                  on_event: Optional[Callable[[Event], None]] = None,
-                 receive: bool = True, gro: bool = False, **config_overrides):
+                 receive: bool = True, gro: bool = False,
+                 max_queued: int = DEFAULT_MAX_QUEUED,
+                 max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES, **config_overrides):
         self.backbone = parse_address(backbone)
         self.config = replace(config or ClientConfig(), **config_overrides)
         self._bind = parse_address(bind, 0)
@@ -79,7 +160,8 @@ class Client:
         self._on_event = on_event
         self._receive = receive
         self._gro = gro
-        self._items: "queue.Queue[Item]" = queue.Queue()
+        self._backlog = Backlog(max_queued, max_queued_bytes)
+        self._ready = threading.Condition()  # guards the backlog; notified on put and close
         self._futures: Dict[int, Future] = {}
         self._lock = threading.Lock()  # guards the core
         self._send_lock = threading.Lock()  # guards the SendBatch (its queue is not thread-safe)
@@ -110,10 +192,14 @@ class Client:
         return self
 
     def close(self) -> None:
-        """Stop the I/O thread and close the socket; pending publishes fail."""
+        """Stop the I/O thread and close the socket; pending publishes fail, and receive() and
+        messages() (in any thread) stop: ConnectionAbortedError, end of iteration."""
         if self._thread is None:
             return
-        self._closed.set()
+        with self._ready:
+            self._closed.set()
+            self._backlog.clear()
+            self._ready.notify_all()
         os.write(self._wake_w, b"x")
         self._thread.join(5)
         self._thread = None
@@ -201,27 +287,39 @@ class Client:
     # ---- receiving -----------------------------------------------------------------------
 
     def receive(self, timeout: Optional[float] = None) -> Optional[Item]:
-        """The next Message, Lost or Resync in sequence order, or None after timeout."""
-        try:
-            return self._items.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        """The next Message, Lost or Resync in sequence order, or None after timeout.
+
+        Raises ConnectionAbortedError once the client is closed (a waiting call wakes up).
+        """
+        backlog = self._backlog
+        with self._ready:
+            if not self._ready.wait_for(lambda: backlog.items or self._closed.is_set(), timeout):
+                return None
+            if self._closed.is_set():
+                raise ConnectionAbortedError("client closed")
+            return backlog.get()
 
     def messages(self, timeout: Optional[float] = None) -> Iterator[Item]:
-        """Iterate over received items; ends after `timeout` seconds with nothing new."""
-        while not self._closed.is_set():
-            item = self.receive(timeout if timeout is not None else 0.2)
-            if item is not None:
-                yield item
-            elif timeout is not None:
+        """Iterate over received items; ends after `timeout` seconds with nothing new, or at
+        close()."""
+        while True:
+            try:
+                item = self.receive(timeout)
+            except ConnectionAbortedError:
                 return
+            if item is None:
+                return
+            yield item
 
     def stats(self) -> dict:
-        """Client counters (datagrams, duplicates, requests, lost, ...)."""
+        """Client counters (datagrams, duplicates, requests, lost, overflow, queued, ...)."""
         with self._lock:
             snap = dict(self.core.stats)
             snap["journal"] = len(self.core.journal)
             snap["held"] = self.core.tracker.held_count
+        with self._ready:
+            snap["queued"] = len(self._backlog)
+            snap["overflow"] = self._backlog.dropped_messages
         return snap
 
     # ---- the I/O thread ------------------------------------------------------------------
@@ -272,7 +370,9 @@ class Client:
             if self._on_message is not None:
                 self._on_message(ev)
             elif self._receive:
-                self._items.put(ev)
+                with self._ready:
+                    if not self._closed.is_set() and self._backlog.put(ev):
+                        self._ready.notify()
         elif isinstance(ev, PublishConfirmed):
             fut = self._futures.pop(ev.publish_id, None)
             if fut is not None:

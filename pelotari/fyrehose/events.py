@@ -16,10 +16,12 @@ class Message(Event):
 
 @dataclass(frozen=True)
 class Lost(Event):
-    """Messages first..last could not be recovered from any peer; they will never arrive."""
+    """Messages first..last will never arrive: no peer could supply them ("unrepaired"), or the
+    application did not keep up and a full receive queue dropped them ("overflow")."""
 
     first: int
     last: int
+    reason: str = "unrepaired"
 
     @property
     def count(self) -> int:
