@@ -5,7 +5,8 @@ from dataclasses import replace
 from typing import AsyncIterator, Dict, List, Optional, Tuple, Union
 
 from pelotari.fyrehose.backbone import DEFAULT_PORT
-from pelotari.fyrehose.client import Item, PublishTimeout, parse_address
+from pelotari.fyrehose.client import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, Backlog, Item,
+                                      PublishTimeout, parse_address)
 from pelotari.fyrehose.core import ClientConfig, ClientCore
 from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Lost, Message, PublishConfirmed,
                                       PublishFailed, Resync)
@@ -15,17 +16,22 @@ class AsyncClient(asyncio.DatagramProtocol):
     """A fyrehose publisher/subscriber for asyncio programs.
 
     Use `client = await AsyncClient.connect(...)`, `await client.publish(data)` and
-    `async for item in client.messages()`.
+    `async for item in client.messages()`. The receive queue is bounded like Client's
+    (`max_queued` items, `max_queued_bytes` bytes of DATA; overflow is reported as
+    Lost(first, last, "overflow")). close() ends every messages() and wakes every receive().
     """
 
-    def __init__(self, backbone: Tuple[str, int], config: ClientConfig, receive: bool = True):
+    def __init__(self, backbone: Tuple[str, int], config: ClientConfig, receive: bool = True,
+                 max_queued: int = DEFAULT_MAX_QUEUED,
+                 max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES):
         self.backbone = backbone
         self.config = config
         self._receive = receive
         self._loop = asyncio.get_running_loop()
         self._clock_offset = time.monotonic() - self._loop.time()
         self.core = ClientCore(backbone, self._now(), config)
-        self._items: "asyncio.Queue[Item]" = asyncio.Queue()
+        self._backlog = Backlog(max_queued, max_queued_bytes)
+        self._ready = asyncio.Event()  # set when the backlog has items or the client closed
         self._futures: Dict[int, asyncio.Future] = {}
         self._timer: Optional[asyncio.TimerHandle] = None
         self._transport: Optional[asyncio.DatagramTransport] = None
@@ -36,12 +42,16 @@ class AsyncClient(asyncio.DatagramProtocol):
     async def connect(cls, backbone: Union[str, Tuple[str, int]] = f"127.0.0.1:{DEFAULT_PORT}", *,
                       bind: Union[str, Tuple[str, int]] = "0.0.0.0:0",
                       config: Optional[ClientConfig] = None, receive: bool = True,
+                      max_queued: int = DEFAULT_MAX_QUEUED,
+                      max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
                       **config_overrides) -> "AsyncClient":
         """Open the socket and start KEEPALIVEs."""
         cfg = replace(config or ClientConfig(), **config_overrides)
+        Backlog(max_queued, max_queued_bytes)  # bad limits fail here, before a socket opens
         loop = asyncio.get_running_loop()
         _, proto = await loop.create_datagram_endpoint(
-            lambda: cls(parse_address(backbone), cfg, receive), local_addr=parse_address(bind, 0))
+            lambda: cls(parse_address(backbone), cfg, receive, max_queued, max_queued_bytes),
+            local_addr=parse_address(bind, 0))
         return proto
 
     def _now(self) -> float:
@@ -61,7 +71,7 @@ class AsyncClient(asyncio.DatagramProtocol):
         self.core.stats["socket_errors"] += 1
 
     def connection_lost(self, exc) -> None:
-        self._closed = True
+        self._shut()
 
     # ---- API -----------------------------------------------------------------------------
 
@@ -107,13 +117,32 @@ class AsyncClient(asyncio.DatagramProtocol):
         self._pump()
 
     async def receive(self) -> Item:
-        """The next Message, Lost or Resync in sequence order."""
-        return await self._items.get()
+        """The next Message, Lost or Resync in sequence order.
+
+        Raises ConnectionAbortedError once the client is closed (a waiting call wakes up).
+        """
+        while True:
+            if self._closed:
+                raise ConnectionAbortedError("client closed")
+            if self._backlog.items:
+                return self._backlog.get()
+            self._ready.clear()
+            await self._ready.wait()
 
     async def messages(self) -> AsyncIterator[Item]:
         """Iterate over received items until the client closes."""
-        while not self._closed:
-            yield await self._items.get()
+        while True:
+            try:
+                item = await self.receive()
+            except ConnectionAbortedError:
+                return
+            yield item
+
+    def stats(self) -> dict:
+        """Client counters (datagrams, duplicates, requests, lost, overflow, queued, ...)."""
+        return {**self.core.stats, "journal": len(self.core.journal),
+                "held": self.core.tracker.held_count, "queued": len(self._backlog),
+                "overflow": self._backlog.dropped_messages}
 
     async def close(self) -> None:
         """Close the socket; pending publishes fail."""
@@ -124,7 +153,7 @@ class AsyncClient(asyncio.DatagramProtocol):
         for fut in self._futures.values():
             if not fut.done():
                 fut.set_exception(ConnectionAbortedError("client closed"))
-        self._closed = True
+        self._shut()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -133,6 +162,11 @@ class AsyncClient(asyncio.DatagramProtocol):
         await self.close()
 
     # ---- plumbing ------------------------------------------------------------------------
+
+    def _shut(self) -> None:
+        self._closed = True
+        self._backlog.clear()
+        self._ready.set()  # wakes every receive(), which then raises
 
     def _pump(self) -> None:
         if self._closed or self._transport is None:
@@ -145,8 +179,8 @@ class AsyncClient(asyncio.DatagramProtocol):
             self._transport.sendto(data, addr)
         while (ev := core.next_event()) is not None:
             if isinstance(ev, (Message, Lost, Resync)):
-                if self._receive:
-                    self._items.put_nowait(ev)
+                if self._receive and self._backlog.put(ev):
+                    self._ready.set()
             elif isinstance(ev, PublishConfirmed):
                 fut = self._futures.pop(ev.publish_id, None)
                 if fut is not None and not fut.done():
