@@ -1,7 +1,10 @@
 """`pelotari backbone`, `pelotari pub` and `pelotari sub`."""
 import base64
+import collections
 import itertools
 import json
+import os
+import re
 import sys
 import time
 
@@ -114,6 +117,11 @@ def _client_options(fn):
               help="Messages to send: repeats the MESSAGES cycle (or at most this many stdin lines).")
 @click.option("-r", "--rate", type=click.FloatRange(0.001), default=None,
               help="Messages per second [default: as fast as confirmations allow].")
+@click.option("--binary", is_flag=True,
+              help="Publish stdin lines (and MESSAGES) as raw bytes: only the newline is "
+                   "stripped, nothing is decoded, non-UTF-8 is allowed.")
+@click.option("--file", "file", type=click.File("rb"), default=None, metavar="PATH",
+              help="Publish the whole file's bytes as one message (- reads stdin to its end).")
 @click.option("--no-confirm", is_flag=True,
               help="Fire and forget: sign on with NOSUBSCRIBE and do not wait for DELIVERs.")
 @click.option("--timeout", type=click.FloatRange(0.01), default=2.0, show_default=True,
@@ -121,16 +129,23 @@ def _client_options(fn):
 @click.option("--in-flight", type=click.IntRange(1, 65536), default=256,
               show_default=True, help="Most unconfirmed messages at once.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
-def pub(backbone, bind, pack, messages, count, rate, no_confirm, timeout, in_flight, quiet):
+def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, timeout, in_flight,
+        quiet):
     """Publish MESSAGES (or stdin lines) through the backbone.
 
     A message counts as published only when the backbone's DELIVER of it comes back; each
-    confirmed message is printed with its SEQUENCE. Exit status 1 if any was not confirmed.
+    confirmed message is printed as SEQUENCE<TAB>message, escaped like `pelotari sub` prints it.
+    stdin is read as bytes, one message per line (a CR before the newline is dropped too,
+    unless --binary). An input that cannot be published (over 65,498 bytes; not UTF-8 without
+    --binary) is reported on stderr with its line number and skipped; the rest go on. Exit
+    status 1 if any input was skipped or any message not confirmed; 130 after Ctrl-C.
 
     \b
       pelotari pub hello world           two messages
       pelotari pub -n 1000 -r 200 tick   1000 x "tick" at 200/s
       seq 10 | pelotari pub              one message per stdin line
+      pelotari pub --binary < dump.bin   raw bytes, one message per line
+      pelotari pub --file photo.jpg      the whole file as one message
       pelotari pub --pack 1472 -n 10000 x  packed: many messages per datagram
 
     With --pack, messages go in groups (64, or 10 ms worth at --rate; from stdin a group
@@ -138,81 +153,172 @@ def pub(backbone, bind, pack, messages, count, rate, no_confirm, timeout, in_fli
     """
     from pelotari.fyrehose import Client, ClientConfig
     from pelotari.fyrehose.client import PublishTimeout
-    from pelotari.fyrehose.codec import NOJOURNAL, NOSUBSCRIBE
+    from pelotari.fyrehose.codec import MAX_DATA, NOJOURNAL, NOSUBSCRIBE
 
-    source = _message_source(messages, count)
+    if file is not None and messages:
+        raise click.UsageError("give MESSAGES or --file, not both")
     flags = NOJOURNAL | (NOSUBSCRIBE if no_confirm else 0)
     if pack and pack < 9:
         raise click.BadParameter("must be 0 or at least 9 (one frame header)", param_hint="--pack")
+    skipped = 0
+
+    def skip(label, why):
+        nonlocal skipped
+        skipped += 1
+        click.echo(f"{label}: {why}; skipped", err=True)
+
+    source = _pub_source(messages, file, count, binary, MAX_DATA, skip)
     client = Client(backbone, bind=bind, receive=False,
                     config=ClientConfig(flags=flags, publish_timeout=timeout, pack=pack))
     sent = confirmed = failed = 0
+    interrupted = False
     started = time.monotonic()
     status = StatusLine()
-    inflight = []
+    inflight = collections.deque()  # (future, label, shown) in publishing order
+
+    def settle(block):
+        nonlocal confirmed, failed
+        printed = False
+        while inflight and (block or inflight[0][0].done()):
+            fut, label, shown = inflight.popleft()
+            try:
+                seq = fut.result(timeout + 1.0)
+            except (PublishTimeout, TimeoutError, ConnectionAbortedError):
+                failed += 1
+                click.echo(f"{label}: not confirmed: {shown[:60]}", err=True)
+                continue
+            confirmed += 1
+            if not quiet:
+                click.echo(f"{seq}\t{shown}")
+                printed = True
+        if printed:
+            sys.stdout.flush()
+
     with client:
-        if not client.wait_connected(min(timeout, 3.0)) and not no_confirm:
-            raise click.ClickException(f"no KEEPALIVE-ACK from backbone {backbone[0]}:{backbone[1]}")
-
-        def settle(block):
-            nonlocal confirmed, failed
-            while inflight and (block or inflight[0][0].done()):
-                fut, text = inflight.pop(0)
-                try:
-                    seq = fut.result(timeout + 1.0)
-                except (PublishTimeout, TimeoutError, ConnectionAbortedError):
-                    failed += 1
-                    click.echo(f"not confirmed: {text[:60]!r}", err=True)
-                    continue
-                confirmed += 1
-                if not quiet:
-                    click.echo(f"{seq}\t{text}")
-
-        group = 1 if not pack else max(1, int(rate * 0.01)) if rate else 64
-        while True:
-            texts = list(itertools.islice(source, group))
-            if not texts:
-                break
-            if rate:
-                delay = started + sent / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            if pack:
-                futs = client.publish_many_nowait([t.encode() for t in texts])
-            else:
-                futs = [client.publish_nowait(texts[0].encode())]
-            sent += len(texts)
-            for fut, text in zip(futs, texts):
-                if fut is not None:
-                    inflight.append((fut, text))
-                elif not quiet:
-                    click.echo(f"sent\t{text}")
-            settle(block=len(inflight) >= in_flight)
-            if status.tty and status.due() and quiet:
-                status.update(f"sent {sent}  confirmed {confirmed}  failed {failed}")
+        try:
+            if not client.wait_connected(min(timeout, 3.0)) and not no_confirm:
+                raise click.ClickException(
+                    f"no KEEPALIVE-ACK from backbone {backbone[0]}:{backbone[1]}")
+            group = 1 if not pack else max(1, int(rate * 0.01)) if rate else 64
+            while True:
+                batch = list(itertools.islice(source, group))
+                if not batch:
+                    break
+                if rate:
+                    delay = started + sent / rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                if pack:
+                    futs = client.publish_many_nowait([data for _, data, _ in batch])
+                else:
+                    futs = [client.publish_nowait(batch[0][1])]
+                sent += len(batch)
+                for fut, (label, data, shown) in zip(futs, batch):
+                    shown = _show(data) if shown is None else shown
+                    if fut is not None:
+                        inflight.append((fut, label, shown))
+                    elif not quiet:
+                        click.echo(f"sent\t{shown}")
+                settle(block=len(inflight) >= in_flight)
+                if status.tty and status.due() and quiet:
+                    status.update(f"sent {sent}  confirmed {confirmed}  failed {failed}")
+        except KeyboardInterrupt:  # stop reading; what went out is still confirmed and printed
+            interrupted = True
         settle(block=True)
     status.finish()
     elapsed = time.monotonic() - started
     what = f"{confirmed} confirmed, {failed} not confirmed" if not no_confirm else "unconfirmed"
-    click.echo(f"published {sent} messages in {elapsed:.2f}s ({what})", err=True)
-    if failed:
+    summary = f"published {sent} messages in {elapsed:.2f}s ({what})"
+    if skipped:
+        summary += f", {skipped} input{'s' if skipped != 1 else ''} skipped"
+    click.echo(summary + ("; interrupted" if interrupted else ""), err=True)
+    if interrupted:
+        sys.exit(130)
+    if failed or skipped:
         sys.exit(1)
 
 
-def _message_source(messages, count):
-    if messages:
-        if count is None:
-            yield from messages
-            return
-        for i in range(count):
-            yield messages[i % len(messages)]
+def _pub_source(messages, file, count, binary, limit, skip):
+    """(label, data, shown or None) per message to publish; unusable input goes to skip()."""
+    if file is None and not messages:
+        yield from _stdin_lines(count, binary, limit, skip)
         return
+    fixed = []
+    if file is not None:
+        if file.name == "<stdin>" and sys.stdin.isatty():
+            click.echo("reading one message from stdin (Ctrl-D to end)", err=True)
+        data = file.read(limit + 1)
+        name = "stdin" if file.name == "<stdin>" else f"file {file.name}"
+        if len(data) > limit:
+            skip(_escape(name), f"too long (over {limit} bytes; at most {limit})")
+        else:
+            fixed.append((data, _escape(name)))
+    for i, text in enumerate(messages, 1):
+        try:
+            data = os.fsencode(text) if binary else text.encode("utf-8")
+        except UnicodeEncodeError:
+            skip(f"argument {i}", "not UTF-8 (--binary publishes raw bytes)")
+            continue
+        why = _unpublishable(data, binary, limit)
+        if why:
+            skip(f"argument {i}", why)
+        else:
+            fixed.append((data, _show(data)))
+    if not fixed:
+        return
+    total = len(fixed) if count is None else count
+    for k in range(total):
+        data, shown = fixed[k % len(fixed)]
+        yield f"message {k + 1}", data, shown
+
+
+def _stdin_lines(count, binary, limit, skip):
+    """stdin lines, read as bytes, each at most limit + 2 bytes in memory."""
+    stream = sys.stdin.buffer
     if sys.stdin.isatty():
         click.echo("reading messages from stdin, one per line (Ctrl-D to end)", err=True)
-    for i, line in enumerate(sys.stdin):
-        if count is not None and i >= count:
+    number = 0
+    while count is None or number < count:
+        line = stream.readline(limit + 2)
+        if not line:
             return
-        yield line.rstrip("\n")
+        number += 1
+        ended = line.endswith(b"\n")
+        size = len(line) - ended
+        if not ended and len(line) == limit + 2:  # too long: read past it, keeping nothing
+            while True:
+                rest = stream.readline(1 << 16)
+                ended = rest.endswith(b"\n")
+                size += len(rest) - ended
+                if not rest or ended:
+                    break
+            skip(f"line {number}", f"too long ({size} bytes; at most {limit})")
+            continue
+        line = line[:size]
+        if not binary and line.endswith(b"\r"):
+            line = line[:-1]
+        why = _unpublishable(line, binary, limit)
+        if why:
+            skip(f"line {number}", why)
+        else:
+            yield f"line {number}", line, None
+
+
+def _unpublishable(data, binary, limit):
+    """Why data cannot be published (too long; not UTF-8 unless binary), or None."""
+    if len(data) > limit:
+        return f"too long ({len(data)} bytes; at most {limit})"
+    if not binary:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return (f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}; "
+                    "--binary publishes raw bytes)")
+    return None
+
+
+MAX_QUEUED = 65536  # pelotari.fyrehose.client.DEFAULT_MAX_QUEUED, repeated for a light --help
+MAX_QUEUED_BYTES = 32 << 20  # ... DEFAULT_MAX_QUEUED_BYTES
 
 
 @main.command()
@@ -221,75 +327,117 @@ def _message_source(messages, count):
               help="Exit after this many messages.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line: sequence and data (data_base64 if not UTF-8), "
-                   "or lost/resync notices.")
+                   "or lost (with its reason) and resync notices.")
+@click.option("--raw", is_flag=True,
+              help="Write each message's bytes exactly as they came, then a newline, and nothing "
+                   "else (no SEQUENCE; notices go to stderr). Only for data you trust: a message "
+                   "holding a newline reads as two, and terminal escapes are not defused.")
 @click.option("--no-journal", is_flag=True,
               help="Set NOJOURNAL: keep no journal and never serve other clients' REQUESTs.")
 @click.option("--journal-size", type=click.IntRange(1), default=4096, show_default=True,
               help="Recent messages kept to serve other clients' REQUESTs.")
 @click.option("--timeout", type=click.FloatRange(0.01), default=None,
               help="Exit after this many seconds without a message.")
+@click.option("--max-queued", type=click.IntRange(1), default=MAX_QUEUED, show_default=True,
+              help="Most messages waiting to be written when stdout is slower than the stream; "
+                   "past it newer ones are dropped and reported as lost (overflow).")
+@click.option("--max-queued-bytes", type=click.IntRange(1), default=MAX_QUEUED_BYTES,
+              show_default=True, help="Most bytes of message data waiting to be written.")
 @click.option("--gro", is_flag=True,
               help="Read with UDP_GRO (Linux >= 5.0): a run of DELIVERs the backbone sends with "
                    "GSO arrives in one read and is split here; nothing changes on the wire.")
-def sub(backbone, bind, pack, count, as_json, no_journal, journal_size, timeout, gro):
+def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, timeout, max_queued,
+        max_queued_bytes, gro):
     """Subscribe and print every message in sequence order.
+
+    Each message is one line, SEQUENCE<TAB>text: backslashes, control characters (newline, tab,
+    ESC, ...) and line or bidi separators are escaped (\\n, \\t, \\x1b, \\u2028, \\\\), so no
+    message can forge a line or drive the terminal; data that is not UTF-8 prints as a Python
+    bytes literal (b'...'). --json and --raw give the exact bytes.
 
     Gaps are repaired from other subscribers' journals (REQUEST → FORWARD); messages no peer
     could supply are reported as "lost FIRST..LAST" on stderr (or in --json), never skipped
-    silently.
+    silently. So are messages dropped because output was not read in time (--max-queued).
     """
     from pelotari.fyrehose import Client, ClientConfig, Lost, Message, Resync
     from pelotari.fyrehose.codec import NOJOURNAL
 
+    if raw and as_json:
+        raise click.UsageError("--raw and --json exclude each other")
     if pack and pack < 9:
         raise click.BadParameter("must be 0 or at least 9 (one frame header)", param_hint="--pack")
     config = ClientConfig(flags=NOJOURNAL if no_journal else 0, journal_size=journal_size,
                           pack=pack)
     received = 0
     try:
-        client = Client(backbone, bind=bind, config=config, gro=gro).start()
+        client = Client(backbone, bind=bind, config=config, gro=gro, max_queued=max_queued,
+                        max_queued_bytes=max_queued_bytes).start()
     except OSError as exc:
         raise click.ClickException(f"cannot open the client socket: {exc.strerror or exc}") from None
     with client:
-        if not client.wait_connected(3.0):
-            click.echo(f"warning: no KEEPALIVE-ACK yet from {backbone[0]}:{backbone[1]}; "
-                       "still trying", err=True)
         try:
+            if not client.wait_connected(3.0):
+                click.echo(f"warning: no KEEPALIVE-ACK yet from {backbone[0]}:{backbone[1]}; "
+                           "still trying", err=True)
             for item in client.messages(timeout=timeout):
                 if isinstance(item, Message):
                     received += 1
-                    _print_message(item, as_json)
+                    _print_message(item, as_json, raw)
                 elif isinstance(item, Lost):
-                    _notice({"lost": [item.first, item.last]}, f"lost {item.first}..{item.last}",
-                            as_json)
+                    why = " (overflow: output not read in time)" if item.reason == "overflow" else ""
+                    _notice({"lost": [item.first, item.last], "reason": item.reason},
+                            f"lost {item.first}..{item.last}{why}", as_json)
                 elif isinstance(item, Resync):
                     _notice({"resync": [item.expected, item.received]},
                             f"sequence jumped from {item.expected} to {item.received} "
                             "(backbone restart?)", as_json)
                 if count is not None and received >= count:
                     break
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C is how a subscription ends: summary, status 0
             pass
         stats = client.stats()
     click.echo(f"received {received} messages; {stats.get('requests', 0)} requests, "
-               f"{stats.get('lost', 0)} lost, {stats.get('duplicates', 0)} duplicates", err=True)
+               f"{stats.get('lost', 0)} lost, {stats.get('overflow', 0)} dropped unread, "
+               f"{stats.get('duplicates', 0)} duplicates", err=True)
 
 
-def _print_message(msg, as_json):
+_UNSAFE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                     "\u2066-\u2069]")
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(match):
+    c = match.group()
+    return _ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def _escape(text):
+    """text on one inert line: backslash, C0/C1 controls, DEL, line and bidi separators escaped."""
+    return _UNSAFE.sub(_escape_char, text)
+
+
+def _show(data):
+    """Message bytes as one printable line: escaped UTF-8, else a bytes literal (b'...')."""
     try:
-        text = msg.data.decode("utf-8")
+        return _escape(data.decode("utf-8"))
     except UnicodeDecodeError:
-        text = None
+        return repr(data)  # escapes every byte outside printable ASCII, and the backslash
+
+
+def _print_message(msg, as_json, raw):
+    if raw:
+        sys.stdout.buffer.write(msg.data + b"\n")
+        sys.stdout.buffer.flush()
+        return
     if as_json:
-        record = {"sequence": msg.sequence}
-        if text is None:
-            record["data_base64"] = base64.b64encode(msg.data).decode()
-        else:
-            record["data"] = text
-        click.echo(json.dumps(record))
+        try:
+            record = {"sequence": msg.sequence, "data": msg.data.decode("utf-8")}
+        except UnicodeDecodeError:
+            record = {"sequence": msg.sequence,
+                      "data_base64": base64.b64encode(msg.data).decode()}
+        click.echo(json.dumps(record))  # ensure_ascii: every control and non-ASCII is \uXXXX
     else:
-        shown = text if text is not None else repr(msg.data)
-        click.echo(f"{msg.sequence}\t{shown}")
+        click.echo(f"{msg.sequence}\t{_show(msg.data)}")
     sys.stdout.flush()
 
 
