@@ -3,6 +3,7 @@
 backbones on 127.0.0.1, real `pelotari` processes."""
 import asyncio
 import base64
+import itertools
 import json
 import signal
 import socket
@@ -30,7 +31,8 @@ def start(*args, **kw):
 
 
 def run(*args, input=b"", timeout=30):
-    return subprocess.run(PELOTARI + list(args), input=input, capture_output=True, timeout=timeout)
+    return subprocess.run(PELOTARI + list(args), input=input, capture_output=True, timeout=timeout,
+                          check=False)
 
 
 def collect(client, n, timeout=5.0):
@@ -97,7 +99,7 @@ def test_sub_memory_stays_bounded_when_nobody_reads_its_stdout(publisher):
     spans = [(r["sequence"], r["sequence"]) if "sequence" in r else tuple(r["lost"])
              for r in records]
     # every sequence accounted for exactly once, in order: messages and loss notices tile the run
-    assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:])), "out of order or skipped"
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(spans)), "out of order or skipped"
     overflow = [r for r in records if r.get("reason") == "overflow"]
     assert overflow, "no overflow loss reported"
     dropped = sum(hi - lo + 1 for lo, hi in (r["lost"] for r in overflow))
@@ -166,7 +168,7 @@ def test_sub_max_queued_option_reaches_the_client(publisher):
                        stdout=subprocess.PIPE)
     pub.publish_many_nowait([b"x" * 40000 for _ in range(40)])  # fills the 64 KiB pipe first
     time.sleep(1.0)
-    out, err = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=30)
     records = [json.loads(line) for line in out.splitlines()]
     assert any(r.get("reason") == "overflow" for r in records)
     assert proc.returncode == 0
@@ -330,7 +332,7 @@ def test_async_close_ends_messages_and_wakes_receive(backbone_factory):
                    asyncio.create_task(sub.receive())]
         await asyncio.sleep(0.2)
         await sub.close()
-        done, pending = await asyncio.wait(readers, timeout=2)
+        _, pending = await asyncio.wait(readers, timeout=2)
         for task in pending:
             task.cancel()
         assert not pending, "close() left readers waiting"
@@ -421,7 +423,7 @@ def test_sub_ctrl_c_before_the_backbone_answers_still_prints_the_summary():
         silent.recvfrom(100)  # its first KEEPALIVE: it is waiting for the ACK now
         time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=10)
     finally:
         silent.close()
     assert proc.returncode == 0
