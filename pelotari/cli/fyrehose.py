@@ -30,8 +30,9 @@ BACKBONE_OPTION = click.option(
 @click.option("--max-request-range", type=click.IntRange(1, 1 << 20), default=1024,
               show_default=True, help="Most sequences one REQUEST may name.")
 @click.option("--allow-foreign-addresses", is_flag=True,
-              help="Honour KEEPALIVE/REQUEST ADDR fields naming another host (off: such "
-                   "packets are dropped, so nobody can aim the backbone at a third host).")
+              help="Honour KEEPALIVE/REQUEST ADDR/PORT fields naming anything but the packet's "
+                   "source (off: such packets are dropped, so nobody can aim the backbone, or "
+                   "through FORWARD a peer, at an address that never asked).")
 @click.option("--first-sequence", type=click.IntRange(0, (1 << 48) - 1), default=None,
               help="First SEQUENCE to assign [default: the clock in microseconds].")
 @click.option("--stats-interval", type=click.FloatRange(0.1, 3600), default=None,
@@ -46,8 +47,20 @@ BACKBONE_OPTION = click.option(
 @click.option("--max-pack", type=click.IntRange(9, 65507), default=65507, show_default=True,
               help="Largest packed DELIVER datagram sent, whatever a client asks for (1472 keeps "
                    "packs within a 1,500-byte Ethernet MTU).")
+@click.option("--max-pack-frames", type=click.IntRange(2, 65507), default=1024, show_default=True,
+              help="Most messages one packed PUSH may hold (packs come only from live clients "
+                   "that announced PACKED).")
+@click.option("--max-per-address", type=click.IntRange(0, 1 << 20), default=256,
+              show_default=True,
+              help="Most table entries one source host may hold, so one host cannot fill the "
+                   "table (0: no limit).")
+@click.option("--repair-rate", type=click.FloatRange(0), default=16384, show_default=True,
+              help="Sequences per second each subscriber may REQUEST (its budget's refill).")
+@click.option("--repair-burst", type=click.FloatRange(1), default=16384, show_default=True,
+              help="Sequences a subscriber may REQUEST at once (its budget's size).")
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
-             first_sequence, stats_interval, json_stats, no_gso, no_packing, max_pack):
+             first_sequence, stats_interval, json_stats, no_gso, no_packing, max_pack,
+             max_pack_frames, max_per_address, repair_rate, repair_burst):
     """Run a fyrehose backbone until Ctrl-C or SIGTERM.
 
     The backbone numbers every PUSH it receives with a continuous 48-bit SEQUENCE and DELIVERs
@@ -60,7 +73,9 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     bb = Backbone(host=host, port=port, window=window, max_subscribers=max_subscribers,
                   max_request_range=max_request_range,
                   allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence,
-                  gso=False if no_gso else None, packing=not no_packing, max_pack=max_pack)
+                  gso=False if no_gso else None, packing=not no_packing, max_pack=max_pack,
+                  max_pack_frames=max_pack_frames, max_per_address=max_per_address,
+                  repair_rate=repair_rate, repair_burst=repair_burst)
     try:
         bb.start()
     except OSError as exc:
@@ -83,6 +98,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
         if json_stats:
             click.echo(json.dumps({"time": time.time(), **stats, "rate_in": rate_in,
                                    "rate_out": rate_out, "push_rate": pushes}))
+            sys.stdout.flush()  # a line at a time, also into a pipe or a log
             return
         status.update(
             f"subs {stats['subscribers']:>4}  push/s {human_rate(pushes):>7}  "
