@@ -337,3 +337,24 @@ def test_dry_run_counts_fan_out_without_sending(raw_peer):
     with pytest.raises(ValueError):
         loop.dry_run([(ka, ("127.0.0.1", 1))] * 65)
     sock.close()
+
+
+def test_many_hosts_on_one_port_spread_over_the_index():
+    # Review of issue 11: the index hashed (address << 16 | port) with one multiply and kept
+    # the low bits, which depend on the port alone: hosts sharing a port shared one probe
+    # chain (4,096 entries, lookups walking thousands of slots; a stall a forger could cause).
+    import socket as _socket
+
+    from fastpath.backbone import BackboneLoop
+
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    loop = BackboneLoop(sock.fileno(), max_subscribers=4096, max_per_address=0, window=60)
+    ka = wire.encode_keepalive("", 0, NOSUBSCRIBE, TOKEN)
+    hosts = [("10.%d.%d.%d" % (k >> 16, (k >> 8) & 255, k & 255), 5000) for k in range(1, 4097)]
+    for i in range(0, len(hosts), 64):
+        loop.dry_run([(ka, h) for h in hosts[i:i + 64]])
+    assert loop.stats()["clients"] == 4096
+    longest, mean = loop.probe_lengths()
+    assert longest < 64 and mean < 2.0, (longest, mean)
+    sock.close()
