@@ -48,13 +48,18 @@ def test_keepalive_interval_may_not_exceed_one_second():
         ClientConfig(keepalive_interval=1.01)
 
 
-def test_ack_with_unknown_token_or_from_elsewhere_is_dropped():
+def test_ack_with_unknown_token_is_dropped_and_our_token_names_the_backbones_source():
     core = make()
     core.handle_timer(0.0)
     (ka, _), = sent(core)
     core.receive_datagram(wire.encode_keepalive_ack(b"\0" * 16), BB, 0.1)
+    assert events(core) == [] and core.stats["dropped_unknown_ack"] == 1
+    # Only the backbone can echo a token we sent: it answers from there (another address of
+    # a multi-homed host), so its DELIVERs and FORWARDs are taken from there from now on.
     core.receive_datagram(wire.encode_keepalive_ack(ka.token), PEER, 0.1)
-    assert events(core) == [] and core.stats["dropped_unknown_ack"] == 2
+    assert isinstance(events(core)[0], BackboneUp) and core.backbone_source == PEER
+    core.receive_datagram(wire.encode_deliver(7, b"x"), PEER, 0.2)
+    assert events(core) == [Message(7, b"x")]
 
 
 def test_silence_reports_backbone_down_once_then_up_again():

@@ -317,3 +317,29 @@ def test_truncated_means_msg_trunc_not_any_flag():
     time.sleep(0.05)
     batch.recv(rx)
     assert batch.truncated_at(0) is True
+
+
+# ---- review: a backbone that answers from another of its addresses -------------------------------
+
+def test_a_backbone_reached_at_one_address_answering_from_another_still_serves(backbone_factory):
+    # Bound to 0.0.0.0 and reached at 127.0.0.2, the backbone answers from 127.0.0.1 (the
+    # kernel's route back). The client adopts the address its own tokens come back from.
+    bb = backbone_factory(host="0.0.0.0", first_sequence=1000)
+    port = bb.address[1]
+    with Client(f"127.0.0.2:{port}") as sub, Client(f"0.0.0.0:{port}", receive=False,
+                                                    flags=NOJOURNAL) as pub:
+        assert sub.wait_connected(3) and pub.wait_connected(3)
+        assert pub.publish(b"hello") == 1000
+        assert sub.receive(2) == Message(1000, b"hello")
+        assert sub.core.backbone_source == ("127.0.0.1", port)
+
+
+def test_an_ack_with_a_token_we_never_sent_moves_nothing():
+    from pelotari.fyrehose.core import ClientCore
+
+    core = ClientCore(("127.0.0.1", 2323), 0.0)
+    core.handle_timer(0.0)
+    core.datagrams_to_send()
+    core.receive_datagram(wire.encode_keepalive_ack(b"G" * 16), ("127.0.0.66", 9), 0.01)
+    assert core.backbone_source == ("127.0.0.1", 2323)
+    assert core.stats["dropped_unknown_ack"] == 1

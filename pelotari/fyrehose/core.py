@@ -66,6 +66,10 @@ class ClientCore:
 
     def __init__(self, backbone: Address, now: float, config: Optional[ClientConfig] = None):
         self.backbone = (backbone[0], int(backbone[1]))
+        # Where the backbone's datagrams come from: its address, until a KEEPALIVE-ACK carrying
+        # one of our unguessable tokens arrives from another (a multi-homed host, or a backbone
+        # reached at 0.0.0.0 that answers from 127.0.0.1).
+        self.backbone_source: Address = self.backbone
         self.config = cfg = config or ClientConfig()
         self.journal = Journal(cfg.journal_size)
         self.tracker = GapTracker(
@@ -114,7 +118,7 @@ class ClientCore:
             self.stats["dropped_" + exc.reason] += 1
             log.debug("dropped datagram from %s:%s: %s", addr[0], addr[1], exc)
             return
-        live = addr == self.backbone  # live DELIVERs come from the backbone alone
+        live = addr == self.backbone_source  # live DELIVERs come from the backbone alone
         if len(packets) > 1:
             if type(packets[0]) is not codec.Deliver:  # a pack of PUSHes belongs to the backbone
                 self.stats["dropped_unexpected_type"] += 1
@@ -188,7 +192,7 @@ class ClientCore:
     def _on_forward(self, fwd, addr: Address, now: float) -> None:
         # (C4) serve what the journal holds straight to the requester. Only the backbone may
         # ask: otherwise anyone could aim our DELIVERs at a third host.
-        if addr != self.backbone:
+        if addr != self.backbone_source:
             self.stats["dropped_forward_not_from_backbone"] += 1
             return
         if not self.journaling:
@@ -215,9 +219,14 @@ class ClientCore:
 
     def _on_ack(self, token: bytes, addr: Address, now: float) -> None:
         sent = self._keepalives_sent.pop(token, None)
-        if addr != self.backbone or sent is None:
+        if sent is None:  # not a token we sent (they hold 8 random bytes: not guessable)
             self.stats["dropped_unknown_ack"] += 1
             return
+        if addr != self.backbone_source:
+            # Only the backbone can echo our token: this is where it answers from.
+            log.info("backbone %s:%s answers from %s:%s", *self.backbone, *addr)
+            self.backbone_source = (addr[0], int(addr[1]))
+            self.stats["backbone_source_changes"] += 1
         self.stats["acks_in"] += 1
         self._last_ack = now
         self.rtt = now - sent
