@@ -93,12 +93,16 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+RUNNING: List[subprocess.Popen] = []  # killed on the way out, whatever happened
+
+
 class Proc:
     """A process whose stdout JSON lines (and stderr) are collected as they come."""
 
     def __init__(self, argv: List[str], spawn=subprocess.Popen):
         self.p = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
+        RUNNING.append(self.p)
         self.lines: List[dict] = []
         self.err: List[str] = []
         self.readers = [threading.Thread(target=self._read, daemon=True),
@@ -279,6 +283,21 @@ def fyrehose_vectors(spoofer: Optional[Spoofer]) -> List[Result]:
             out.append(Result("fyrehose", "FORWARD forged from the backbone's address", sent,
                               got, f"journal's per-requester budget: {got} <= {int(cap)} B "
                                    "(documented residual)", got <= cap))
+
+            # 5b. A KEEPALIVE forged from an address that never asked (B2: not refusable).
+            before = spoofer.sent_bytes
+            target = udp("127.0.0.11")
+            spoofer.send(wire.encode_keepalive("", 0, NOJOURNAL, TOKEN), target.getsockname(),
+                         bb.address)
+            time.sleep(0.1)
+            publish(bb, payloads[:100])
+            got = drain(target, 0.5)
+            sent = spoofer.sent_bytes - before
+            out.append(Result("fyrehose", "KEEPALIVE forged from a never-subscribed source",
+                              sent, got, "streamed to until the entry expires, 5 s after the "
+                                         "last forgery (documented residual: B2 has no "
+                                         "handshake; only source-address filtering stops it)",
+                              True))
     finally:
         bb.stop()
         journal.stop()
@@ -582,12 +601,21 @@ def main(argv=None) -> int:
     spoofer = None if why else Spoofer()
     if why:
         print(f"note: {why}; the forged-source vectors are left out", file=sys.stderr)
-    results = fyrehose_vectors(spoofer)
-    why = netlab.available()
-    if why:
-        print(f"note: {why}; the prototari vectors are left out", file=sys.stderr)
-    else:
-        results += prototari_vectors()
+    try:
+        results = fyrehose_vectors(spoofer)
+        why = netlab.available()
+        if why:
+            print(f"note: {why}; the prototari vectors are left out", file=sys.stderr)
+        else:
+            results += prototari_vectors()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        for p in RUNNING:  # nothing this script started outlives it
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     print_table(results)
     if args.json:
         with open(args.json, "w") as f:
