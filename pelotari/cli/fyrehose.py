@@ -5,6 +5,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import sys
 import time
 
@@ -115,6 +116,14 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
                f"dropped {dropped or 'none'}", err=True)
 
 
+def _sigterm_as_interrupt():
+    """Let SIGTERM end this command the way Ctrl-C does (summary line, clean exit)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def _client_options(fn):
     fn = click.option("--bind", type=AddressType(0), default="0.0.0.0:0", show_default=True,
                       help="Local address for this client's socket.")(fn)
@@ -167,6 +176,7 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     With --pack, messages go in groups (64, or 10 ms worth at --rate; from stdin a group
     leaves when it is full or input ends), each packed into as few datagrams as fit.
     """
+    _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
     from pelotari.fyrehose import Client, ClientConfig
     from pelotari.fyrehose.client import PublishTimeout
     from pelotari.fyrehose.codec import MAX_DATA, NOJOURNAL, NOSUBSCRIBE
@@ -375,6 +385,7 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     could supply are reported as "lost FIRST..LAST" on stderr (or in --json), never skipped
     silently. So are messages dropped because output was not read in time (--max-queued).
     """
+    _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
     from pelotari.fyrehose import Client, ClientConfig, Lost, Message, Resync
     from pelotari.fyrehose.codec import NOJOURNAL
 
@@ -415,6 +426,8 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     click.echo(f"received {received} messages; {stats.get('requests', 0)} requests, "
                f"{stats.get('lost', 0)} lost, {stats.get('overflow', 0)} dropped unread, "
                f"{stats.get('duplicates', 0)} duplicates", err=True)
+    if not stats.get("acks_in"):
+        raise click.ClickException(f"the backbone at {backbone[0]}:{backbone[1]} never answered")
 
 
 _UNSAFE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
