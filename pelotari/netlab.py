@@ -8,11 +8,15 @@ Used by the tests (the `lan` fixture) and by `pelotari lan-demo`.
         lan.loss(a, 20)                  # drop 20 % of UDP arriving at a
 
 Loss uses tc netem when the kernel has it, else an nftables `numgen random` rule (the project's
-CI kernel is built without netem). Every namespace, link and rule is removed on close.
+CI kernel is built without netem). Every namespace, link and rule is removed on close: each is
+recorded *before* it is created, so an interruption half-way through leaves nothing behind, and
+every process is started in its own process group, which close() kills (with anything else
+still running in the harness's namespaces).
 """
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 
@@ -50,14 +54,20 @@ class LanHarness:
         self.subnet = f"10.{200 + (os.getpid() + n) % 50}.{n % 250}"
         self.hosts: list[Host] = []
         self.procs: list[subprocess.Popen] = []
+        # What close() removes, recorded before it is created (removing what was never made
+        # is harmless; missing what was made leaks it).
+        self.namespaces: list[str] = []
+        self.links: list[str] = [self.bridge]
         _sh("ip", "link", "add", self.bridge, "type", "bridge")
         _sh("ip", "link", "set", self.bridge, "up")
 
     def add_host(self, name: str) -> Host:
-        index = len(self.hosts) + 2
+        index = len(self.namespaces) + 2  # every attempt counts: names stay unique
         ns = f"{self.tag}{name}"[:30]
         outside, inside = f"{self.tag}{index}"[:15], f"{self.tag}{index}i"[:15]
+        self.namespaces.append(ns)
         _sh("ip", "netns", "add", ns)
+        self.links.append(outside)  # deleting one end of a veth deletes both
         _sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
         _sh("ip", "link", "set", inside, "netns", ns)
         _sh("ip", "link", "set", outside, "master", self.bridge)
@@ -75,7 +85,9 @@ class LanHarness:
         return _sh("ip", "netns", "exec", namespace, *argv, check=check)
 
     def spawn(self, host: Host, argv: list[str], **popen) -> subprocess.Popen:
-        """Start a process inside the host's namespace (stopped on close)."""
+        """Start a process inside the host's namespace, in a process group of its own (so a
+        Ctrl-C at the terminal does not reach it; close() kills the group)."""
+        popen.setdefault("start_new_session", True)
         proc = subprocess.Popen(["ip", "netns", "exec", host.namespace, *argv], **popen)
         self.procs.append(proc)
         return proc
@@ -95,13 +107,35 @@ class LanHarness:
         return "nftables"
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for host in self.hosts:
-            _sh("ip", "netns", "del", host.namespace, check=False)
-        _sh("ip", "link", "del", self.bridge, check=False)
+        """Kill every process started here (its whole group) and any other process still in
+        one of the namespaces, then remove the namespaces and links. SIGINT and SIGTERM wait
+        until it is done (a second Ctrl-C cannot leave half of it behind)."""
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            for proc in self.procs:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # a session leader: pgid == pid
+                except (ProcessLookupError, PermissionError):
+                    pass
+                if proc.poll() is None:
+                    proc.kill()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            for ns in self.namespaces:
+                res = _sh("ip", "netns", "pids", ns, check=False)
+                for pid in res.stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                _sh("ip", "netns", "del", ns, check=False)
+            for link in reversed(self.links):
+                _sh("ip", "link", "del", link, check=False)
+            self.procs, self.namespaces, self.links = [], [], []
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def __enter__(self):
         return self

@@ -158,3 +158,67 @@ def test_lan_demo_narrates_discovery_message_death_and_return(lan):
     bridge = next(line for line in res.stdout.splitlines() if "on bridge" in line).split("bridge ")[1].split(":")[0]
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout
     assert bridge not in links  # it cleaned up after itself
+
+
+def _processes_with(marker):
+    """Pids of live processes whose environment holds marker."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("sig,delay", [(signal.SIGTERM, d) for d in (0.05, 0.15, 0.3, 0.6, 1.0, 2.0)]
+                         + [(signal.SIGINT, d) for d in (0.05, 0.15, 0.4, 1.0)])
+def test_lan_demo_interrupted_at_any_moment_leaves_nothing_behind(sig, delay):
+    """SIGTERM or SIGINT while the demo creates hosts, starts nodes or narrates: no namespace,
+    no link, no node process remains; one line says so; status 128 + the signal's number."""
+    import os
+    import uuid
+
+    from conftest import PELOTARI
+
+    from pelotari import netlab
+
+    why = netlab.available()
+    if why:
+        pytest.skip(why)
+    marker = f"PELOTARI_LAN_DEMO_TEST={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    proc = subprocess.Popen(PELOTARI + ["lan-demo", "--nodes", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, name: value})
+    try:
+        time.sleep(delay)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    prefix = f"pt{proc.pid % 10000}x"
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=True).stdout.split()
+    links = [line.split()[0] for line in subprocess.run(
+        ["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout.splitlines()]
+    leaked = {"namespaces": [n for n in namespaces if n.startswith(prefix)],
+              "links": [link for link in links if link.startswith(prefix)],
+              "processes": _processes_with(marker)}
+    for pid in leaked["processes"]:  # do not leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert leaked == {"namespaces": [], "links": [], "processes": []}, (out, err)
+    if proc.returncode == -sig:  # before the command began: it had created nothing
+        assert out == "", (out, err)
+        return
+    if (sig, proc.returncode, err) == (signal.SIGINT, 130, "interrupted\n") and not out:
+        return  # Ctrl-C after click started, before the demo's handler: nothing created
+    assert proc.returncode == 128 + sig, (proc.returncode, out, err)
+    lines = [line for line in (out + err).splitlines() if "interrupted" in line]
+    assert lines == [f"lan-demo: interrupted by {sig.name}; the nodes, namespaces and bridge "
+                     "it created are removed"], (out, err)
