@@ -427,6 +427,7 @@ def test_sub_ctrl_c_before_the_backbone_answers_still_prints_the_summary():
     finally:
         silent.close()
     # The summary, then one line saying why nothing came: the backbone never answered.
+    err = err.decode()
     assert proc.returncode == 1 and "Traceback" not in err
     lines = [line for line in err.splitlines() if not line.startswith("warning:")]
     assert lines[0].startswith("received 0 messages;")
