@@ -243,3 +243,86 @@ def test_strangers_get_nothing_but_one_aupa_per_discover():
         received += sum(len(d) for d, _ in n.datagrams_to_send())
     assert received == len(RESPOND)  # one aupa!, for the first pelotari?
     assert received <= sent and n.stats["dropped_ping_from_stranger"] == 2
+
+
+# ---- a registered peer's IP gets at most one `hemen nago!` per pong_interval -------------------
+
+def peer_node(**cfg):
+    n = node(broadcast_interval=100, inactive_peer_time=100, **cfg)
+    n.receive_datagram(RESPOND, ("10.9.0.7", 40001), 0.1)
+    n.datagrams_to_send(), events(n)
+    return n
+
+
+def pongs(n):
+    return [d for d, _ in n.datagrams_to_send() if d == PONG]
+
+
+def test_hor_is_answered_at_most_once_per_pong_interval_from_any_port():
+    n = peer_node()
+    assert Config().pong_interval == 0.1
+    n.receive_datagram(PING, ("10.9.0.7", 40002), 1.0)
+    assert pongs(n) == [PONG]
+    for port, t in ((40003, 1.0), (40004, 1.05), (40005, 1.0999)):  # one past: inside 100 ms
+        n.receive_datagram(PING, ("10.9.0.7", port), t)  # a forger using the peer's IP
+        assert pongs(n) == [], t
+    n.receive_datagram(PING, ("10.9.0.7", 40006), 1.1)  # at the limit: answered
+    assert pongs(n) == [PONG]
+    n.receive_datagram(PING, ("10.9.0.7", 40007), 1.1999)
+    assert pongs(n) == [] and n.stats["dropped_ping_rate_limited"] == 4
+
+
+def test_a_hor_flood_toward_a_peer_is_bounded_by_bytes():
+    n = peer_node()
+    sent = 0
+    for k in range(10000):  # 10,000 hor? over 1 s
+        n.receive_datagram(PING, ("10.9.0.7", 40000 + k % 1000), 1.0 + k / 10000)
+        sent += len(pongs(n)) * len(PONG)
+    assert sent <= 10 * len(PONG)  # at most one 11-byte answer per 100 ms
+
+
+def test_pong_interval_is_per_peer_and_settable():
+    n = peer_node(pong_interval=0.5)
+    n.receive_datagram(RESPOND, ("10.9.0.8", 40001), 0.2)  # a second peer, in the window
+    n.datagrams_to_send()
+    n.receive_datagram(PING, ("10.9.0.7", 40002), 1.0)
+    n.receive_datagram(PING, ("10.9.0.8", 40002), 1.0)  # the other peer's limit is its own
+    assert pongs(n) == [PONG, PONG]
+    n.receive_datagram(PING, ("10.9.0.7", 40002), 1.4999)
+    assert pongs(n) == []
+    n.receive_datagram(PING, ("10.9.0.7", 40002), 1.5)
+    assert pongs(n) == [PONG]
+    unlimited = peer_node(pong_interval=0)
+    for _ in range(3):
+        unlimited.receive_datagram(PING, ("10.9.0.7", 40002), 1.0)
+    assert pongs(unlimited) == [PONG] * 3
+    with pytest.raises(ValueError):
+        Config(pong_interval=-0.1)
+
+
+def test_the_heartbeat_of_a_fast_peer_is_never_rate_limited():
+    """Two nodes with the CLI-test settings (inactive 0.3 s, wait 0.2 s) and b answering
+    nothing but hor?: every hor? of a's is answered, none dropped."""
+    a = NodeCore(0.0, Config(inactive_peer_time=0.3, heartbeat_max_wait=0.2,
+                             broadcast_interval=100, broadcast_address=BRD[0]), {ME})
+    b = NodeCore(0.0, Config(inactive_peer_time=100, broadcast_interval=100,
+                             broadcast_address=BRD[0]), {("10.9.0.7", 21450)})
+    a.handle_timer(0.0)
+    a.datagrams_to_send()
+    a.receive_datagram(RESPOND, ("10.9.0.7", 21450), 0.01)
+    a.datagrams_to_send()
+    b.receive_datagram(DISCOVER, ME, 0.0)
+    b.datagrams_to_send()
+    b.receive_datagram(CONFIRM, ME, 0.01)
+    asked = 0
+    for step in range(1, 1000):  # 10 s in 10 ms steps
+        now = step / 100
+        a.handle_timer(now)
+        for data, _ in a.datagrams_to_send():
+            if data == PING:
+                asked += 1
+                b.receive_datagram(PING, ME, now)
+        for data, _ in b.datagrams_to_send():
+            a.receive_datagram(data, ("10.9.0.7", 21450), now)
+    assert asked >= 25 and b.stats["dropped_ping_rate_limited"] == 0
+    assert a.peers[("10.9.0.7", 21450)].pongs == asked

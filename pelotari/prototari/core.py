@@ -52,6 +52,11 @@ class Config:
     # Opt-in: several nodes per host. Peers are (address, port) and replies go to the source
     # port. Off by default: a peer is its address and everything goes to its unicast port.
     multi_node: bool = False
+    # At most one `hemen nago!` per peer per this many seconds: `hor?` is 4 bytes and its
+    # answer 11, and a forger can send `hor?` from a peer's IP. A peer's own heartbeat asks at
+    # most once per min(inactive_peer_time, heartbeat_max_wait) (0.01 s at the CLI's floor, 1 s
+    # by default), so its answers are never dropped unless those are set below this. 0: no limit.
+    pong_interval: float = 0.1
 
     def __post_init__(self):
         if self.max_peers < 1:
@@ -60,6 +65,8 @@ class Config:
                      "reservation_timeout", "response_window"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.pong_interval < 0:
+            raise ValueError("pong_interval must not be negative")
         if self.missed_heartbeats_limit < 1:
             raise ValueError("missed_heartbeats_limit must be at least 1")
         if self.max_reservations is not None and self.max_reservations < 1:
@@ -106,6 +113,7 @@ class Peer:
     heartbeat_deadline: float | None = None  # a `hor?` is out and unanswered until then
     pongs: int = 0  # `hemen nago!` received from it
     reconfirmed_for: float | None = None  # the broadcast our last `dale!` to it answered
+    last_pong: float | None = None  # when we last answered its `hor?`
 
 
 class NodeCore:
@@ -163,7 +171,7 @@ class NodeCore:
         elif data == CONFIRM:
             self._on_confirm(source, now)
         elif data == PING:
-            self._on_ping(source, peer)
+            self._on_ping(source, peer, now)
         elif data == PONG:
             self._on_pong(source, peer)
         else:
@@ -224,10 +232,14 @@ class NodeCore:
         else:
             self._register(source, now, "confirmation")
 
-    def _on_ping(self, source: Address, peer: Peer | None) -> None:
+    def _on_ping(self, source: Address, peer: Peer | None, now: float) -> None:
         if peer is None:  # answering strangers would make us a reflector
             self._drop("ping_from_stranger", source)
             return
+        if peer.last_pong is not None and now - peer.last_pong < self.config.pong_interval:
+            self._drop("ping_rate_limited", source)  # an amplifier toward the peer otherwise
+            return
+        peer.last_pong = now
         self._send(PONG, source)
 
     def _on_pong(self, source: Address, peer: Peer | None) -> None:  # 2 step 4
