@@ -287,3 +287,67 @@ def test_send_errors_in_text_mode_go_to_stderr_once(lan):
     _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0
     assert err.count("\n") == 1 and "warning cannot send to 255.255.255.255:21451: " in err, err
+
+
+# ---- output never blocks the node; peers' data cannot forge output ---------------------------
+
+def test_an_unread_stdout_does_not_stop_the_node_answering_heartbeats(lan):
+    """The node's stdout is a pipe nobody reads while a peer sends it 2,500 1-KB messages: it
+    keeps answering heartbeats (the peer keeps it), drops and counts the lines that cannot wait,
+    says so once on stderr, and reports the count when stopped."""
+    from test_prototari_lan import FAST, NodeProcess, addr
+
+    a, b = lan.add_host("a"), lan.add_host("b")
+    stuck = lan.spawn(a, PELOTARI + ["prototari", "--json", *FAST], stdin=subprocess.DEVNULL,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        peer = NodeProcess(lan, b)
+        assert peer.wait(lambda e: e["event"] == "joined" and e["peer"] == addr(a), 10), peer.seen
+        for k in range(25):
+            peer.proc.stdin.write("".join(f"{k:02d}{i:02d}" + "x" * 1020 + "\n" for i in range(100)))
+            peer.proc.stdin.flush()
+            time.sleep(0.02)
+        time.sleep(3.0)  # the peer drops a silent node after 1 + 3 x 0.3 s
+        assert peer.wait(lambda e: e["event"] == "left", 0.5) is None, "the peer dropped it"
+        assert stuck.poll() is None
+        stuck.send_signal(signal.SIGTERM)
+        out, err = stuck.communicate(timeout=15)  # read at last
+    finally:
+        if stuck.poll() is None:
+            stuck.kill()
+            stuck.wait()
+    events = [json.loads(line) for line in out.splitlines()]
+    stopped = events[-1]
+    assert stuck.returncode == 0 and stopped["event"] == "stopped", (stuck.returncode, err)
+    assert addr(b) in stopped["peers"]
+    assert stopped["output_dropped"] > 0
+    messages = sum(e["event"] == "message" for e in events)
+    assert messages + stopped["output_dropped"] <= stopped["stats"]["messages_in"] + 5
+    assert stopped["stats"]["messages_in"] > 1000
+    warnings = err.decode().splitlines()
+    assert len(warnings) == 1 and "output cannot keep up" in warnings[0], warnings
+
+
+def test_a_peers_data_is_one_escaped_line_in_text_mode(nodes):
+    """A peer cannot forge output lines or send terminal escapes: its data is escaped as
+    `pelotari sub` escapes it (not-UTF-8 as a bytes literal)."""
+    from pelotari.prototari.core import DATA_MAGIC
+
+    port = free_port_pair()
+    a = nodes("127.0.0.2", port, stdin=subprocess.DEVNULL, as_json=False)
+    b = nodes("127.0.0.3", port, stdin=subprocess.DEVNULL)
+    assert a.wait(lambda line: f" joined  127.0.0.3:{port} " in line, 5), a.seen
+    assert b.wait(is_event("joined", peer=f"127.0.0.2:{port}"), 5)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # b's IP: a peer, any port
+        s.bind(("127.0.0.3", 0))
+        for data in (b"hi\n12:00:00 joined  10.6.6.6:21450 fake",
+                     "\x1b[2J\\x1b\r\u2028".encode(), b"\xff\x1b\n", "ok ✓".encode()):
+            s.sendto(DATA_MAGIC + data, ("127.0.0.2", port))
+    assert a.wait(lambda line: "ok ✓" in line, 5), a.seen
+    shown = [line.rstrip("\n").split(" ", 3)[3] for line in a.seen if " message " in line]
+    assert shown == ["hi\\n12:00:00 joined  10.6.6.6:21450 fake",
+                     "\\x1b[2J\\\\x1b\\r\\u2028",
+                     "b'\\xff\\x1b\\n'",
+                     "ok ✓"], a.seen
+    assert not any(line.startswith("12:00:00") for line in a.seen)
+    assert not any("\x1b" in line or "\r" in line for line in a.seen)

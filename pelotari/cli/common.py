@@ -1,4 +1,5 @@
-"""Shared CLI plumbing: one-line errors, address parsing, live status lines."""
+"""Shared CLI plumbing: one-line errors, address parsing, live status lines, inert text."""
+import re
 import sys
 import time
 
@@ -99,3 +100,24 @@ def human_rate(value: float) -> str:
         if value >= scale:
             return f"{value / scale:.2f}{unit}"
     return f"{value:.0f}"
+
+
+# What escape_text() escapes: the backslash itself, C0 and C1 controls and DEL (newlines, ESC and
+# so terminal escapes), U+2028/U+2029 (line and paragraph separators), and the bidi controls
+# (U+061C, U+200E/F, U+202A-E, U+2066-9), which can make a line read other than it is.
+_UNSAFE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                     "\u2066-\u2069]")
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(match: re.Match) -> str:
+    c = match.group()
+    return _ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def escape_text(text: str) -> str:
+    """text as one inert line for a terminal or a log: a backslash becomes \\\\, newline, CR
+    and tab \\n \\r \\t, other C0/C1 controls and DEL \\xNN, U+2028/2029 and the bidi
+    controls \\uNNNN; everything else (printable non-ASCII included) is kept. Unambiguous: every
+    backslash in the result starts an escape."""
+    return _UNSAFE.sub(_escape_char, text)

@@ -1,5 +1,6 @@
 """`pelotari prototari`: run a LAN discovery node, see peers come and go, send lines."""
 import asyncio
+import collections
 import json
 import os
 import signal
@@ -10,8 +11,11 @@ import time
 import click
 
 from pelotari.cli import main
+from pelotari.cli.common import escape_text
 
 MAX_LINE = 65536  # bytes per stdin line (the largest DATA is 65,503 bytes)
+OUTPUT_LIMIT = 1 << 20  # bytes of output waiting per stream (stdout, stderr) before lines drop
+DRAIN_TIMEOUT = 2.0  # seconds the stopping node waits for a slow reader to take what is left
 
 
 @main.command()
@@ -48,10 +52,12 @@ MAX_LINE = 65536  # bytes per stdin line (the largest DATA is 65,503 bytes)
               help="Several nodes per host: a peer is IP:PORT and replies go to the source "
                    "port. Off by default (a peer is its IP, replies go to --unicast-port); nodes "
                    "that send from ephemeral ports cannot be peers of a --per-port node.")
+@click.option("--pong-interval", type=click.FloatRange(0), default=0.1, show_default=True,
+              help="Answer at most one `hor?` per peer per this many seconds (0: every one).")
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines.")
 def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, max_peers,
               broadcast_interval, inactive_peer_time, heartbeat_max_wait, reservation_timeout,
-              response_window, max_reservations, multi_node, as_json):
+              response_window, max_reservations, multi_node, pong_interval, as_json):
     """Run a prototari node: find peers on the LAN by broadcast and keep them by heartbeat.
 
     Peers joining and leaving, and messages from them, are printed as they happen. Each line
@@ -62,6 +68,11 @@ def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, 
     stdin may be a terminal, a pipe, /dev/null or closed: the end of input does not stop the
     node. It runs until Ctrl-C or SIGTERM, so it can run as a service (systemd, nohup, a
     container without a TTY); then it prints a "stopped" event (with its counters) and exits 0.
+
+    Output never holds the node up: lines wait for a slow reader (up to 1 MiB per stream), and
+    beyond that are dropped and counted (`output_dropped` in the "stopped" event; one warning
+    line on stderr when it starts). In text mode a message's data is escaped onto one line
+    (backslash, controls, line and bidi separators), as `pelotari sub` shows it.
     """
     from pelotari.prototari import Config
 
@@ -72,7 +83,8 @@ def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, 
                         heartbeat_max_wait=heartbeat_max_wait,
                         reservation_timeout=reservation_timeout,
                         response_window=response_window, max_reservations=max_reservations,
-                        multi_node=multi_node, broadcast_address=broadcast_address,
+                        multi_node=multi_node, pong_interval=pong_interval,
+                        broadcast_address=broadcast_address,
                         broadcast_port=broadcast_port, unicast_port=unicast_port)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -95,16 +107,112 @@ def _ensure_standard_fds():
                 os.close(new)
 
 
-def _emit(as_json, event, text=None, err=False, **fields):
-    """One event: a JSON line on stdout, or a text line (`text`, else the fields' values; on
-    stderr when err)."""
-    if as_json:
-        click.echo(json.dumps({"time": time.time(), "event": event, **fields}))
-        sys.stdout.flush()
-    else:
-        text = text if text is not None else " ".join(f"{v}" for v in fields.values())
-        click.echo(f"{time.strftime('%H:%M:%S')} {event:<7} {text}", err=err)
-        (sys.stderr if err else sys.stdout).flush()
+class _Writer(threading.Thread):
+    """Writes the lines queued for one fd (os.write: no Python buffer, no lock a stuck write
+    could hold at exit). At most `limit` bytes wait; a line that does not fit (or any line
+    once the fd is broken: its reader is gone) is dropped and counted."""
+
+    def __init__(self, fd, limit):
+        super().__init__(daemon=True, name=f"prototari-output-{fd}")
+        self.fd, self.limit = fd, limit
+        self.lines: collections.deque[bytes] = collections.deque()
+        self.queued = 0  # bytes in lines
+        self.writing = False
+        self.dropped = 0
+        self.broken = False
+        self.cond = threading.Condition()
+
+    def put(self, data: bytes, force=False) -> bool:
+        with self.cond:
+            if self.broken or (not force and self.lines and self.queued + len(data) > self.limit):
+                self.dropped += 1
+                return False
+            self.lines.append(data)
+            self.queued += len(data)
+            self.cond.notify()
+            return True
+
+    def run(self):
+        while True:
+            with self.cond:
+                while not self.lines:
+                    self.cond.wait()
+                data = self.lines.popleft()
+                self.writing = True
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError:  # EPIPE (the reader is gone), EBADF...: drop from now on
+                with self.cond:
+                    self.broken = True
+                    self.dropped += 1 + len(self.lines)
+                    self.lines.clear()
+                    self.queued = 0
+            with self.cond:
+                self.queued -= len(data) if not self.broken else 0
+                self.writing = False
+                self.cond.notify_all()
+
+    def drain(self, deadline: float) -> None:
+        with self.cond:
+            while (self.lines or self.writing) and not self.broken:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.cond.wait(left)
+
+
+class _Output:
+    """stdout and stderr, each written by a thread of its own, so that a reader that is slow,
+    stopped or gone never blocks the event loop (and with it the heartbeat). What cannot wait
+    is dropped and counted; the first drop is reported by one line on stderr."""
+
+    def __init__(self, as_json, limit=OUTPUT_LIMIT):
+        self.as_json = as_json
+        self.encoding = sys.stdout.encoding or "utf-8"
+        self.writers = {fd: _Writer(fd, limit) for fd in (1, 2)}
+        for w in self.writers.values():
+            w.start()
+        self.warned = False
+
+    @property
+    def dropped(self) -> int:
+        return sum(w.dropped for w in self.writers.values())
+
+    def line(self, text: str, err=False, force=False) -> None:
+        data = (text + "\n").encode(self.encoding, "backslashreplace")
+        if self.writers[2 if err else 1].put(data, force) or self.warned:
+            return
+        self.warned = True
+        self.writers[2].put(f"{time.strftime('%H:%M:%S')} warning output cannot keep up (or its "
+                            "reader is gone): lines are dropped and counted (output_dropped in "
+                            "the stopped event)\n".encode())
+
+    def event(self, event, text=None, err=False, force=False, **fields):
+        """One event: a JSON line on stdout, or a text line (`text`, else the fields' values; on
+        stderr when err)."""
+        if self.as_json:
+            self.line(json.dumps({"time": time.time(), "event": event, **fields}), force=force)
+        else:
+            text = text if text is not None else " ".join(f"{v}" for v in fields.values())
+            self.line(f"{time.strftime('%H:%M:%S')} {event:<7} {text}", err, force)
+
+    def close(self, timeout=DRAIN_TIMEOUT) -> None:
+        """Give a slow reader up to `timeout` seconds for what is queued; then leave it (the
+        threads are daemons: a write nobody reads does not keep the process alive)."""
+        deadline = time.monotonic() + timeout
+        for w in self.writers.values():
+            w.drain(deadline)
+
+
+def _show(data: bytes) -> str:
+    """Message bytes as one inert line: escaped UTF-8, else a bytes literal (b'...'), as
+    `pelotari sub` shows them."""
+    try:
+        return escape_text(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return repr(data)  # escapes every byte outside printable ASCII, and the backslash
 
 
 class _StdinLines(threading.Thread):
@@ -168,9 +276,18 @@ class _StdinLines(threading.Thread):
 
 
 async def _run(config, interface, host, as_json):
+    _quiet_logging()
+    out = _Output(as_json)
+    try:
+        await _serve(config, interface, host, as_json, out)
+    finally:
+        out.close()
+
+
+async def _serve(config, interface, host, as_json, out):
     from pelotari.prototari import Message, Node, NodeWarning, PeerJoined, PeerLeft
 
-    _quiet_logging()
+    _emit = out.event
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     why = []
@@ -188,7 +305,7 @@ async def _run(config, interface, host, as_json):
     address = f"{node.address[0]}:{node.address[1]}"
     broadcast = "{}:{}".format(*node.broadcast)
     identity = "address:port" if config.multi_node else "address"
-    _emit(as_json, "started", f"{address} on {node.interface or 'the bound address'}, "
+    _emit("started", f"{address} on {node.interface or 'the bound address'}, "
           f"broadcast {broadcast}; a peer is its {identity}",
           interface=node.interface, address=address, broadcast=broadcast, peer=identity)
     lines: asyncio.Queue = asyncio.Queue()
@@ -196,20 +313,24 @@ async def _run(config, interface, host, as_json):
     reader.start()
 
     def error(message):
-        _emit(as_json, "error", err=True, message=message)
+        _emit("error", err=True, message=message)
 
     async def show_events():
         async for ev in node.events():
             if isinstance(ev, NodeWarning):
-                _emit(as_json, "warning", ev.message, err=True, kind=ev.kind, message=ev.message)
+                _emit("warning", ev.message, err=True, kind=ev.kind, message=ev.message)
                 continue
             peer = f"{ev.peer[0]}:{ev.peer[1]}"
             if isinstance(ev, PeerJoined):
-                _emit(as_json, "joined", peer=peer, via=ev.via, peers=len(node.peers))
+                _emit("joined", peer=peer, via=ev.via, peers=len(node.peers))
             elif isinstance(ev, PeerLeft):
-                _emit(as_json, "left", peer=peer, reason=ev.reason, peers=len(node.peers))
+                _emit("left", peer=peer, reason=ev.reason, peers=len(node.peers))
             elif isinstance(ev, Message):
-                _emit(as_json, "message", peer=peer, data=ev.data.decode("utf-8", "backslashreplace"))
+                if as_json:  # json.dumps escapes every control and non-ASCII character
+                    data = ev.data.decode("utf-8", "backslashreplace")
+                else:
+                    data = _show(ev.data)
+                _emit("message", peer=peer, data=data)
 
     async def handle_lines():
         while True:
@@ -217,8 +338,8 @@ async def _run(config, interface, host, as_json):
             reader.slots.release()
             if kind == "eof":
                 if not as_json and os.isatty(0):
-                    click.echo("end of input: the node keeps running until Ctrl-C or SIGTERM",
-                               err=True)
+                    out.line("end of input: the node keeps running until Ctrl-C or SIGTERM",
+                             err=True)
                 return
             if kind == "error":
                 error(text)
@@ -233,7 +354,7 @@ async def _run(config, interface, host, as_json):
                     node.send(peer, body.encode())
                 else:
                     n = node.send_all(text.encode())
-                    _emit(as_json, "sent", peers=n)
+                    _emit("sent", peers=n)
             except (KeyError, ValueError) as exc:
                 error(str(exc).strip("'\""))
 
@@ -252,9 +373,11 @@ async def _run(config, interface, host, as_json):
             raise result
     peers = {f"{a}:{p}": {"missed": s.missed, "pongs": s.pongs}
              for (a, p), s in sorted(node.core.peers.items())}
-    _emit(as_json, "stopped", f"by {why[0] if why else 'request'} with {len(peers)} peers",
+    dropped = out.dropped
+    _emit("stopped", f"by {why[0] if why else 'request'} with {len(peers)} peers" +
+          (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
           signal=why[0] if why else None, peers=peers,
-          stats=dict(sorted(node.core.stats.items())))
+          stats=dict(sorted(node.core.stats.items())), output_dropped=dropped)
 
 
 def _quiet_logging():
