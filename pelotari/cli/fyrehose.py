@@ -4,7 +4,6 @@ import collections
 import itertools
 import json
 import os
-import re
 import signal
 import sys
 import time
@@ -12,7 +11,7 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import AddressType, StatusLine, human_rate
+from pelotari.cli.common import AddressType, StatusLine, escape_text, human_rate
 
 DEFAULT_PORT = 2323  # pelotari.fyrehose.DEFAULT_PORT, repeated so --help imports nothing heavy
 BACKBONE_OPTION = click.option(
@@ -276,9 +275,9 @@ def _pub_source(messages, file, count, binary, limit, skip):
         data = file.read(limit + 1)
         name = "stdin" if file.name == "<stdin>" else f"file {file.name}"
         if len(data) > limit:
-            skip(_escape(name), f"too long (over {limit} bytes; at most {limit})")
+            skip(escape_text(name), f"too long (over {limit} bytes; at most {limit})")
         else:
-            fixed.append((data, _escape(name)))
+            fixed.append((data, escape_text(name)))
     for i, text in enumerate(messages, 1):
         try:
             data = os.fsencode(text) if binary else text.encode("utf-8")
@@ -430,25 +429,10 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
         raise click.ClickException(f"the backbone at {backbone[0]}:{backbone[1]} never answered")
 
 
-_UNSAFE = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                     "\u2066-\u2069]")
-_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape_char(match):
-    c = match.group()
-    return _ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-
-
-def _escape(text):
-    """text on one inert line: backslash, C0/C1 controls, DEL, line and bidi separators escaped."""
-    return _UNSAFE.sub(_escape_char, text)
-
-
 def _show(data):
     """Message bytes as one printable line: escaped UTF-8, else a bytes literal (b'...')."""
     try:
-        return _escape(data.decode("utf-8"))
+        return escape_text(data.decode("utf-8"))
     except UnicodeDecodeError:
         return repr(data)  # escapes every byte outside printable ASCII, and the backslash
 
