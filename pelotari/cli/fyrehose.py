@@ -112,7 +112,8 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     dropped = {k: v for k, v in stats["drops"].items() if v}
     click.echo(f"stopped after {stats['uptime']:.1f}s: {stats['pushes']} pushes, "
                f"{stats['delivers']} delivers, {stats['datagrams_in']} datagrams in, "
-               f"dropped {dropped or 'none'}", err=True)
+               f"dropped {dropped or 'none'}; next sequence {stats['next_sequence']} "
+               "(--first-sequence for a restart that clients see as a gap)", err=True)
 
 
 def _sigterm_as_interrupt():
@@ -416,7 +417,8 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
                 elif isinstance(item, Resync):
                     _notice({"resync": [item.expected, item.received]},
                             f"sequence jumped from {item.expected} to {item.received} "
-                            "(backbone restart?)", as_json)
+                            "(backbone restart? messages it sequenced before this client "
+                            "signed on again are not counted: the wire does not say)", as_json)
                 if count is not None and received >= count:
                     break
         except KeyboardInterrupt:  # Ctrl-C is how a subscription ends: summary, status 0
