@@ -147,6 +147,11 @@ cdef class BackboneLoop:
         if not (self.slots and self.subs and self.index and self.plain and self.host_keys
                 and self.host_counts):
             raise MemoryError()
+        # Touch the indexes now (every sweep rewrites them whole): resident memory is then
+        # what it will stay, instead of growing at the first sweep under load.
+        memset(self.index, 0, cap * sizeof(int))
+        memset(self.host_keys, 0, cap * sizeof(uint64_t))
+        memset(self.host_counts, 0, cap * sizeof(int))
         # GSO: runs of equal-size DELIVERs go to a subscriber in one send. Segments are kept
         # within a standard Ethernet MTU (1500 - 28) by default so any path can carry them.
         self.gso = gso_supported() if gso is None else bool(gso)
