@@ -7,8 +7,8 @@ from setuptools import Extension, setup
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
 MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen"]
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
-PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.cli",
-            "pelotari.fyrehose", "pelotari.layers", "pelotari.prototari"]
+PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.bully",
+            "pelotari.cli", "pelotari.fyrehose", "pelotari.layers", "pelotari.prototari"]
 
 
 def extensions():
