@@ -309,7 +309,7 @@ class NodeCore:
                     self.stats["left"] += 1
                     self._events.append(PeerLeft(address, f"{peer.missed} missed heartbeats"))
                     continue
-            if peer.heartbeat_deadline is None and now - peer.last_seen >= cfg.inactive_peer_time:
+            if peer.heartbeat_deadline is None and now >= peer.last_seen + cfg.inactive_peer_time:
                 self._send(PING, address)
                 peer.heartbeat_deadline = now + cfg.heartbeat_max_wait
         if now >= self._next_broadcast:  # 1a: paused while the list is full
