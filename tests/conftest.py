@@ -104,6 +104,26 @@ def wait_for(predicate, timeout=5.0, interval=0.01):
 PELOTARI = [sys.executable, "-m", "pelotari"]
 
 
+def wait_event(events, seen, predicate, timeout):
+    """The first event satisfying predicate, from those already `seen` and then from the
+    `events` queue (each appended to `seen`); None after timeout."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    for ev in seen:
+        if predicate(ev):
+            return ev
+    while time.monotonic() < deadline:
+        try:
+            ev = events.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        seen.append(ev)
+        if predicate(ev):
+            return ev
+    return None
+
+
 @pytest.fixture
 def lan():
     """A namespaced LAN (tests/lan.py); skipped, with the reason, where it cannot run."""

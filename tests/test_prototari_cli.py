@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from conftest import PELOTARI
+from conftest import PELOTARI, wait_event
 
 pytestmark = pytest.mark.e2e
 
@@ -62,19 +62,7 @@ class Loopback:
             self.events.put(json.loads(line) if self.as_json else line.decode())
 
     def wait(self, predicate, timeout):
-        deadline = time.monotonic() + timeout
-        for ev in self.seen:
-            if predicate(ev):
-                return ev
-        while time.monotonic() < deadline:
-            try:
-                ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            self.seen.append(ev)
-            if predicate(ev):
-                return ev
-        return None
+        return wait_event(self.events, self.seen, predicate, timeout)
 
     def write(self, data: bytes):
         self.proc.stdin.write(data)

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from conftest import wait_event
 
 pytestmark = pytest.mark.e2e
 
@@ -38,19 +39,7 @@ class NodeProcess:
 
     def wait(self, predicate, timeout):
         """Events until one satisfies predicate (returned), or None after timeout."""
-        deadline = time.monotonic() + timeout
-        for ev in self.seen:
-            if predicate(ev):
-                return ev
-        while time.monotonic() < deadline:
-            try:
-                ev = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            self.seen.append(ev)
-            if predicate(ev):
-                return ev
-        return None
+        return wait_event(self.events, self.seen, predicate, timeout)
 
     def peers(self):
         """Peers according to the joined/left events seen so far."""
