@@ -11,6 +11,17 @@ A node is any core with the interface pelotari's cores share:
 Nodes are known by their address, (host, port). A datagram to the simulator's broadcast host
 reaches every other node listening on that port (as `255.255.255.255` or a LAN's `x.y.z.255`
 would). Streams (`reliable=True` links) deliver in order and never lose: TCP's view.
+
+A core may instead speak TCP connections (the bully core's interface):
+
+    accept(remote, now) -> conn | None    connection_made(conn, local, now)
+    data_received(conn, data, now)        connection_lost(conn, now)
+    actions() -> [Connect(conn, address) | Send(conn, data) | Close(conn)]
+
+A connect takes one link delay there and one back; bytes on a connection arrive in order; a
+close reaches the other end after the bytes sent before it. kill() ends a process (its
+connections are reset, connects to it are refused); crash() silences a machine (nothing
+answers; only the cores' timeouts notice), as does a partition.
 """
 import heapq
 import itertools
@@ -41,6 +52,9 @@ class Stats:
     lost: int = 0  # dropped by a link's loss
     cut: int = 0  # dropped by a partition or a crashed node
     unknown: int = 0  # to an address no node has
+    connects: int = 0
+    refused: int = 0
+    segments: int = 0  # writes on connections
 
 
 @dataclass
@@ -51,7 +65,12 @@ class SimNode:
     core: Any
     listens: Set[int] = field(default_factory=set)  # extra ports it hears broadcasts on
     crashed: bool = False
+    killed: bool = False  # the process is gone but the host answers: connects are refused
     events: List[Tuple[float, Any]] = field(default_factory=list)
+
+    @property
+    def streams(self) -> bool:
+        return hasattr(self.core, "actions")
 
 
 class Simulator:
@@ -71,6 +90,10 @@ class Simulator:
         self._groups: Optional[List[Set[str]]] = None
         self._stream_clock: Dict[Tuple[str, str], float] = {}
         self._timers: Dict[Address, float] = {}
+        # Connections: (node, conn) <-> (node, conn), and the last arrival time per direction.
+        self._pairs: Dict[Tuple[Address, int], Tuple[Address, int]] = {}
+        self._closed: Set[Tuple[Address, int]] = set()
+        self._ephemeral = itertools.count(40000)
 
     # ---- building ---------------------------------------------------------------------------
 
@@ -101,10 +124,23 @@ class Simulator:
         """The node stops: it sends, receives and times nothing until restart()."""
         self.nodes[address].crashed = True
 
+    def kill(self, address: Address) -> None:
+        """The node's process dies: like crash(), but its host resets its connections and
+        refuses new ones (what killing a real process does)."""
+        node = self.nodes[address]
+        node.crashed = node.killed = True
+        for (a, conn), (b, other) in list(self._pairs.items()):
+            if a == address:
+                del self._pairs[(a, conn)]
+                self._pairs.pop((b, other), None)
+                self._later(address, b, lambda b=b, o=other: self._lost(b, o))
+
     def restart(self, address: Address, make_core: Callable[[float], Any]) -> None:
         """The node comes back with a new core (its state is gone, as after a real crash)."""
         node = self.nodes[address]
-        node.crashed = False
+        node.crashed = node.killed = False
+        for key in [k for k in self._pairs if k[0] == address]:
+            self._pairs.pop(self._pairs.pop(key), None)
         node.core = make_core(self.now)
         self._pump(node)
 
@@ -146,8 +182,12 @@ class Simulator:
         if node.crashed:
             return
         core = node.core
-        for data, dst in core.datagrams_to_send():
-            self._send(node.address, (dst[0], int(dst[1])), bytes(data))
+        if node.streams:
+            for action in core.actions():
+                self._stream_action(node, action)
+        else:
+            for data, dst in core.datagrams_to_send():
+                self._send(node.address, (dst[0], int(dst[1])), bytes(data))
         while (ev := core.next_event()) is not None:
             node.events.append((self.now, ev))
         when = core.get_timer()
@@ -198,4 +238,98 @@ class Simulator:
             return
         self.stats.delivered += 1
         node.core.receive_datagram(data, src, self.now)
+        self._pump(node)
+
+    # ---- connections ------------------------------------------------------------------------
+
+    def _spec(self, a: str, b: str) -> LinkSpec:
+        return self.links.get((a, b), self.default)
+
+    def _delay(self, a: str, b: str) -> float:
+        spec = self._spec(a, b)
+        return spec.delay + (self.rng.random() * spec.jitter if spec.jitter else 0.0)
+
+    def _later(self, src: Address, dst: Address, fn: Callable[[], None],
+               ordered: Optional[Tuple] = None) -> None:
+        arrive = self.now + self._delay(src[0], dst[0])
+        if ordered is not None:  # bytes on a connection never overtake each other
+            arrive = max(arrive, self._stream_clock.get(ordered, 0.0))
+            self._stream_clock[ordered] = arrive
+        self.call_at(arrive, fn)
+
+    def _alive(self, address: Address) -> Optional[SimNode]:
+        node = self.nodes.get(address)
+        return node if node is not None and not node.crashed else None
+
+    def _stream_action(self, node: SimNode, action: Any) -> None:
+        kind = type(action).__name__
+        key = (node.address, action.conn)
+        if kind == "Connect":
+            self.stats.connects += 1
+            self._later(node.address, action.address,
+                        lambda: self._syn(node.address, action.conn, tuple(action.address)))
+        elif kind == "Send":
+            self.stats.sent += 1
+            self.stats.segments += 1
+            self.stats.bytes_sent += len(action.data)
+            other = self._pairs.get(key)
+            if other is not None:
+                data = bytes(action.data)
+                self._later(node.address, other[0],
+                            lambda: self._segment(node.address, other, data), ordered=key)
+        elif kind == "Close":
+            self._closed.add(key)
+            other = self._pairs.pop(key, None)
+            if other is not None:
+                self._pairs.pop(other, None)
+                self._later(node.address, other[0], lambda: self._lost(*other), ordered=key)
+        else:
+            raise TypeError(f"unknown action {action!r}")
+
+    def _syn(self, src: Address, conn: int, dst: Address) -> None:
+        target = self.nodes.get(dst)
+        if not self._reachable(src[0], dst[0]) or (
+                target is not None and target.crashed and not target.killed):
+            self.stats.cut += 1
+            return  # silence: the connect times out
+        if target is None or target.killed or not target.streams:
+            self.stats.refused += 1
+            self._later(dst, src, lambda: self._lost(src, conn))  # RST: refused
+            return
+        remote = (src[0], next(self._ephemeral))
+        theirs = target.core.accept(remote, self.now)
+        self._pump(target)
+        if theirs is None:
+            self.stats.refused += 1
+            self._later(dst, src, lambda: self._lost(src, conn))
+            return
+        self._pairs[(src, conn)] = (dst, theirs)
+        self._pairs[(dst, theirs)] = (src, conn)
+        self._later(dst, src, lambda: self._established(src, conn, remote, (dst, theirs)))
+
+    def _established(self, src: Address, conn: int, local: Address, other: Tuple) -> None:
+        node = self._alive(src)
+        if node is None or (src, conn) in self._closed or self._pairs.get((src, conn)) != other:
+            if self._pairs.pop(other, None) is not None:  # we gave up: the other end gets EOF
+                self._pairs.pop((src, conn), None)
+                self._later(src, other[0], lambda: self._lost(*other))
+            return
+        node.core.connection_made(conn, local, self.now)
+        self._pump(node)
+
+    def _segment(self, src: Address, dst: Tuple[Address, int], data: bytes) -> None:
+        node = self._alive(dst[0])
+        if node is None or not self._reachable(src[0], dst[0][0]):
+            self.stats.cut += 1
+            return
+        self.stats.delivered += 1
+        node.core.data_received(dst[1], data, self.now)
+        self._pump(node)
+
+    def _lost(self, address: Address, conn: int) -> None:
+        node = self._alive(address)
+        if node is None or (address, conn) in self._closed:
+            return
+        self._closed.add((address, conn))
+        node.core.connection_lost(conn, self.now)
         self._pump(node)

@@ -1,0 +1,1236 @@
+"""Sans-IO bully node (p2p-bully-client.md): connections' bytes, their addresses and `now` in;
+connections to open, bytes to send, connections to close, timers and events out.
+
+The adapter (pelotari.bully.node) or the simulator (pelotari.sim) owns the sockets. Every
+connection is known by a number the core gives it: the adapter calls accept() for an incoming
+connection (None: refuse it), and opens one when the core asks with Connect. Then:
+
+    connection_made(conn, local, now)   an outgoing connection is up (local: our end)
+    data_received(conn, data, now)      bytes arrived
+    connection_lost(conn, now)          EOF, reset, or a connect that failed
+    handle_timer(now) / get_timer()     monotonic seconds
+    actions() -> [Connect | Send | Close]   next_event() -> event or None
+
+Close(conn) means: flush what was sent, then close; the adapter does not report
+connection_lost() for a connection the core closed. Decisions the seed leaves open (IDs, the 26th
+joiner, timers, how the address book and elections work) are in docs/protocols/bully.md.
+"""
+import itertools
+import time
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field, replace
+from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
+
+from pelotari.bully import clock as clk
+from pelotari.bully.wire import (DEFAULT_PORT, MAX_ID, MAX_TEXT, PEER_SLOTS, TAGS, BullyError,
+                                 Framer, Message, Peer, encode)
+
+Address = Tuple[str, int]
+WILDCARD = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Config:
+    """A node's settings; every limit is here (defaults documented in docs/protocols/bully.md)."""
+
+    max_id: int = MAX_ID  # the leader gives IDs 1..max_id
+    max_peers: int = PEER_SLOTS  # neighbours kept (the seed: 4)
+    heartbeat: float = 5.0  # IAmAlive (+ NodeRequest, the liveness probe) to the leader
+    peer_timeout: float = 16.0  # the leader drops a peer silent this long
+    reply_timeout: float = 1.0  # an answer (2, 4, 5, 7, 12) not back by then never comes
+    connect_timeout: float = 1.0
+    election_step: float = 0.02  # an election waits this long per live higher ID it knows of
+    leader_wait: float = 2.0  # after an answer to AreYouAlive, wait this long for IAmLeader
+    search_timeout: float = 2.0  # our own search gives up after this
+    search_memory: float = 30.0  # (SourceID, SearchID) pairs remembered this long
+    max_searches: int = 4096  # pairs remembered at most (oldest forgotten first)
+    forward_burst: int = 64  # searches forwarded: a token bucket
+    forward_rate: float = 32.0
+    max_own_searches: int = 64
+    sync_interval: float = 0.0  # the leader syncs clocks this often (0: only when asked)
+    sync_probes: int = 8  # TellMeYourTime per peer per round; the tightest bounds win
+    sync_timeout: float = 2.0  # a round's probes end by then
+    outlier_bound: float = 1.0  # seconds from the median past which a clock is an outlier
+    align: float = 0.000125  # a new Time is sent when it is this close to a whole millisecond
+    align_for: float = 0.05  # ... tried for this long, then sent rounded
+    step_threshold: float = clk.STEP_THRESHOLD
+    max_slew: float = clk.MAX_SLEW
+    rtt_blind: bool = False  # measure only: the Java clients' averaging (no RTT, no outliers)
+    max_connections: int = 256
+    max_connections_per_host: int = 16
+    idle_timeout: float = 70.0  # a connection closes after this long without a whole message
+    max_ids_per_host: int = 8  # IDs the leader gives one IPv4 address
+    max_book: int = 64  # peers remembered by ID
+    max_text: int = MAX_TEXT
+    check_source: bool = True  # a message naming its sender must come from that host
+
+    def __post_init__(self):
+        for name in ("heartbeat", "peer_timeout", "reply_timeout", "connect_timeout",
+                     "leader_wait", "search_timeout", "search_memory", "sync_timeout",
+                     "idle_timeout", "align_for"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.heartbeat > 60:
+            raise ValueError("heartbeat must be at most 60 s (the seed: at least once a minute)")
+        if self.peer_timeout <= self.heartbeat:
+            raise ValueError("peer_timeout must be longer than heartbeat")
+        if not 1 <= self.max_id <= 0xFFFF:
+            raise ValueError("max_id must be within 1..65535")
+        for name in ("max_peers", "max_searches", "forward_burst", "max_own_searches",
+                     "sync_probes", "max_connections", "max_connections_per_host",
+                     "max_ids_per_host", "max_book"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_peers > PEER_SLOTS:
+            raise ValueError(f"max_peers must be at most {PEER_SLOTS}")
+        if min(self.election_step, self.sync_interval, self.forward_rate, self.align) < 0:
+            raise ValueError("election_step, sync_interval, forward_rate, align must be >= 0")
+
+
+# ---- actions (core -> adapter) --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Connect:
+    """Open a TCP connection to address; it is known as conn from now on."""
+
+    conn: int
+    address: Address
+
+
+@dataclass(frozen=True)
+class Send:
+    """Write data on conn (buffered by the adapter until the connection is up)."""
+
+    conn: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Close:
+    """Flush what was sent on conn, then close it."""
+
+    conn: int
+
+
+# ---- events (core -> application) -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Joined:
+    """The leader gave us an ID (and up to four peers)."""
+
+    id: int
+    leader: Peer
+    peers: Tuple[Peer, ...]
+
+
+@dataclass(frozen=True)
+class JoinFailed:
+    """Joining did not work: the leader is unreachable, silent, or out of IDs."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class PeerJoined:
+    """(Leader) a new peer got an ID."""
+
+    peer: Peer
+
+
+@dataclass(frozen=True)
+class PeerLeft:
+    """(Leader) a peer's heartbeat stopped; its ID is free again."""
+
+    peer: Peer
+    reason: str
+
+
+@dataclass(frozen=True)
+class PeersChanged:
+    """Our neighbour list changed."""
+
+    peers: Tuple[Peer, ...]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A search (ours) was answered by the node with that ID."""
+
+    peer: Peer
+    search_id: int
+
+
+@dataclass(frozen=True)
+class NotFound:
+    """Our search for an ID got no answer in time."""
+
+    destination_id: int
+    search_id: int
+
+
+@dataclass(frozen=True)
+class TextReceived:
+    """A Text message from a peer."""
+
+    peer: Peer
+    text: str
+
+
+@dataclass(frozen=True)
+class TextSent:
+    """A Text we were asked to send went out to the peer with that ID."""
+
+    peer: Peer
+
+
+@dataclass(frozen=True)
+class TextFailed:
+    """A Text could not be sent: nobody answered to that ID."""
+
+    destination_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ElectionStarted:
+    """We started a bully election."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class NewLeader:
+    """A leader was elected (us, if me is true)."""
+
+    leader: Peer
+    me: bool
+
+
+@dataclass(frozen=True)
+class SyncDone:
+    """(Leader) a sync round ended: each clock's offset from ours (seconds), the average
+    everybody was moved to, and the clocks left out of it."""
+
+    offsets: Dict[int, float]
+    average: float
+    outliers: Tuple[int, ...]
+    unanswered: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClockAdjusted:
+    """Our logical clock was corrected by delta seconds (stepped, or slewing at max_slew)."""
+
+    delta: float
+    stepped: bool
+    offset: float  # the logical clock's target offset from the system clock
+
+
+class NotLeader(ValueError):
+    """Only the leader can do that."""
+
+
+class NotJoined(ValueError):
+    """The node has no ID yet."""
+
+
+# ---- state -------------------------------------------------------------------------------
+
+@dataclass
+class _Conn:
+    id: int
+    remote: Address
+    outgoing: bool
+    purpose: str  # in, join, leader, sync, elect, send
+    opened: float
+    framer: Framer
+    up: bool = False
+    local: Optional[Address] = None
+    last_message: float = 0.0
+    peer_id: int = 0  # the peer this outgoing connection is for
+    queued: List[Message] = field(default_factory=list)  # sent once the connection is up
+    close_when_up: bool = False
+
+
+@dataclass
+class _Member:
+    peer: Peer
+    last_seen: float
+    cursor: int = 0  # NodeResponse rotation: the last ID given to this peer
+
+
+@dataclass
+class _Known:
+    peer: Peer
+    heard: float  # when the peer itself last spoke (or when we heard of it)
+    first_hand: bool
+
+
+@dataclass
+class _Election:
+    started: float
+    phase: str  # backoff, asking, waiting
+    deadline: float
+    asked: Set[int] = field(default_factory=set)
+    failed: Set[int] = field(default_factory=set)
+    answered: Set[int] = field(default_factory=set)
+    askers: Set[int] = field(default_factory=set)
+    searches: Set[int] = field(default_factory=set)  # search IDs for higher IDs we do not know
+    manual: bool = False
+
+
+@dataclass
+class _Search:
+    destination: int
+    deadline: float
+    text: Optional[bytes] = None  # a Text to send once found
+    for_election: bool = False
+
+
+@dataclass
+class _SyncPeer:
+    peer: Peer
+    conn: Optional[int] = None
+    probes: List[clk.Probe] = field(default_factory=list)
+    sent_at: Optional[float] = None  # our logical time when the outstanding probe went
+    done: bool = False
+    reconnects: int = 0
+
+
+@dataclass
+class _Sync:
+    deadline: float
+    peers: Dict[int, _SyncPeer]
+
+
+@dataclass
+class _NewTime:
+    peer: Peer
+    add: float  # their new time = our reference clock + add
+    give_up: float
+
+
+class BullyNode:
+    """One bully node: the founding leader (leader=None) or a peer joining through a leader."""
+
+    def __init__(self, host: str, port: int, now: float, *, leader: Optional[Address] = None,
+                 node_id: Optional[int] = None, config: Optional[Config] = None,
+                 system: Callable[[], float] = time.time, clock_offset: float = 0.0):
+        self.config = cfg = config or Config()
+        self.host, self.port = host, port
+        self.clock = clk.LogicalClock(now, system, clock_offset, cfg.max_slew, cfg.step_threshold)
+        self.stats: Counter = Counter()  # drops by reason, and what happened
+        self.sent: Counter = Counter()  # messages sent, by name
+        self._conns: Dict[int, _Conn] = {}
+        self._ids = itertools.count(1)
+        self._actions: List[object] = []
+        self._events: Deque[object] = deque()
+        self.book: "OrderedDict[int, _Known]" = OrderedDict()  # peers by ID, least recent first
+        self.neighbours: Dict[int, Peer] = {}
+        self.members: Dict[int, _Member] = {}  # the leader's table
+        self.leader: Optional[Peer] = None
+        self.leader_address: Optional[Address] = None
+        self.book_complete = False  # a whole NodeResponse rotation seen (pelotari leaders)
+        self._last_rotation_id = 0
+        self._leader_conn: Optional[int] = None
+        self._leader_probe: Optional[float] = None  # a NodeRequest to the leader awaits answer
+        self._next_heartbeat: Optional[float] = None
+        self._join_deadline: Optional[float] = None
+        self._join_conn: Optional[int] = None
+        self._joins_left = 0
+        self._dead_leader: Optional[int] = None
+        self.election: Optional[_Election] = None
+        self._search_ids = itertools.count(1)
+        self._searches: Dict[int, _Search] = {}
+        self._seen: "OrderedDict[Tuple[int, int], float]" = OrderedDict()
+        self._tokens = float(cfg.forward_burst)
+        self._tokens_at = now
+        self.sync: Optional[_Sync] = None
+        self._new_times: List[_NewTime] = []
+        self._new_time_ref = 0.0  # our clock's offset when the round's average was taken
+        self._new_time_due: Optional[float] = None
+        self._next_sync: Optional[float] = None
+        if leader is None:
+            self.id = node_id if node_id is not None else cfg.max_id
+            if not 1 <= self.id <= 0xFFFF:
+                raise ValueError("node_id must be within 1..65535")
+            self._become_leader(now, announce=False)
+        else:
+            self.id = 0
+            self.leader_address = (leader[0], int(leader[1]))
+            self._joins_left = 3
+            self._join(now)
+
+    # ---- who we are ----------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader is not None and self.leader.id == self.id and self.id != 0
+
+    def me(self, conn: Optional[_Conn] = None) -> Peer:
+        """Our Peer as the wire names it: on a wildcard bind, the address the connection uses."""
+        host = self.host
+        if host == WILDCARD and conn is not None and conn.local is not None:
+            host = conn.local[0]
+        return Peer(host, self.port, self.id)
+
+    def peers(self) -> Tuple[Peer, ...]:
+        """Our neighbours (at most max_peers)."""
+        return tuple(self.neighbours[i] for i in sorted(self.neighbours))
+
+    def known(self) -> Dict[int, Peer]:
+        """Every peer we know of, by ID."""
+        return {i: k.peer for i, k in sorted(self.book.items())}
+
+    def time_ms(self, now: float) -> int:
+        """Our logical clock, as the wire's Time."""
+        return self.clock.read_ms(now)
+
+    # ---- connections -------------------------------------------------------------------
+
+    def accept(self, remote: Address, now: float) -> Optional[int]:
+        """An incoming connection from remote: its number, or None to refuse (limits)."""
+        cfg = self.config
+        incoming = [c for c in self._conns.values() if not c.outgoing]
+        if len(incoming) >= cfg.max_connections:
+            self.stats["connections_refused_limit"] += 1
+            return None
+        if sum(1 for c in incoming if c.remote[0] == remote[0]) >= cfg.max_connections_per_host:
+            self.stats["connections_refused_host_limit"] += 1
+            return None
+        conn = _Conn(next(self._ids), (remote[0], int(remote[1])), False, "in", now,
+                     Framer(cfg.max_text), up=True, last_message=now)
+        self._conns[conn.id] = conn
+        self.stats["connections_accepted"] += 1
+        return conn.id
+
+    def connection_made(self, conn_id: int, local: Address, now: float) -> None:
+        """Our outgoing connection is up; local is our end of it."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return
+        conn.up, conn.local, conn.last_message = True, (local[0], int(local[1])), now
+        queued, conn.queued = conn.queued, []
+        for msg in queued:
+            self._write(conn, msg, now)
+        if conn.purpose == "probe" or conn.close_when_up:
+            self._close(conn)  # a probe: the leader's port answers; or a one-message send
+
+    def data_received(self, conn_id: int, data: bytes, now: float) -> None:
+        """Bytes from a connection: framed, checked, dispatched; bad input closes it."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return
+        try:
+            messages = conn.framer.feed(data)
+        except BullyError as e:
+            self.stats[f"dropped_{e.reason}"] += 1
+            self._close(conn)
+            return
+        for msg in messages:
+            conn.last_message = now
+            self.stats[f"received_{msg.name}"] += 1
+            self._dispatch(conn, msg, now)
+            if conn.id not in self._conns:
+                return
+
+    def connection_lost(self, conn_id: int, now: float) -> None:
+        """The other end closed or reset, or our connect failed."""
+        conn = self._conns.pop(conn_id, None)
+        if conn is None:
+            return
+        if conn.framer.pending:
+            self.stats["dropped_truncated"] += 1
+        self._lost(conn, now)
+
+    def _connect(self, address: Address, purpose: str, now: float, peer_id: int = 0) -> _Conn:
+        conn = _Conn(next(self._ids), (address[0], int(address[1])), True, purpose, now,
+                     Framer(self.config.max_text), peer_id=peer_id)
+        self._conns[conn.id] = conn
+        self._actions.append(Connect(conn.id, conn.remote))
+        return conn
+
+    def _write(self, conn: _Conn, msg: Message, now: float) -> None:
+        if not conn.up:
+            conn.queued.append(msg)
+            return
+        if msg.peer is not None and msg.peer.host == WILDCARD:  # bound to any: name our end
+            msg = replace(msg, peer=replace(msg.peer, host=self.me(conn).host))
+        if msg.tag == 11 and self.sync is not None:  # the probe's t0: when it really goes
+            sp = self.sync.peers.get(conn.peer_id)
+            if sp is not None and sp.conn == conn.id:
+                sp.sent_at = self.clock.read(now)
+        self._actions.append(Send(conn.id, encode(msg, self.config.max_text)))
+        self.sent[msg.name] += 1
+
+    def _send_to(self, address: Address, msg: Message, now: float, purpose: str = "send",
+                 peer_id: int = 0) -> _Conn:
+        """One message on a new connection, closed once it is written."""
+        conn = self._connect(address, purpose, now, peer_id)
+        self._write(conn, msg, now)
+        if purpose == "send":
+            self._close(conn, flush=True)
+        return conn
+
+    def _close(self, conn: _Conn, flush: bool = True) -> None:
+        if conn.outgoing and not conn.up:  # not up yet: close once the queue is written
+            conn.close_when_up = True
+            return
+        self._conns.pop(conn.id, None)
+        self._actions.append(Close(conn.id))
+
+    def _msg(self, name: str, **fields) -> Message:
+        return Message(TAGS[name], Peer(self.host, self.port, self.id), **fields)
+
+    # ---- what arrives ------------------------------------------------------------------
+
+    def _dispatch(self, conn: _Conn, msg: Message, now: float) -> None:
+        tag = msg.tag
+        if tag in (3, 5, 8, 9, 10, 11, 12, 13) or (tag == 1 and not conn.outgoing):
+            if self.config.check_source and msg.peer.host != conn.remote[0]:
+                # The message names a sender on another host than the one that sent it.
+                self.stats["dropped_forged_source"] += 1
+                return
+            if tag != 1 and msg.peer.id == self.id and self.id != 0:
+                self.stats["dropped_own_id"] += 1
+                return
+        handler = _HANDLERS[tag]
+        handler(self, conn, msg, now)
+
+    def _on_entry(self, conn: _Conn, msg: Message, now: float) -> None:  # 1 -> 2
+        if not self.is_leader:
+            self.stats["dropped_not_leader"] += 1
+            return
+        address = msg.peer.address
+        member = next((m for m in self.members.values() if m.peer.address == address), None)
+        if member is None:
+            new_id = self._free_id(address[0])
+            if new_id is None:
+                # The 26th joiner: ID 0 (outside 1..25) and no peers means "the network is full".
+                self.stats["entry_refused_full"] += 1
+                self._write(conn, Message(2, id=0), now)
+                return
+            member = _Member(Peer(address[0], address[1], new_id), now)
+            self.members[new_id] = member
+            self._learn(member.peer, now, first_hand=True)
+            self._events.append(PeerJoined(member.peer))
+        member.last_seen = now
+        others = [self.me(conn)] + [m.peer for i, m in sorted(self.members.items())
+                                    if i != member.peer.id]
+        self._write(conn, Message(2, id=member.peer.id, peers=tuple(others[:PEER_SLOTS])), now)
+
+    def _free_id(self, host: str) -> Optional[int]:
+        if sum(1 for m in self.members.values() if m.peer.host == host) >= \
+                self.config.max_ids_per_host:
+            return None
+        taken = set(self.members) | {self.id}
+        # IDs below ours first, so the leader stays the highest (as bully wants).
+        for candidate in list(range(1, self.id)) + list(range(self.id + 1,
+                                                              self.config.max_id + 1)):
+            if candidate not in taken:
+                return candidate
+        return None
+
+    def _on_entry_response(self, conn: _Conn, msg: Message, now: float) -> None:  # 2
+        if self._join_deadline is None or conn.remote[0] != self.leader_address[0]:
+            self.stats["dropped_unexpected"] += 1
+            return
+        self._join_deadline = None
+        if conn.id == self._join_conn:
+            self._close(conn)
+        self._join_conn = None
+        if msg.id == 0 or msg.id > 0xFFFF:
+            self._events.append(JoinFailed("the leader has no free ID (the network is full)"))
+            return
+        self.id = msg.id
+        leader = next((p for p in msg.peers if p.address == self.leader_address), None)
+        self.leader = leader or Peer(self.leader_address[0], self.leader_address[1], 0)
+        for p in msg.peers:
+            if p.id != self.id:
+                self._learn(p, now, first_hand=p is leader)
+                if p is not leader:
+                    self._add_neighbour(p)
+        self._events.append(Joined(self.id, self.leader, self.peers()))
+        self._next_heartbeat = now  # the first heartbeat, and NodeRequest, go now
+        for p in list(self.neighbours.values()):  # introduce ourselves (they add us)
+            self._request_nodes(p, now)
+
+    def _on_node_request(self, conn: _Conn, msg: Message, now: float) -> None:  # 3 -> 4
+        asker = msg.peer
+        self._learn(asker, now, first_hand=True)
+        if asker.id not in self.neighbours and len(self.neighbours) < self.config.max_peers \
+                and asker.id != 0 and not (self.leader and asker.id == self.leader.id):
+            self._add_neighbour(asker)  # it knows us now; we know it
+        if self.is_leader:
+            m = self.members.get(asker.id)
+            if m is not None and m.peer.address != asker.address:
+                m = None
+            if m is not None:
+                m.last_seen = now
+            peers = self._rotation(m, asker.id)
+        else:
+            peers = [p for i, p in sorted(self.neighbours.items()) if i != asker.id]
+        self._write(conn, Message(4, self.me(conn), peers=tuple(peers[:PEER_SLOTS])), now)
+
+    def _rotation(self, member: Optional[_Member], asker: int) -> List[Peer]:
+        """The leader answers a member's NodeRequests with the next four members in ID order
+        (wrapping), so a peer that keeps asking learns everybody (and sees the wrap)."""
+        ids = sorted(i for i in self.members if i != asker)
+        if member is None or not ids:
+            return [self.members[i].peer for i in ids[:PEER_SLOTS]]
+        after = [i for i in ids if i > member.cursor]
+        chosen = (after + [i for i in ids if i <= member.cursor])[:PEER_SLOTS]
+        member.cursor = chosen[-1]
+        return [self.members[i].peer for i in chosen]
+
+    def _on_node_response(self, conn: _Conn, msg: Message, now: float) -> None:  # 4
+        from_leader = self.leader_address is not None and conn.outgoing and \
+            conn.remote == self.leader_address
+        for p in msg.peers:
+            if p.id != self.id and p.id != 0:
+                self._learn(p, now, first_hand=False)
+                if len(self.neighbours) < self.config.max_peers and not (
+                        self.leader is not None and p.address == self.leader.address):
+                    self._add_neighbour(p)
+        if from_leader:
+            self._leader_probe = None
+            ids = [p.id for p in msg.peers]
+            seq = [self._last_rotation_id] + ids
+            if len(ids) < PEER_SLOTS or any(b <= a for a, b in zip(seq, seq[1:])):
+                self.book_complete = True  # the rotation wrapped: we have heard of everybody
+            if ids:
+                self._last_rotation_id = ids[-1]
+            if not self.book_complete and conn.id in self._conns:
+                self._write(conn, self._msg("NodeRequest"), now)  # keep learning, now
+                self._leader_probe = now + self.config.reply_timeout
+        elif conn.outgoing and conn.purpose == "ask":
+            self._close(conn)
+
+    def _on_alive(self, conn: _Conn, msg: Message, now: float) -> None:  # 5
+        sender = msg.peer
+        e = self.election
+        if e is not None and sender.id in e.asked:  # the answer to our AreYouAlive
+            e.answered.add(sender.id)
+            self._learn(sender, now, first_hand=True)
+            if e.phase == "asking":
+                e.phase, e.deadline = "waiting", now + self.config.leader_wait
+            if conn.outgoing:
+                self._close(conn)
+            return
+        if not self.is_leader:
+            self.stats["dropped_not_leader"] += 1
+            return
+        m = self.members.get(sender.id)
+        if m is not None and m.peer.address == sender.address:
+            m.last_seen = now
+        elif m is None and 1 <= sender.id <= 0xFFFF and self._register(sender, now):
+            pass
+        else:
+            self.stats["dropped_id_conflict"] += 1
+            return
+        self._learn(sender, now, first_hand=True)
+
+    def _register(self, peer: Peer, now: float) -> bool:
+        """A heartbeat from a peer we did not give an ID (we took over, or it joined a Java
+        leader): take it in if its ID is free and its host has room."""
+        if any(m.peer.address == peer.address for m in self.members.values()) or \
+                sum(1 for m in self.members.values() if m.peer.host == peer.host) >= \
+                self.config.max_ids_per_host or len(self.members) >= self.config.max_id + 8:
+            return False
+        self.members[peer.id] = _Member(peer, now)
+        self._events.append(PeerJoined(peer))
+        return True
+
+    def _on_search(self, conn: _Conn, msg: Message, now: float) -> None:  # 6
+        key = (msg.source_id, msg.search_id)
+        if key in self._seen:  # case 1: this search was here already
+            self.stats["search_seen"] += 1
+            return
+        self._remember(key, now)
+        searcher = msg.peer
+        if msg.destination_id == self.id and self.id != 0:  # 2.1: answer the searcher
+            known = self.book.get(msg.source_id)
+            if searcher.host == conn.remote[0] or (
+                    known is not None and known.peer.address == searcher.address):
+                self._send_to(searcher.address, self._msg("IAmFound", search_id=msg.search_id),
+                              now)
+            else:
+                # Nobody we know asked, and the address is not the sender's: a stranger could
+                # aim our answer at anyone. Counted, not answered.
+                self.stats["dropped_unverified_searcher"] += 1
+            return
+        if not self._take_token(now):  # 2.2: forward, at a bounded rate
+            self.stats["search_not_forwarded_rate"] += 1
+            return
+        for p in list(self.neighbours.values()):
+            if p.address != searcher.address:  # except the searcher (duplicates stop at 1)
+                self._send_to(p.address, msg, now)
+        self.stats["searches_forwarded"] += 1
+
+    def _remember(self, key: Tuple[int, int], now: float) -> None:
+        self._seen[key] = now + self.config.search_memory
+        while len(self._seen) > self.config.max_searches:
+            self._seen.popitem(last=False)
+            self.stats["search_memory_evicted"] += 1
+
+    def _take_token(self, now: float) -> bool:
+        cfg = self.config
+        self._tokens = min(cfg.forward_burst,
+                           self._tokens + (now - self._tokens_at) * cfg.forward_rate)
+        self._tokens_at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+    def _on_found(self, conn: _Conn, msg: Message, now: float) -> None:  # 7
+        s = self._searches.get(msg.search_id)
+        if s is None or msg.peer.id != s.destination or \
+                (self.config.check_source and msg.peer.host != conn.remote[0]):
+            self.stats["dropped_unexpected"] += 1
+            return
+        del self._searches[msg.search_id]
+        self._learn(msg.peer, now, first_hand=True)
+        if s.for_election:
+            e = self.election
+            if e is not None and e.phase == "asking":
+                self._ask(msg.peer, now)
+            return
+        self._events.append(Found(msg.peer, msg.search_id))
+        if s.text is not None:
+            self._send_text(msg.peer, s.text, now)
+
+    def _on_text(self, conn: _Conn, msg: Message, now: float) -> None:  # 8
+        self._learn(msg.peer, now, first_hand=True)
+        self._events.append(TextReceived(msg.peer, msg.text))
+
+    def _on_are_you_alive(self, conn: _Conn, msg: Message, now: float) -> None:  # 9 -> 5
+        self._learn(msg.peer, now, first_hand=True)
+        self._write(conn, self._msg("IAmAlive"), now)  # tag 5, never an echo of 9
+        if self.election is None:
+            self._start_election(f"asked by ID {msg.peer.id}", now)
+        if self.election is not None:
+            self.election.askers.add(msg.peer.id)
+
+    def _on_leader(self, conn: _Conn, msg: Message, now: float) -> None:  # 10
+        new = msg.peer
+        self._learn(new, now, first_hand=True)
+        if new.id < self.id:
+            # Bully: a lower ID claims the lead while we live; we take it (if nobody higher).
+            self.stats["leader_claim_lower_id"] += 1
+            if self.election is None:
+                self._start_election(f"ID {new.id} claimed the lead", now)
+            return
+        self._follow(new, now)
+
+    def _on_tell_time(self, conn: _Conn, msg: Message, now: float) -> None:  # 11 -> 12
+        if self.leader is None or msg.peer.host != self.leader.host:
+            self.stats["dropped_not_leader"] += 1
+            return
+        self._write(conn, self._msg("HereIsMyTime", time_ms=self.clock.read_ms(now)), now)
+
+    def _on_my_time(self, conn: _Conn, msg: Message, now: float) -> None:  # 12
+        s = self.sync
+        sp = s.peers.get(msg.peer.id) if s is not None else None
+        if sp is None or sp.done or sp.sent_at is None or \
+                sp.peer.host != msg.peer.host:
+            self.stats["dropped_unexpected"] += 1
+            return
+        sp.probes.append(clk.Probe(sp.sent_at, self.clock.read(now), msg.time_ms))
+        sp.sent_at = None
+        if len(sp.probes) >= self.config.sync_probes:
+            sp.done = True
+            c = self._conns.get(sp.conn) if sp.conn is not None else None
+            if c is not None:
+                self._close(c)
+            sp.conn = None
+            if all(p.done for p in s.peers.values()):
+                self._finish_sync(now)
+            return
+        c = self._conns.get(sp.conn) if sp.conn is not None else None
+        if c is None or c.id != conn.id:  # answered on a new connection, or ours closed
+            c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
+            sp.conn = c.id
+        self._write(c, self._msg("TellMeYourTime"), now)
+
+    def _on_new_time(self, conn: _Conn, msg: Message, now: float) -> None:  # 13
+        if self.leader is None or msg.peer.host != self.leader.host or self.is_leader:
+            self.stats["dropped_not_leader"] += 1
+            return
+        delta, stepped = self.clock.set_to(msg.time_ms / 1000, now)
+        self._events.append(ClockAdjusted(delta, stepped, self.clock._target))
+
+    # ---- address book and neighbours ----------------------------------------------------
+
+    def _learn(self, peer: Peer, now: float, first_hand: bool) -> None:
+        """Remember where an ID lives. A first-hand claim never displaces a live entry at
+        another address (the first owner keeps its ID); hearsay never displaces first-hand."""
+        if peer.id == 0 or peer.id == self.id or peer.port == 0:
+            return
+        k = self.book.get(peer.id)
+        if k is not None and k.peer.address != peer.address:
+            live = now - k.heard < self.config.peer_timeout
+            if (k.first_hand and live) or not first_hand:
+                self.stats["id_conflict"] += 1
+                return
+        if k is None and len(self.book) >= self.config.max_book:
+            protect = set(self.neighbours) | ({self.leader.id} if self.leader else set())
+            victim = next((i for i in self.book if i not in protect), None)
+            if victim is None:
+                return
+            del self.book[victim]
+        self.book[peer.id] = _Known(peer, now, first_hand or (k is not None and k.first_hand))
+        self.book.move_to_end(peer.id)
+
+    def _add_neighbour(self, p: Peer) -> None:
+        if p.id in self.neighbours or p.id == self.id or p.id == 0:
+            return
+        if len(self.neighbours) < self.config.max_peers:
+            self.neighbours[p.id] = p
+            self._events.append(PeersChanged(self.peers()))
+
+    def _drop_neighbour(self, peer_id: int, now: float) -> None:
+        if self.neighbours.pop(peer_id, None) is not None:
+            for i, k in reversed(self.book.items()):  # refill from the book
+                if len(self.neighbours) >= self.config.max_peers:
+                    break
+                if i not in self.neighbours and i != peer_id and (
+                        self.leader is None or i != self.leader.id):
+                    self.neighbours[i] = k.peer
+            self._events.append(PeersChanged(self.peers()))
+
+    def _request_nodes(self, p: Peer, now: float) -> None:
+        conn = self._connect(p.address, "ask", now, p.id)
+        self._write(conn, self._msg("NodeRequest"), now)
+
+    # ---- joining and the leader ---------------------------------------------------------
+
+    def _join(self, now: float) -> None:
+        conn = self._connect(self.leader_address, "join", now)
+        self._write(conn, Message(1, Peer(self.host, self.port)), now)
+        self._join_conn = conn.id
+        self._join_deadline = now + self.config.connect_timeout + self.config.reply_timeout
+
+    def _heartbeat(self, now: float) -> None:
+        cfg = self.config
+        self._next_heartbeat = now + cfg.heartbeat
+        conn = self._conns.get(self._leader_conn) if self._leader_conn else None
+        if conn is None:
+            conn = self._connect(self.leader.address, "leader", now, self.leader.id)
+            self._leader_conn = conn.id
+        self._write(conn, self._msg("IAmAlive"), now)
+        self._write(conn, self._msg("NodeRequest"), now)
+        if self._leader_probe is None:
+            self._leader_probe = now + cfg.connect_timeout + cfg.reply_timeout
+
+    def _leader_failed(self, why: str, now: float) -> None:
+        if self.leader is None or self.is_leader:
+            return
+        self.stats["leader_failed"] += 1
+        self._dead_leader = self.leader.id
+        self._leader_probe = None
+        self._next_heartbeat = None
+        c = self._conns.get(self._leader_conn) if self._leader_conn else None
+        if c is not None:
+            self._close(c)
+        self._leader_conn = None
+        if self.election is None:
+            self._start_election(f"the leader {why}", now)
+
+    def _follow(self, new: Peer, now: float) -> None:
+        e = self.election
+        old = self.leader
+        self.election = None
+        for sid in (e.searches if e else ()):
+            self._searches.pop(sid, None)
+        if old is not None and old.address == new.address and old.id == new.id:
+            self.leader = new
+            return
+        if self.is_leader:
+            self.members.clear()
+            self.sync = None
+            self._new_times.clear()
+            self._next_sync = None
+        self.leader, self.leader_address = new, new.address
+        self._dead_leader = None
+        self.neighbours.pop(new.id, None)
+        c = self._conns.get(self._leader_conn) if self._leader_conn else None
+        if c is not None:
+            self._close(c)
+        self._leader_conn, self._leader_probe = None, None
+        self._next_heartbeat = now  # tell the new leader we are here
+        self._last_rotation_id, self.book_complete = 0, self.book_complete
+        self._events.append(NewLeader(new, False))
+
+    def _become_leader(self, now: float, announce: bool) -> None:
+        me = Peer(self.host, self.port, self.id)
+        was_leader = self.is_leader
+        askers = self.election.askers if self.election else set()
+        manual = self.election.manual if self.election else False
+        self.election = None
+        self.leader, self.leader_address = me, (self.host, self.port)
+        self._next_heartbeat, self._leader_probe = None, None
+        c = self._conns.get(self._leader_conn) if self._leader_conn else None
+        if c is not None:
+            self._close(c)
+        self._leader_conn = None
+        if not was_leader:
+            # Take over the leader's duties: everybody we know is a member, until their
+            # heartbeats (which now come to us) stop.
+            self.members = {i: _Member(k.peer, now) for i, k in self.book.items()
+                            if i != self._dead_leader}
+            self._next_sync = now + self.config.sync_interval if self.config.sync_interval \
+                else None
+        if announce:
+            # A new leader tells everybody; a leader re-elected tells those who asked (or, in
+            # an election started by hand, everybody again).
+            everybody = not was_leader or manual
+            targets = [k.peer for i, k in self.book.items() if i != self._dead_leader] \
+                if everybody else [self.book[i].peer for i in askers if i in self.book]
+            for p in targets:
+                self._send_to(p.address, self._msg("IAmLeader"), now)
+        self._dead_leader = None
+        if not was_leader:
+            self._events.append(NewLeader(me, True))
+
+    # ---- election -----------------------------------------------------------------------
+
+    def elect(self, now: float) -> None:
+        """Start a bully election by hand."""
+        if self.id == 0:
+            raise NotJoined("not joined yet")
+        if self.election is None:
+            self._start_election("asked by hand", now)
+            if self.election is not None:
+                self.election.manual = True
+
+    def _start_election(self, reason: str, now: float) -> None:
+        higher = [i for i in self.book if i > self.id and i != self._dead_leader]
+        delay = self.config.election_step * len(higher)  # the highest asks first
+        self.election = _Election(now, "backoff", now + delay)
+        self.stats["elections"] += 1
+        self._events.append(ElectionStarted(reason))
+        if delay == 0:
+            self._ask_higher(now)
+
+    def _ask_higher(self, now: float) -> None:
+        e = self.election
+        e.phase, e.deadline = "asking", now + self.config.connect_timeout + \
+            self.config.reply_timeout
+        for i, k in list(self.book.items()):
+            if i > self.id and i != self._dead_leader:
+                self._ask(k.peer, now)
+        if not self.book_complete:
+            # Higher IDs we do not know may exist: search for them (the seed's way).
+            for i in range(self.id + 1, self.config.max_id + 1):
+                if i not in self.book and i != self._dead_leader and \
+                        len(self._searches) < self.config.max_own_searches:
+                    sid = self._search(i, now, for_election=True)
+                    if sid is not None:
+                        e.searches.add(sid)
+        if not e.asked and not e.searches:
+            self._become_leader(now, announce=True)
+
+    def _ask(self, p: Peer, now: float) -> None:
+        e = self.election
+        if p.id in e.asked:
+            return
+        e.asked.add(p.id)
+        self._send_to(p.address, self._msg("AreYouAlive"), now, "elect", p.id)
+
+    def _election_timer(self, now: float) -> None:
+        e = self.election
+        if e.phase == "backoff":
+            self._ask_higher(now)
+        elif e.phase == "asking":  # nobody higher answered: we lead
+            self._become_leader(now, announce=True)
+        else:  # a higher ID answered but never announced itself: again
+            self.election = None
+            self.stats["election_restarted"] += 1
+            self._start_election("the higher ID that answered never took the lead", now)
+
+    # ---- search and text ----------------------------------------------------------------
+
+    def search(self, destination_id: int, now: float) -> Optional[int]:
+        """Flood a NodeSearch for an ID; its search ID (a Found or NotFound event follows)."""
+        if self.id == 0:
+            raise NotJoined("not joined yet")
+        if not 1 <= destination_id <= 0xFFFF:
+            raise ValueError("an ID is within 1..65535")
+        if destination_id == self.id:
+            raise ValueError(f"{destination_id} is our own ID")
+        return self._search(destination_id, now)
+
+    def _search(self, destination: int, now: float, text: Optional[bytes] = None,
+                for_election: bool = False) -> Optional[int]:
+        if len(self._searches) >= self.config.max_own_searches:
+            self.stats["search_refused_limit"] += 1
+            return None
+        sid = next(self._search_ids) & 0xFFFF or next(self._search_ids) & 0xFFFF
+        self._searches[sid] = _Search(destination, now + self.config.search_timeout, text,
+                                      for_election)
+        self._remember((self.id, sid), now)
+        msg = Message(6, Peer(self.host, self.port), source_id=self.id, search_id=sid,
+                      destination_id=destination)
+        targets = list(self.neighbours.values())
+        if self.leader is not None and not self.is_leader and \
+                self.leader.id not in self.neighbours:
+            targets.append(self.leader)
+        for p in targets:
+            self._send_to(p.address, msg, now, peer_id=p.id)
+        return sid
+
+    def text(self, destination_id: int, data: bytes, now: float) -> None:
+        """Send a Text to the node with that ID (searched for first when not known)."""
+        if self.id == 0:
+            raise NotJoined("not joined yet")
+        if destination_id == self.id:
+            raise ValueError(f"{destination_id} is our own ID")
+        if len(data) > self.config.max_text:
+            raise ValueError(f"a text is at most {self.config.max_text} bytes")
+        k = self.book.get(destination_id)
+        if k is not None:
+            self._send_text(k.peer, data, now)
+        elif self._search(destination_id, now, text=data) is None:
+            self._events.append(TextFailed(destination_id, "too many searches under way"))
+
+    def _send_text(self, p: Peer, data: bytes, now: float) -> None:
+        self._send_to(p.address, self._msg("Text", data=data), now)
+        self._events.append(TextSent(p))
+
+    # ---- time ---------------------------------------------------------------------------
+
+    def start_sync(self, now: float) -> None:
+        """(Leader) poll every member's clock, then tell each its new time."""
+        if not self.is_leader:
+            raise NotLeader("only the leader synchronises clocks")
+        if self.sync is not None:
+            return
+        peers = {i: _SyncPeer(m.peer) for i, m in self.members.items()}
+        self.sync = _Sync(now + self.config.sync_timeout, peers)
+        self.stats["sync_rounds"] += 1
+        for sp in peers.values():
+            c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
+            sp.conn = c.id
+            self._write(c, self._msg("TellMeYourTime"), now)
+        if not peers:
+            self._finish_sync(now)
+
+    def _finish_sync(self, now: float) -> None:
+        s, self.sync = self.sync, None
+        cfg = self.config
+        for sp in s.peers.values():
+            c = self._conns.get(sp.conn) if sp.conn is not None else None
+            if c is not None:
+                self._close(c)
+        est = {}
+        for i, sp in s.peers.items():
+            if not sp.probes:
+                continue
+            if cfg.rtt_blind:  # the Java clients: the answer's time against ours on arrival
+                p = sp.probes[0]
+                est[i] = clk.Estimate(p.remote_ms / 1000 - p.t1, 0.0, 0.0)
+            else:
+                est[i] = clk.estimate_offset(sp.probes)
+        offsets = {self.id: 0.0, **{i: e.offset for i, e in est.items()}}
+        if cfg.rtt_blind:
+            average, kept = sum(offsets.values()) / len(offsets), set(offsets)
+        else:
+            average, kept = clk.fault_tolerant_average(offsets, cfg.outlier_bound)
+        self._new_time_ref = self.clock.offset(now)
+        give_up = now + cfg.align_for
+        # Everybody moves to our reference clock + average; a peer's new time is what that
+        # will read when the message arrives (half the least round trip from now).
+        self._new_times = [
+            _NewTime(s.peers[i].peer, average + (0.0 if cfg.rtt_blind else e.rtt / 2), give_up)
+            for i, e in est.items()]
+        delta_self = average
+        stepped = self.clock.correct(delta_self, now)
+        self._events.append(ClockAdjusted(delta_self, stepped, self.clock._target))
+        self._events.append(SyncDone(
+            {i: round(v, 6) for i, v in offsets.items()}, average,
+            tuple(sorted(set(offsets) - kept)),
+            tuple(sorted(i for i in s.peers if i not in est))))
+        self._send_new_times(now)
+
+    def _reference(self, now: float) -> float:
+        """Our clock as it read when the round's average was taken (before our own correction)."""
+        return self.clock.system() + self._new_time_ref
+
+    def _send_new_times(self, now: float) -> None:
+        """Send each peer its new Time when it falls near a whole millisecond (the wire has no
+        finer unit), or rounded once align_for has passed."""
+        cfg = self.config
+        ref = self._reference(now)
+        waiting = []
+        for nt in self._new_times:
+            value = (ref + nt.add) * 1000
+            err = value - round(value)
+            if cfg.rtt_blind or abs(err) <= cfg.align * 1000 or now >= nt.give_up:
+                self._send_to(nt.peer.address, self._msg("HereIsYourNewTime",
+                                                         time_ms=int(round(value))), now)
+            else:
+                waiting.append(nt)
+        self._new_times = waiting
+        self._new_time_due = self._next_new_time(now)
+
+    def _next_new_time(self, now: float) -> Optional[float]:
+        if not self._new_times:
+            return None
+        ref = self._reference(now)
+        soonest = min(nt.give_up for nt in self._new_times)
+        for nt in self._new_times:
+            value = (ref + nt.add) * 1000
+            soonest = min(soonest, now + (1.0 - (value - value // 1)) / 1000)
+        return max(soonest, now + 1e-6)  # never due now: the clock must move first
+
+    # ---- timers -------------------------------------------------------------------------
+
+    def get_timer(self) -> Optional[float]:
+        """When handle_timer() next has work (monotonic seconds), or None."""
+        cfg = self.config
+        due = [self._next_heartbeat, self._leader_probe, self._join_deadline, self._next_sync]
+        if self.election is not None:
+            due.append(self.election.deadline)
+        if self.sync is not None:
+            due.append(self.sync.deadline)
+        if self._searches:
+            due.append(min(s.deadline for s in self._searches.values()))
+        if self._seen:
+            due.append(next(iter(self._seen.values())))
+        if self.is_leader and self.members:
+            due.append(min(m.last_seen for m in self.members.values()) + cfg.peer_timeout)
+        for c in self._conns.values():
+            due.append(c.opened + cfg.connect_timeout if not c.up and c.outgoing
+                       else c.last_message + cfg.idle_timeout)
+        if self._new_times:
+            due.append(self._new_time_due)
+        due = [d for d in due if d is not None]
+        return min(due) if due else None
+
+    def handle_timer(self, now: float) -> None:
+        """Everything due by now: heartbeats, timeouts, elections, sync, expiry."""
+        cfg = self.config
+        if self._join_deadline is not None and now >= self._join_deadline:
+            self._join_deadline = None
+            c = self._conns.get(self._join_conn) if self._join_conn else None
+            if c is not None:
+                self._close(c)
+            self._joins_left -= 1
+            if self._joins_left > 0:
+                self._join(now)
+            else:
+                self._events.append(JoinFailed(f"no answer from the leader at "
+                                               f"{self.leader_address[0]}:"
+                                               f"{self.leader_address[1]}"))
+        if self._leader_probe is not None and now >= self._leader_probe:
+            self._leader_failed("stopped answering", now)
+        if self._next_heartbeat is not None and now >= self._next_heartbeat and \
+                self.leader is not None and not self.is_leader:
+            self._heartbeat(now)
+        if self.election is not None and now >= self.election.deadline:
+            self._election_timer(now)
+        for sid, s in list(self._searches.items()):
+            if now >= s.deadline:
+                del self._searches[sid]
+                if s.for_election:
+                    if self.election is not None:
+                        self.election.searches.discard(sid)
+                elif s.text is not None:
+                    self._events.append(TextFailed(s.destination, "no node answered the search"))
+                else:
+                    self._events.append(NotFound(s.destination, sid))
+        while self._seen and next(iter(self._seen.values())) <= now:
+            self._seen.popitem(last=False)
+        if self.is_leader:
+            for i, m in list(self.members.items()):
+                if now >= m.last_seen + cfg.peer_timeout:
+                    del self.members[i]
+                    self.book.pop(i, None)
+                    self.neighbours.pop(i, None)
+                    self._events.append(PeerLeft(m.peer, f"no heartbeat for {cfg.peer_timeout:g} s"))
+            if self._next_sync is not None and now >= self._next_sync:
+                self._next_sync = now + cfg.sync_interval
+                if self.sync is None:
+                    self.start_sync(now)
+        if self.sync is not None and now >= self.sync.deadline:
+            self._finish_sync(now)
+        if self._new_times and now >= self._new_time_due:
+            self._send_new_times(now)
+        for c in list(self._conns.values()):
+            if not c.up and c.outgoing and now >= c.opened + cfg.connect_timeout:
+                self.stats["connect_timeouts"] += 1
+                self._conns.pop(c.id)
+                self._actions.append(Close(c.id))
+                self._lost(c, now)
+            elif now >= c.last_message + cfg.idle_timeout:
+                self.stats["connections_idle_closed"] += 1
+                self._close(c)
+                self._conns.pop(c.id, None)
+                self._lost(c, now, idle=True)
+
+    def _lost(self, conn: _Conn, now: float, idle: bool = False) -> None:
+        """A connection ended without our closing it: what that means for its purpose."""
+        if conn.id == self._leader_conn:
+            self._leader_conn = None
+            if not idle and not conn.up and self.leader is not None:
+                self._leader_failed("refused the connection", now)
+            elif not idle and self.leader is not None and not self.is_leader:
+                # The leader closed our heartbeat connection (a killed process does, and so do
+                # leaders that read one message and close): see at once whether its port
+                # still answers. A refused connect means it is gone.
+                self._connect(self.leader.address, "probe", now, self.leader.id)
+            return
+        if conn.purpose == "probe":
+            if not conn.up and self.leader is not None and conn.peer_id == self.leader.id:
+                self._leader_failed("refused the connection", now)
+            return
+        if conn.id == self._join_conn and not conn.up:
+            self._join_conn = None
+            self._join_deadline = now  # failed: the timer retries or gives up
+            return
+        if conn.purpose == "elect" and self.election is not None:
+            e = self.election
+            if conn.peer_id not in e.answered:
+                e.failed.add(conn.peer_id)
+                if e.phase == "asking" and e.asked <= e.failed and not e.searches:
+                    self._become_leader(now, announce=True)
+            return
+        if conn.purpose == "sync" and self.sync is not None:
+            sp = self.sync.peers.get(conn.peer_id)
+            if sp is not None and sp.conn == conn.id and not sp.done:
+                # A peer that answers one message per connection: the next probe on a new one.
+                sp.conn, sp.sent_at = None, None
+                if conn.up and sp.reconnects < self.config.sync_probes:
+                    sp.reconnects += 1
+                    c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
+                    sp.conn = c.id
+                    self._write(c, self._msg("TellMeYourTime"), now)
+                else:
+                    sp.done = True
+                    if all(p.done for p in self.sync.peers.values()):
+                        self._finish_sync(now)
+            return
+        if conn.outgoing and not conn.up and conn.peer_id:
+            # A peer we wrote to is gone: it is no neighbour of ours.
+            self._drop_neighbour(conn.peer_id, now)
+
+    # ---- output -------------------------------------------------------------------------
+
+    def actions(self) -> List[object]:
+        """Connect, Send and Close actions queued since the last call, in order."""
+        out, self._actions = self._actions, []
+        return out
+
+    def next_event(self) -> Optional[object]:
+        """The oldest undelivered event, or None."""
+        return self._events.popleft() if self._events else None
+
+
+_HANDLERS = {
+    1: BullyNode._on_entry, 2: BullyNode._on_entry_response, 3: BullyNode._on_node_request,
+    4: BullyNode._on_node_response, 5: BullyNode._on_alive, 6: BullyNode._on_search,
+    7: BullyNode._on_found, 8: BullyNode._on_text, 9: BullyNode._on_are_you_alive,
+    10: BullyNode._on_leader, 11: BullyNode._on_tell_time, 12: BullyNode._on_my_time,
+    13: BullyNode._on_new_time,
+}
