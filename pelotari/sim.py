@@ -168,6 +168,13 @@ class Simulator:
             fn()
         return predicate()
 
+    def do(self, address: Address, fn: Callable[[Any, float], Any]) -> Any:
+        """Call fn(core, now) from outside (a user's command), then send what it queued."""
+        node = self.nodes[address]
+        result = fn(node.core, self.now)
+        self._pump(node)
+        return result
+
     def events(self, address: Address, kind: Optional[type] = None) -> List[Any]:
         """Events a node produced, optionally of one type."""
         return [e for _, e in self.nodes[address].events if kind is None or isinstance(e, kind)]
@@ -199,9 +206,11 @@ class Simulator:
         if node.crashed or self._timers.get(node.address) != when:
             return  # stale: the timer moved
         del self._timers[node.address]
-        if node.core.get_timer() <= self.now:
+        due = node.core.get_timer()
+        if due is not None and due <= self.now:
             node.core.handle_timer(self.now)
-            if node.core.get_timer() <= self.now:
+            due = node.core.get_timer()
+            if due is not None and due <= self.now:
                 # A core whose timer stays due after handle_timer() would spin a real event loop
                 # (until the clock moves) and this one for ever: that is the core's bug.
                 raise RuntimeError(f"{node.address}: get_timer() is still due after "

@@ -2,8 +2,8 @@
 
 A node never sets the system clock (no root needed). Its logical clock is the system clock plus
 an offset; a correction moves the offset toward its target at no more than `max_slew` seconds
-per second (ntpd's 500 ppm), and jumps only when the correction is larger than `step_threshold`
-(ntpd's 128 ms). Slewing is measured on the monotonic clock, so a system clock stepped by
+per second (chrony's largest slew, 83,333 ppm: a correction just under the threshold takes
+1.5 s), and jumps only when the correction is larger than `step_threshold` (ntpd's 128 ms). Slewing is measured on the monotonic clock, so a system clock stepped by
 someone else moves the logical clock with it and nothing runs backwards by our doing.
 
 The leader's estimate of a peer's offset follows Gusella & Zatti's TEMPO and BSD `timed`:
@@ -13,11 +13,11 @@ average (median-centred, outliers excluded) gives the time everybody is told.
 """
 import time
 from dataclasses import dataclass
-from statistics import median
+from statistics import median_low
 from typing import Callable, Dict, Hashable, Iterable, Optional, Set, Tuple
 
-STEP_THRESHOLD = 0.128  # seconds: corrections larger than this step, smaller ones slew
-MAX_SLEW = 0.0005  # seconds of correction per second (500 ppm)
+STEP_THRESHOLD = 0.128  # seconds: corrections larger than this step, smaller ones slew (ntpd)
+MAX_SLEW = 0.083333  # seconds of correction per second: chrony's maxslewrate, 83,333 ppm
 RESOLUTION = 0.001  # the wire's Time is whole milliseconds
 
 
@@ -52,6 +52,11 @@ class LogicalClock:
     def read_ms(self, now: float) -> int:
         """Logical time as the wire's Time: whole milliseconds, rounded down (as Java's clock)."""
         return int(self.read(now) * 1000 // 1)
+
+    @property
+    def target(self) -> float:
+        """The offset the clock is slewing to (reached at once after a step)."""
+        return self._target
 
     def remaining(self, now: float) -> float:
         """Correction still to slew (0 once reached)."""
@@ -120,10 +125,10 @@ def estimate_offset(probes: Iterable[Probe], resolution: float = RESOLUTION) -> 
 
 
 def fault_tolerant_average(offsets: Dict[Hashable, float], bound: float) -> Tuple[float, Set]:
-    """The mean of the offsets within `bound` of their median, and whose they are (the others
-    are outliers: they are corrected, but do not pull everybody toward them)."""
+    """The mean of the offsets within `bound` of their (low) median, and whose they are (the
+    others are outliers: they are corrected, but do not pull everybody toward them)."""
     if not offsets:
         raise ValueError("no offsets to average")
-    m = median(offsets.values())
+    m = median_low(offsets.values())  # one of the clocks: so at least it is kept
     kept = {k for k, v in offsets.items() if abs(v - m) <= bound}
     return sum(offsets[k] for k in kept) / len(kept), kept

@@ -257,6 +257,7 @@ class _Member:
     peer: Peer
     last_seen: float
     cursor: int = 0  # NodeResponse rotation: the last ID given to this peer
+    told: Set[int] = field(default_factory=set)  # IDs this peer has been given
 
 
 @dataclass
@@ -308,6 +309,7 @@ class _NewTime:
     peer: Peer
     add: float  # their new time = our reference clock + add
     give_up: float
+    conn: Optional[int] = None  # the probes' connection: the new time follows them on it
 
 
 class BullyNode:
@@ -331,7 +333,7 @@ class BullyNode:
         self.leader: Optional[Peer] = None
         self.leader_address: Optional[Address] = None
         self.book_complete = False  # a whole NodeResponse rotation seen (pelotari leaders)
-        self._last_rotation_id = 0
+        self._asks_left = 0  # NodeRequests to the leader that may follow an answer at once
         self._leader_conn: Optional[int] = None
         self._leader_probe: Optional[float] = None  # a NodeRequest to the leader awaits answer
         self._next_heartbeat: Optional[float] = None
@@ -412,7 +414,7 @@ class BullyNode:
         conn.up, conn.local, conn.last_message = True, (local[0], int(local[1])), now
         queued, conn.queued = conn.queued, []
         for msg in queued:
-            self._write(conn, msg, now)
+            self._write(conn, msg(now) if callable(msg) else msg, now)
         if conn.purpose == "probe" or conn.close_when_up:
             self._close(conn)  # a probe: the leader's port answers; or a one-message send
 
@@ -511,6 +513,7 @@ class BullyNode:
                 self._write(conn, Message(2, id=0), now)
                 return
             member = _Member(Peer(address[0], address[1], new_id), now)
+            self._untell(new_id)
             self.members[new_id] = member
             self._learn(member.peer, now, first_hand=True)
             self._events.append(PeerJoined(member.peer))
@@ -518,6 +521,11 @@ class BullyNode:
         others = [self.me(conn)] + [m.peer for i, m in sorted(self.members.items())
                                     if i != member.peer.id]
         self._write(conn, Message(2, id=member.peer.id, peers=tuple(others[:PEER_SLOTS])), now)
+
+    def _untell(self, peer_id: int) -> None:
+        """The ID changed hands (or left): every member is to hear of it again."""
+        for m in self.members.values():
+            m.told.discard(peer_id)
 
     def _free_id(self, host: str) -> Optional[int]:
         if sum(1 for m in self.members.values() if m.peer.host == host) >= \
@@ -540,7 +548,8 @@ class BullyNode:
             self._close(conn)
         self._join_conn = None
         if msg.id == 0 or msg.id > 0xFFFF:
-            self._events.append(JoinFailed("the leader has no free ID (the network is full)"))
+            self._events.append(JoinFailed("the leader gave no ID: the network is full (or this "
+                                           "host holds as many IDs as the leader allows)"))
             return
         self.id = msg.id
         leader = next((p for p in msg.peers if p.address == self.leader_address), None)
@@ -573,19 +582,29 @@ class BullyNode:
         self._write(conn, Message(4, self.me(conn), peers=tuple(peers[:PEER_SLOTS])), now)
 
     def _rotation(self, member: Optional[_Member], asker: int) -> List[Peer]:
-        """The leader answers a member's NodeRequests with the next four members in ID order
-        (wrapping), so a peer that keeps asking learns everybody (and sees the wrap)."""
+        """The leader answers a member's NodeRequest with four members it has not told that
+        member of yet, highest IDs first (they are the ones an election asks), then the next
+        in ID order (wrapping): a peer that keeps asking learns everybody, and new members
+        reach it with its next heartbeat."""
         ids = sorted(i for i in self.members if i != asker)
         if member is None or not ids:
-            return [self.members[i].peer for i in ids[:PEER_SLOTS]]
-        after = [i for i in ids if i > member.cursor]
-        chosen = (after + [i for i in ids if i <= member.cursor])[:PEER_SLOTS]
-        member.cursor = chosen[-1]
+            return [self.members[i].peer for i in ids[-PEER_SLOTS:]]
+        chosen = sorted((i for i in ids if i not in member.told), reverse=True)[:PEER_SLOTS]
+        if len(chosen) < PEER_SLOTS:
+            order = [i for i in ids if i > member.cursor] + [i for i in ids if i <= member.cursor]
+            fill = [i for i in order if i not in chosen][:PEER_SLOTS - len(chosen)]
+            if fill:
+                member.cursor = fill[-1]
+            chosen += fill
+        member.told.update(chosen)
         return [self.members[i].peer for i in chosen]
 
     def _on_node_response(self, conn: _Conn, msg: Message, now: float) -> None:  # 4
         from_leader = self.leader_address is not None and conn.outgoing and \
             conn.remote == self.leader_address
+        news = any(p.id != self.id and p.id != 0 and (
+            p.id not in self.book or self.book[p.id].peer.address != p.address)
+            for p in msg.peers)
         for p in msg.peers:
             if p.id != self.id and p.id != 0:
                 self._learn(p, now, first_hand=False)
@@ -594,13 +613,11 @@ class BullyNode:
                     self._add_neighbour(p)
         if from_leader:
             self._leader_probe = None
-            ids = [p.id for p in msg.peers]
-            seq = [self._last_rotation_id] + ids
-            if len(ids) < PEER_SLOTS or any(b <= a for a, b in zip(seq, seq[1:])):
-                self.book_complete = True  # the rotation wrapped: we have heard of everybody
-            if ids:
-                self._last_rotation_id = ids[-1]
-            if not self.book_complete and conn.id in self._conns:
+            # A pelotari leader names members we have not heard of first: an answer with
+            # nothing new means we know everybody it knows.
+            self.book_complete = not news
+            if news and conn.id in self._conns and self._asks_left > 0:
+                self._asks_left -= 1
                 self._write(conn, self._msg("NodeRequest"), now)  # keep learning, now
                 self._leader_probe = now + self.config.reply_timeout
         elif conn.outgoing and conn.purpose == "ask":
@@ -637,6 +654,7 @@ class BullyNode:
                 sum(1 for m in self.members.values() if m.peer.host == peer.host) >= \
                 self.config.max_ids_per_host or len(self.members) >= self.config.max_id + 8:
             return False
+        self._untell(peer.id)
         self.members[peer.id] = _Member(peer, now)
         self._events.append(PeerJoined(peer))
         return True
@@ -662,8 +680,13 @@ class BullyNode:
         if not self._take_token(now):  # 2.2: forward, at a bounded rate
             self.stats["search_not_forwarded_rate"] += 1
             return
-        for p in list(self.neighbours.values()):
-            if p.address != searcher.address:  # except the searcher (duplicates stop at 1)
+        targets = list(self.neighbours.values())
+        if self.is_leader:
+            # Neighbour lists are at most four and need not link everybody; the leader knows
+            # every member, so a search that reaches it reaches all.
+            targets += [m.peer for i, m in self.members.items() if i not in self.neighbours]
+        for p in targets:
+            if p.address != searcher.address and p.id != msg.source_id:  # not back to the searcher
                 self._send_to(p.address, msg, now)
         self.stats["searches_forwarded"] += 1
 
@@ -721,6 +744,12 @@ class BullyNode:
             if self.election is None:
                 self._start_election(f"ID {new.id} claimed the lead", now)
             return
+        if self.leader is not None and new.id < self.leader.id and self.election is None and \
+                self._dead_leader is None and self._leader_probe is None:
+            # Elections that overlapped: a lower ID announced after a higher one won. The
+            # leader we follow answers; the claim is counted and ignored.
+            self.stats["leader_claim_below_leader"] += 1
+            return
         self._follow(new, now)
 
     def _on_tell_time(self, conn: _Conn, msg: Message, now: float) -> None:  # 11 -> 12
@@ -758,7 +787,7 @@ class BullyNode:
             self.stats["dropped_not_leader"] += 1
             return
         delta, stepped = self.clock.set_to(msg.time_ms / 1000, now)
-        self._events.append(ClockAdjusted(delta, stepped, self.clock._target))
+        self._events.append(ClockAdjusted(delta, stepped, self.clock.target))
 
     # ---- address book and neighbours ----------------------------------------------------
 
@@ -820,6 +849,7 @@ class BullyNode:
             self._leader_conn = conn.id
         self._write(conn, self._msg("IAmAlive"), now)
         self._write(conn, self._msg("NodeRequest"), now)
+        self._asks_left = cfg.max_id // PEER_SLOTS + 2
         if self._leader_probe is None:
             self._leader_probe = now + cfg.connect_timeout + cfg.reply_timeout
 
@@ -859,7 +889,6 @@ class BullyNode:
             self._close(c)
         self._leader_conn, self._leader_probe = None, None
         self._next_heartbeat = now  # tell the new leader we are here
-        self._last_rotation_id, self.book_complete = 0, self.book_complete
         self._events.append(NewLeader(new, False))
 
     def _become_leader(self, now: float, announce: bool) -> None:
@@ -1021,7 +1050,7 @@ class BullyNode:
         cfg = self.config
         for sp in s.peers.values():
             c = self._conns.get(sp.conn) if sp.conn is not None else None
-            if c is not None:
+            if c is not None and not sp.probes:
                 self._close(c)
         est = {}
         for i, sp in s.peers.items():
@@ -1042,11 +1071,12 @@ class BullyNode:
         # Everybody moves to our reference clock + average; a peer's new time is what that
         # will read when the message arrives (half the least round trip from now).
         self._new_times = [
-            _NewTime(s.peers[i].peer, average + (0.0 if cfg.rtt_blind else e.rtt / 2), give_up)
+            _NewTime(s.peers[i].peer, average + (0.0 if cfg.rtt_blind else e.rtt / 2), give_up,
+                     s.peers[i].conn)
             for i, e in est.items()]
         delta_self = average
         stepped = self.clock.correct(delta_self, now)
-        self._events.append(ClockAdjusted(delta_self, stepped, self.clock._target))
+        self._events.append(ClockAdjusted(delta_self, stepped, self.clock.target))
         self._events.append(SyncDone(
             {i: round(v, 6) for i, v in offsets.items()}, average,
             tuple(sorted(set(offsets) - kept)),
@@ -1067,8 +1097,16 @@ class BullyNode:
             value = (ref + nt.add) * 1000
             err = value - round(value)
             if cfg.rtt_blind or abs(err) <= cfg.align * 1000 or now >= nt.give_up:
-                self._send_to(nt.peer.address, self._msg("HereIsYourNewTime",
-                                                         time_ms=int(round(value))), now)
+                c = self._conns.get(nt.conn) if nt.conn is not None else None
+                if c is not None and c.up:  # on the path the round trips were measured on
+                    self._write(c, self._msg("HereIsYourNewTime", time_ms=int(round(value))), now)
+                    self._close(c)
+                else:  # that connection is gone: a new one, the time taken when it is up
+                    c = self._connect(nt.peer.address, "send", now, nt.peer.id)
+                    self._write(c, lambda t, add=nt.add: self._msg(
+                        "HereIsYourNewTime",
+                        time_ms=int(round((self._reference(t) + add) * 1000))), now)
+                    self._close(c)
             else:
                 waiting.append(nt)
         self._new_times = waiting
@@ -1146,6 +1184,7 @@ class BullyNode:
             for i, m in list(self.members.items()):
                 if now >= m.last_seen + cfg.peer_timeout:
                     del self.members[i]
+                    self._untell(i)
                     self.book.pop(i, None)
                     self.neighbours.pop(i, None)
                     self._events.append(PeerLeft(m.peer, f"no heartbeat for {cfg.peer_timeout:g} s"))

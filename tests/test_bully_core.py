@@ -1,0 +1,426 @@
+"""The bully core's rules, driven through pelotari.sim (no sockets, no sleeping) and by hand."""
+import pytest
+
+from pelotari.bully import clock as clk
+from pelotari.bully import core, wire
+from pelotari.bully.core import (BullyNode, ClockAdjusted, Close, Config, Connect, ElectionStarted,
+                                 Found, JoinFailed, Joined, NewLeader, NotFound, PeerJoined,
+                                 PeerLeft, Send, SyncDone, TextFailed, TextReceived)
+from pelotari.bully.wire import Message, Peer, encode
+from pelotari.sim import LinkSpec, Simulator
+
+FAST = Config(heartbeat=1.0, peer_timeout=3.5)
+LEADER = ("10.0.0.100", 3333)
+
+
+def host(k):
+    return (f"10.0.0.{k}", 3333)
+
+
+def network(n, config=FAST, seed=1, spec=None, offsets=None, leader_offset=0.0):
+    """A leader (ID max_id) and n peers joining one after another; returns the simulator."""
+    sim = Simulator(seed=seed, default=spec or LinkSpec(delay=0.0005, jitter=0.0002))
+    sim.add(LEADER, lambda now: BullyNode(*LEADER, now, config=config,
+                                          system=lambda: 1.7e9 + sim.now,
+                                          clock_offset=leader_offset))
+    for k in range(1, n + 1):
+        off = offsets[k - 1] if offsets else 0.0
+        sim.call_at(0.01 * k, lambda a=host(k), off=off: sim.add(
+            a, lambda now: BullyNode(*a, now, leader=LEADER, config=config,
+                                     system=lambda: 1.7e9 + sim.now, clock_offset=off)))
+    sim.run(0.01 * n + 3 * config.heartbeat)
+    return sim
+
+
+def nodes(sim, alive_only=True):
+    return [n.core for n in sim.nodes.values() if not (alive_only and n.crashed)]
+
+
+# ---- joining -----------------------------------------------------------------------------
+
+def test_join_gives_lowest_free_ids_and_the_leader_keeps_the_highest():
+    sim = network(6)
+    ids = sorted(c.id for c in nodes(sim))
+    assert ids == [1, 2, 3, 4, 5, 6, 25]
+    for a in map(host, range(1, 7)):
+        c = sim.nodes[a].core
+        assert c.leader == Peer(*LEADER, 25)
+        assert 1 <= len(c.peers()) <= 4
+        assert sim.events(a, Joined)[0].id == c.id
+        assert c.book_complete and set(c.known()) == set(ids) - {c.id}
+
+
+def test_26th_joiner_is_refused_with_id_0_and_told_why():
+    sim = network(24, config=Config(heartbeat=1.0, peer_timeout=3.5, max_ids_per_host=1))
+    assert sorted(c.id for c in nodes(sim)) == list(range(1, 26))
+    sim.add(host(99), lambda now: BullyNode(*host(99), now, leader=LEADER, config=FAST))
+    sim.run(sim.now + 1)
+    assert sim.nodes[host(99)].core.id == 0
+    assert "full" in sim.events(host(99), JoinFailed)[0].reason
+    assert sim.nodes[LEADER].core.stats["entry_refused_full"] == 1
+
+
+def test_ids_per_host_at_the_limit_and_one_past():
+    cfg = Config(heartbeat=1.0, peer_timeout=3.5, max_ids_per_host=3)
+    sim = Simulator(seed=2)
+    sim.add(LEADER, lambda now: BullyNode(*LEADER, now, config=cfg))
+    for port in (4000, 4001, 4002, 4003):  # four nodes on one host: the fourth is refused
+        sim.add(("10.0.0.7", port), lambda now, p=port: BullyNode("10.0.0.7", p, now,
+                                                                   leader=LEADER, config=cfg))
+    sim.run(1)
+    got = {p: sim.nodes[("10.0.0.7", p)].core.id for p in (4000, 4001, 4002, 4003)}
+    assert sorted(got.values()) == [0, 1, 2, 3]
+    sim.add(host(8), lambda now: BullyNode(*host(8), now, leader=LEADER, config=cfg))
+    sim.run(2)
+    assert sim.nodes[host(8)].core.id == 4  # another host still gets in
+
+
+def test_entry_again_from_the_same_address_gets_the_same_id():
+    leader = BullyNode(*LEADER, 0.0, config=FAST)
+    ids = []
+    for _ in range(2):
+        c = leader.accept(("10.0.0.5", 50000), 0.0)
+        leader.data_received(c, encode(wire.entry("10.0.0.5", 3333)), 0.0)
+        (send,) = [a for a in leader.actions() if isinstance(a, Send)]
+        ids.append(wire.decode(send.data).id)
+    assert ids == [1, 1]
+
+
+def test_leader_drops_a_silent_peer_and_reuses_its_id():
+    sim = network(3)
+    sim.crash(host(2))
+    t = sim.now
+    sim.run(t + FAST.peer_timeout + FAST.heartbeat + 0.1)
+    left = sim.events(LEADER, PeerLeft)
+    assert [e.peer.id for e in left] == [2]
+    sim.add(host(9), lambda now: BullyNode(*host(9), now, leader=LEADER, config=FAST))
+    sim.run(sim.now + 1)
+    assert sim.nodes[host(9)].core.id == 2
+
+
+def test_heartbeat_goes_at_the_configured_interval_and_never_past_a_minute():
+    sim = network(2, config=Config(heartbeat=2.0, peer_timeout=7))
+    c = sim.nodes[host(1)].core
+    before = c.sent["IAmAlive"]
+    sim.run(sim.now + 20)
+    assert c.sent["IAmAlive"] - before == 10
+    with pytest.raises(ValueError):
+        Config(heartbeat=60.5, peer_timeout=120)
+    Config(heartbeat=60, peer_timeout=120)
+
+
+# ---- search and text -----------------------------------------------------------------------
+
+def test_search_floods_once_per_node_and_the_destination_answers_the_searcher():
+    sim = network(10)
+    sid = sim.do(host(1), lambda c, now: c.search(9, now))
+    sim.run(sim.now + 1)
+    (found,) = sim.events(host(1), Found)
+    assert found.peer == Peer(*host(9), 9) and found.search_id == sid
+    forwarded = sum(c.stats["searches_forwarded"] for c in nodes(sim))
+    assert forwarded <= len(nodes(sim))  # each node forwards a search at most once
+    assert sum(c.sent["IAmFound"] for c in nodes(sim)) == 1
+
+
+def test_search_for_an_absent_id_ends_not_found():
+    sim = network(4)
+    sid = sim.do(host(1), lambda c, now: c.search(20, now))
+    sim.run(sim.now + FAST.search_timeout + 0.1)
+    assert sim.events(host(1), NotFound) == [NotFound(20, sid)]
+
+
+def test_text_reaches_the_peer_by_id_even_when_it_must_be_searched_for():
+    sim = network(6)
+    src = sim.nodes[host(1)].core
+    sim.do(host(1), lambda c, now: c.text(5, "kaixo, 5 ✓".encode(), now))
+    del src.book[6]  # not known: found by search first
+    sim.do(host(1), lambda c, now: c.text(6, b"and 6", now))
+    sim.run(sim.now + 1)
+    assert [e.text for e in sim.events(host(5), TextReceived)] == ["kaixo, 5 ✓"]
+    assert [(e.peer.id, e.text) for e in sim.events(host(6), TextReceived)] == [(1, "and 6")]
+    sim.do(host(1), lambda c, now: c.text(21, b"nobody", now))
+    sim.run(sim.now + FAST.search_timeout + 0.5)
+    assert sim.events(host(1), TextFailed)[0].destination_id == 21
+
+
+# ---- election ------------------------------------------------------------------------------
+
+def agreed(sim, leader_id):
+    return all(c.leader is not None and c.leader.id == leader_id for c in nodes(sim))
+
+
+@pytest.mark.parametrize("n", [4, 9, 24])
+def test_killed_leader_highest_survivor_wins_with_far_fewer_messages_than_textbook(n):
+    sim = network(n)
+    before = sum(sum(c.sent.values()) for c in nodes(sim))
+    sim.kill(LEADER)
+    t0 = sim.now
+    assert sim.run_until(lambda: agreed(sim, n), t0 + 2)
+    assert sim.now - t0 < 0.05  # a kill resets the heartbeat connections: seen at once
+    sim.run(sim.now + 0.2)
+    election = sum(c.sent[m] for c in nodes(sim)
+                   for m in ("AreYouAlive", "IAmAlive", "IAmLeader"))
+    assert election - sum(c.sent["IAmAlive"] for c in nodes(sim)) <= n - 1 + n  # ~one IAmLeader each
+    assert sum(sum(c.sent.values()) for c in nodes(sim)) - before < n * (n - 1) / 2 + 3 * n
+    assert sim.nodes[host(n)].core.is_leader
+    assert len(sim.events(host(n), NewLeader)) == 1
+
+
+def test_silent_leader_is_noticed_by_heartbeat_and_replaced():
+    sim = network(8)
+    sim.crash(LEADER)
+    t0 = sim.now
+    assert sim.run_until(lambda: agreed(sim, 8), t0 + 10)
+    # Noticed within a heartbeat plus the reply and connect timeouts, then elected quickly.
+    assert sim.now - t0 < FAST.heartbeat + FAST.connect_timeout + FAST.reply_timeout + 0.5
+
+
+def test_are_you_alive_is_answered_with_tag_5_on_the_same_connection():
+    n = BullyNode("10.0.0.3", 3333, 0.0, leader=LEADER, config=FAST)
+    n.id = 3
+    n.actions()
+    c = n.accept(("10.0.0.1", 50123), 0.0)
+    n.data_received(c, encode(Message(9, Peer("10.0.0.1", 3333, 1))), 0.0)
+    sends = [a for a in n.actions() if isinstance(a, Send) and a.conn == c]
+    assert sends[0].data == bytes.fromhex("05010a0000030d050003")  # IAmAlive, not an echo of 9
+    assert isinstance(n.next_event(), ElectionStarted)
+
+
+def test_manual_election_by_a_low_id_keeps_the_highest_as_leader():
+    sim = network(6)
+    sim.do(host(2), lambda c, now: c.elect(now))
+    sim.run(sim.now + 2)
+    assert agreed(sim, 25)
+    assert sim.events(host(2), ElectionStarted)
+
+
+def test_a_lower_id_claiming_the_lead_is_bullied_by_a_higher_one():
+    sim = network(5)
+    sim.kill(LEADER)
+    sim.run(sim.now + 1)
+    assert agreed(sim, 5)
+    for k in (2, 5):  # node 1 says it leads: 2 and 5 do not follow; 5 keeps the lead
+        sim.do(host(1), lambda c, now, k=k: c._send_to(host(k), c._msg("IAmLeader"), now))
+    sim.run(sim.now + 1)
+    assert agreed(sim, 5)
+    assert sim.nodes[host(5)].core.stats["leader_claim_lower_id"] == 1
+
+
+def test_new_leader_takes_over_ids_heartbeats_and_joins():
+    sim = network(5)
+    sim.kill(LEADER)
+    sim.run(sim.now + 2 * FAST.heartbeat)
+    new = sim.nodes[host(5)].core
+    assert sorted(new.members) == [1, 2, 3, 4]
+    sim.add(host(9), lambda now: BullyNode(*host(9), now, leader=host(5), config=FAST))
+    sim.run(sim.now + 1)
+    assert sim.nodes[host(9)].core.id == 6  # lowest free ID below... none: above the leader's
+    sim.run(sim.now + FAST.peer_timeout + 1)
+    assert sorted(new.members) == [1, 2, 3, 4, 6]  # all heartbeat the new leader
+
+
+# ---- time ----------------------------------------------------------------------------------
+
+def offsets_after_sync(sim):
+    return [c.clock.offset(sim.now) for c in nodes(sim)]
+
+
+def test_sync_brings_clocks_together_and_the_hour_off_clock_is_an_outlier():
+    offs = [0.004, -0.003, 2.5, -1.0, 3600.0, 0.010, -0.007, 0.001]
+    spec = LinkSpec(delay=0.002, jitter=0.0005)
+    sim = network(len(offs), spec=spec, offsets=offs, seed=5)
+    sim.do(LEADER, lambda c, now: c.start_sync(now))
+    sim.run(sim.now + 3)
+    (done,) = sim.events(LEADER, SyncDone)
+    hour = sim.nodes[host(5)].core.id
+    assert hour in done.outliers and not done.unanswered
+    after = offsets_after_sync(sim)
+    # Within the jitter of the last message's trip plus the wire's millisecond.
+    assert max(after) - min(after) < 0.0015
+    # The average is of the clocks that agree (not dragged an hour, nor by the 2.5 s ones).
+    assert abs(sum(after) / len(after)) < 1.0
+
+
+def test_rtt_blind_averaging_is_dragged_by_the_outlier_and_the_delay():
+    offs = [0.0, 0.0, 0.0, 3600.0]
+    spec = LinkSpec(delay=0.02)
+    blind = network(4, config=Config(heartbeat=1, peer_timeout=3.5, rtt_blind=True),
+                    spec=spec, offsets=offs)
+    blind.do(LEADER, lambda c, now: c.start_sync(now))
+    blind.run(blind.now + 3)
+    b = offsets_after_sync(blind)
+    assert min(b) > 600  # everybody moved ~an hour/5 toward the broken clock
+    good = network(4, spec=spec, offsets=offs)
+    good.do(LEADER, lambda c, now: c.start_sync(now))
+    good.run(good.now + 3)
+    g = offsets_after_sync(good)
+    assert max(g) - min(g) < 0.001 and abs(max(g)) < 0.005
+
+
+def test_asymmetric_links_cost_half_the_asymmetry():
+    sim = Simulator(seed=3, default=LinkSpec(delay=0.001))
+    sim.add(LEADER, lambda now: BullyNode(*LEADER, now, config=FAST,
+                                          system=lambda: 1.7e9 + sim.now))
+    sim.add(host(1), lambda now: BullyNode(*host(1), now, leader=LEADER, config=FAST,
+                                           system=lambda: 1.7e9 + sim.now, clock_offset=5.0))
+    sim.link(LEADER[0], host(1)[0], LinkSpec(delay=0.001), both_ways=False)
+    sim.link(host(1)[0], LEADER[0], LinkSpec(delay=0.005), both_ways=False)
+    sim.run(2)
+    sim.do(LEADER, lambda c, now: c.start_sync(now))
+    sim.run(sim.now + 3)
+    a, b = (c.clock.offset(sim.now) for c in nodes(sim))
+    assert abs(abs(a - b) - 0.002) < 0.0011  # (5 ms - 1 ms) / 2, within the ms resolution
+
+
+def test_peers_answer_time_only_to_their_leader_and_take_new_time_only_from_it():
+    sim = network(2)
+    p = sim.nodes[host(1)].core
+    c = p.accept(("10.0.0.2", 50000), sim.now)
+    p.data_received(c, encode(Message(11, Peer("10.0.0.2", 3333, 2))), sim.now)
+    p.data_received(c, encode(Message(13, Peer("10.0.0.2", 3333, 2), time_ms=0)), sim.now)
+    assert p.stats["dropped_not_leader"] == 2
+    assert not [a for a in p.actions() if isinstance(a, Send) and a.conn == c]
+    assert abs(p.clock.offset(sim.now)) < 1e-9
+
+
+def test_logical_clock_slews_at_the_bound_and_steps_past_the_threshold():
+    c = clk.LogicalClock(0.0, system=lambda: 1000.0, max_slew=0.0005)
+    assert c.correct(0.128, 0.0) is False  # at the threshold: slew
+    assert c.offset(10.0) == pytest.approx(0.005)  # 500 ppm
+    assert c.offset(256.0) == pytest.approx(0.128)
+    c2 = clk.LogicalClock(0.0, system=lambda: 1000.0)
+    assert c2.correct(0.1281, 0.0) is True  # one past it: step
+    assert c2.offset(0.0) == pytest.approx(0.1281)
+    c3 = clk.LogicalClock(0.0, system=lambda: 1000.0, max_slew=0.0005)
+    c3.correct(-0.1, 0.0)
+    assert c3.read(20.0) == pytest.approx(1000.0 - 0.01)  # slews back, never jumps
+
+
+def test_probe_bounds_intersect_below_the_millisecond():
+    # The peer runs 2.3456 ms ahead; answers are read mid-way and rounded down to the ms.
+    probes = []
+    for k in range(8):
+        t0 = 10.0 + k * 0.00037
+        t1 = t0 + 0.0001
+        remote = (t0 + 0.00005 + 0.0023456) * 1000 // 1
+        probes.append(clk.Probe(t0, t1, int(remote)))
+    est = clk.estimate_offset(probes)
+    assert abs(est.offset - 0.0023456) <= est.error <= 0.0002
+    single = clk.estimate_offset(probes[:1])
+    assert single.error > 0.0004
+
+
+def test_fault_tolerant_average_drops_the_outliers():
+    avg, kept = clk.fault_tolerant_average({1: 0.0, 2: 0.01, 3: -0.01, 4: 3600.0}, 1.0)
+    assert kept == {1, 2, 3} and avg == pytest.approx(0.0)
+
+
+# ---- bad input and limits --------------------------------------------------------------------
+
+def fresh():
+    n = BullyNode(*LEADER, 0.0, config=Config(heartbeat=1, peer_timeout=3.5, max_connections=4,
+                                              max_connections_per_host=2))
+    n.actions()
+    return n
+
+
+def test_bad_bytes_close_the_connection_and_are_counted():
+    n = fresh()
+    for data, reason in ((b"\xff", "unknown_tag"), (b"\x03\x00", "bad_version"),
+                         (b"\x08\x01" + bytes(8) + b"\xff\xff", None)):
+        c = n.accept(("10.0.0.9", 50000), 0.0)
+        n.data_received(c, data, 0.0)
+        acts = n.actions()
+        if reason:
+            assert Close(c) in acts and n.stats[f"dropped_{reason}"] == 1
+        else:
+            assert Close(c) not in acts  # a long text is still arriving: held, not an error
+            n.connection_lost(c, 0.0)
+            assert n.stats["dropped_truncated"] == 1
+
+
+def test_split_and_coalesced_reads_are_framed():
+    n = fresh()
+    c = n.accept(("10.0.0.1", 50000), 0.0)
+    req = encode(Message(3, Peer("10.0.0.1", 3333, 1)))
+    for b in req + req[:3]:
+        n.data_received(c, bytes([b]), 0.0)
+    n.data_received(c, req[3:] + req, 0.0)
+    answers = [a for a in n.actions() if isinstance(a, Send) and a.conn == c]
+    assert [wire.decode(a.data).tag for a in answers] == [4, 4, 4]
+
+
+def test_connection_limits_at_and_past():
+    n = fresh()
+    assert n.accept(("10.0.0.1", 1), 0.0) and n.accept(("10.0.0.1", 2), 0.0)
+    assert n.accept(("10.0.0.1", 3), 0.0) is None  # per host: 2
+    assert n.accept(("10.0.0.2", 1), 0.0) and n.accept(("10.0.0.3", 1), 0.0)
+    assert n.accept(("10.0.0.4", 1), 0.0) is None  # in all: 4
+    assert n.stats["connections_refused_limit"] == 1
+    assert n.stats["connections_refused_host_limit"] == 1
+
+
+def test_idle_connections_close_and_free_their_slot():
+    n = fresh()
+    cs = [n.accept(("10.0.0.1", p), 0.0) for p in (1, 2)]
+    assert n.get_timer() <= n.config.idle_timeout
+    n.handle_timer(n.config.idle_timeout)
+    assert {Close(c) for c in cs} <= set(n.actions())
+    assert n.accept(("10.0.0.1", 3), n.config.idle_timeout) is not None
+
+
+def test_a_message_naming_another_host_is_dropped():
+    n = fresh()
+    c = n.accept(("10.0.0.66", 1), 0.0)
+    n.data_received(c, encode(Message(5, Peer("10.0.0.1", 3333, 1))), 0.0)
+    n.data_received(c, encode(Message(10, Peer("10.0.0.1", 3333, 99))), 0.0)
+    assert n.stats["dropped_forged_source"] == 2
+    assert n.is_leader and not n.members
+
+
+def test_found_is_not_aimed_at_an_address_nobody_vouches_for():
+    n = BullyNode("10.0.0.3", 3333, 0.0, leader=LEADER, config=FAST)
+    n.id = 3
+    n.actions()
+    c = n.accept(("10.0.0.66", 1), 0.0)
+    victim = Message(6, Peer("192.0.2.1", 80), source_id=7, search_id=1, destination_id=3)
+    n.data_received(c, encode(victim), 0.0)
+    assert not [a for a in n.actions() if isinstance(a, Connect)]
+    assert n.stats["dropped_unverified_searcher"] == 1
+
+
+def test_search_forwarding_is_rate_bounded_and_its_memory_is_bounded():
+    cfg = Config(heartbeat=1, peer_timeout=3.5, forward_burst=5, forward_rate=1.0,
+                 max_searches=100)
+    n = BullyNode("10.0.0.3", 3333, 0.0, leader=LEADER, config=cfg)
+    n.id = 3
+    n.neighbours = {1: Peer("10.0.0.1", 3333, 1)}
+    n.actions()
+    c = n.accept(("10.0.0.66", 1), 0.0)
+    for sid in range(101):  # one past the memory's size
+        n.data_received(c, encode(Message(6, Peer("10.0.0.66", 3333), source_id=9,
+                                          search_id=sid, destination_id=20)), 0.0)
+    assert sum(isinstance(a, Connect) for a in n.actions()) == 5
+    assert n.stats["search_not_forwarded_rate"] == 96
+    assert len(n._seen) == 100 and n.stats["search_memory_evicted"] == 1
+
+
+def test_the_book_is_bounded_and_a_live_id_is_not_stolen():
+    cfg = Config(heartbeat=1, peer_timeout=3.5, max_book=3)
+    n = BullyNode("10.0.0.3", 3333, 0.0, leader=LEADER, config=cfg)
+    n.id = 3
+    for k in (1, 2, 4, 5):
+        n._learn(Peer(f"10.0.0.{k}", 3333, k), 0.0, first_hand=True)
+    assert len(n.book) == 3
+    n._learn(Peer("10.0.0.66", 3333, 5), 1.0, first_hand=True)
+    assert n.book[5].peer.host == "10.0.0.5" and n.stats["id_conflict"] == 1
+
+
+def test_sim_refuses_and_resets_like_tcp():
+    sim = network(2)
+    p = sim.nodes[host(1)].core
+    sim.kill(host(2))
+    sim.do(host(1), lambda c, now: c._send_to(host(2), c._msg("Text", data=b"x"), now, peer_id=2))
+    sim.run(sim.now + 0.1)
+    assert sim.stats.refused >= 1
+    assert 2 not in p.neighbours  # a peer that refuses is no neighbour
