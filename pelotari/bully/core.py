@@ -730,6 +730,7 @@ class BullyNode:
     def _on_are_you_alive(self, conn: _Conn, msg: Message, now: float) -> None:  # 9 -> 5
         self._learn(msg.peer, now, first_hand=True)
         self._write(conn, self._msg("IAmAlive"), now)  # tag 5, never an echo of 9
+        self.stats["answered_are_you_alive"] += 1
         if self.election is None:
             self._start_election(f"asked by ID {msg.peer.id}", now)
         if self.election is not None:
@@ -851,7 +852,7 @@ class BullyNode:
         self._write(conn, self._msg("NodeRequest"), now)
         self._asks_left = cfg.max_id // PEER_SLOTS + 2
         if self._leader_probe is None:
-            self._leader_probe = now + cfg.connect_timeout + cfg.reply_timeout
+            self._leader_probe = now + cfg.reply_timeout + (0 if conn.up else cfg.connect_timeout)
 
     def _leader_failed(self, why: str, now: float) -> None:
         if self.leader is None or self.is_leader:
