@@ -265,10 +265,23 @@ def real_sync(n: int = 25, port: int = 33340, seed: int = 0, spread_s: float = 1
             p.stop()
 
 
+class _Records(list):
+    """A list that stamps each record with the run's environment."""
+
+    def __init__(self, env: dict):
+        super().__init__()
+        self.env = env
+
+    def append(self, rec: dict) -> None:
+        super().append({**rec, "env": self.env})
+
+
 def run(sizes=(5, 10, 25), sync_nodes: int = 25, real: bool = True, seeds: int = 5,
         progress: Callable[[str], None] = lambda s: None) -> List[dict]:
-    """Every bully measurement, as records."""
-    out = []
+    """Every bully measurement, as records (each with the environment, as `pelotari bench`'s)."""
+    from pelotari.bench.results import environment
+    env = environment()
+    out = _Records(env)
     for n in sizes:
         for how in ("kill", "crash"):
             for seed in range(seeds):
@@ -284,4 +297,4 @@ def run(sizes=(5, 10, 25), sync_nodes: int = 25, real: bool = True, seeds: int =
             progress(f"election, {n} processes: {out[-1]['elected_s'] * 1000:.0f} ms")
         out.append(real_sync(sync_nodes))
         progress(f"sync, {sync_nodes} processes: spread {out[-1]['spread_ms']:.3f} ms")
-    return out
+    return list(out)
