@@ -424,3 +424,40 @@ def test_sim_refuses_and_resets_like_tcp():
     sim.run(sim.now + 0.1)
     assert sim.stats.refused >= 1
     assert 2 not in p.neighbours  # a peer that refuses is no neighbour
+
+
+def test_sync_with_a_peer_that_answers_each_probe_on_a_new_connection():
+    # The Java clients that read one message and close: each HereIsMyTime comes on a new
+    # connection; the leader still gets its probes and tells the peer its new time.
+    wall = [1000.0]
+    leader = BullyNode("10.0.0.100", 3333, 0.0, config=Config(heartbeat=1, peer_timeout=3.5,
+                                                              sync_interval=0),
+                       system=lambda: wall[0])
+    c = leader.accept(("10.0.0.5", 50000), 0.0)
+    leader.data_received(c, encode(wire.entry("10.0.0.5", 3333)), 0.0)
+    leader.actions()
+    leader.start_sync(0.0)
+    now, probes = 0.0, 0
+    while True:
+        connects = [a for a in leader.actions() if isinstance(a, Connect)]
+        if not connects:
+            break
+        (conn,) = [a.conn for a in connects]
+        leader.connection_made(conn, ("10.0.0.100", 40000 + probes), now)
+        sent = [wire.decode(a.data) for a in leader.actions() if isinstance(a, Send)]
+        if sent[0].tag == 13:
+            break
+        assert sent[0].tag == 11
+        leader.connection_lost(conn, now)  # read one message, closed
+        now += 0.001
+        wall[0] = 1000.0 + now
+        back = leader.accept(("10.0.0.5", 50001 + probes), now)
+        leader.data_received(back, encode(Message(12, Peer("10.0.0.5", 3333, 1),
+                                                  time_ms=int((wall[0] + 5.25) * 1000))), now)
+        probes += 1
+    assert probes == leader.config.sync_probes
+    events = []
+    while (e := leader.next_event()) is not None:
+        events.append(e)
+    (done,) = [e for e in events if isinstance(e, SyncDone)]
+    assert abs(done.offsets[1] - 5.25) < 0.002

@@ -47,7 +47,7 @@ class Config:
     forward_burst: int = 64  # searches forwarded: a token bucket
     forward_rate: float = 32.0
     max_own_searches: int = 64
-    sync_interval: float = 0.0  # the leader syncs clocks this often (0: only when asked)
+    sync_interval: float = 60.0  # the leader syncs clocks this often (0: only when asked)
     sync_probes: int = 8  # TellMeYourTime per peer per round; the tightest bounds win
     sync_timeout: float = 2.0  # a round's probes end by then
     outlier_bound: float = 1.0  # seconds from the median past which a clock is an outlier
@@ -778,7 +778,13 @@ class BullyNode:
                 self._finish_sync(now)
             return
         c = self._conns.get(sp.conn) if sp.conn is not None else None
-        if c is None or c.id != conn.id:  # answered on a new connection, or ours closed
+        if c is None:  # ours was closed (the answer came on a new connection): a new one
+            sp.reconnects += 1
+            if sp.reconnects > self.config.sync_probes:
+                sp.done = True
+                if all(p.done for p in s.peers.values()):
+                    self._finish_sync(now)
+                return
             c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
             sp.conn = c.id
         self._write(c, self._msg("TellMeYourTime"), now)
@@ -1239,8 +1245,12 @@ class BullyNode:
         if conn.purpose == "sync" and self.sync is not None:
             sp = self.sync.peers.get(conn.peer_id)
             if sp is not None and sp.conn == conn.id and not sp.done:
-                # A peer that answers one message per connection: the next probe on a new one.
-                sp.conn, sp.sent_at = None, None
+                # A peer that reads one message per connection and closes: its answer may come
+                # on a new connection (the round's timeout bounds the wait); once answered,
+                # the next probe goes on a new connection.
+                sp.conn = None
+                if sp.sent_at is not None and conn.up:
+                    return
                 if conn.up and sp.reconnects < self.config.sync_probes:
                     sp.reconnects += 1
                     c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
