@@ -1,12 +1,23 @@
 """`pelotari craft` and `pelotari inspect`: the scapy tools (scapy is imported only when they run)."""
 import os
 import socket
+import struct
 import sys
 
 import click
 
 from pelotari.cli import main
 from pelotari.cli.common import AddressType
+
+
+class _Target(AddressType):
+    """HOST:PORT for --send; HOST alone leaves the port to the packet's protocol (None here)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and ":" not in value:
+            return (super().convert(value + ":0", param, ctx)[0], None)
+        return super().convert(value, param, ctx)
+
 
 def _bytes(text: str, what: str) -> bytes:
     """'hex:0a0b', or text taken as UTF-8."""
@@ -20,12 +31,20 @@ def _bytes(text: str, what: str) -> bytes:
 
 def _field_value(cls, name: str, text: str):
     """A command-line value converted for field `name` of packet class cls."""
-    from scapy.fields import FlagsField, IPField, StrField
+    from scapy.fields import EnumField, FlagsField, IPField, StrField
 
     field = next((f for f in cls.fields_desc if f.name == name), None)
     if field is None:
         names = ", ".join(f.name for f in cls.fields_desc)
         raise click.BadParameter(f"{cls.__name__} has no field {name!r} (fields: {names})")
+    if hasattr(field, "from_cli"):  # a layer's own syntax (bully: peers, time_ms=now)
+        try:
+            value = field.from_cli(text)
+        except ValueError as exc:
+            raise click.BadParameter(f"{name}: {exc}") from None
+        if isinstance(value, int):
+            _check_range(field, name, value)
+        return value
     if isinstance(field, StrField):
         return _bytes(text, name)
     if isinstance(field, IPField):
@@ -41,10 +60,32 @@ def _field_value(cls, name: str, text: str):
             if part.upper() not in known and not part.isdigit():
                 raise click.BadParameter(f"{name}: unknown flag {part!r} ({', '.join(known[:2])}, ...)")
         return int(text) if text.isdigit() else "+".join(p.upper() for p in parts)
+    if isinstance(field, EnumField) and text in getattr(field, "s2i", {}):
+        return field.s2i[text]  # a type or tag by its name
     try:
-        return int(text, 0)
+        value = int(text, 0)
     except ValueError:
         raise click.BadParameter(f"{name}: {text!r} is not a number") from None
+    _check_range(field, name, value)
+    return value
+
+
+def _check_range(field, name, value):
+    """A number too big or negative for its field is the user's error, said in one line."""
+    from scapy.fields import BitField
+
+    if isinstance(field, BitField):
+        low, high = 0, (1 << field.size) - 1
+    else:
+        try:
+            size = struct.calcsize(field.fmt)
+        except (AttributeError, struct.error):
+            return
+        signed = field.fmt[-1:].islower()
+        low = -(1 << (8 * size - 1)) if signed else 0
+        high = (1 << (8 * size - 1)) - 1 if signed else (1 << (8 * size)) - 1
+    if not low <= value <= high:
+        raise click.BadParameter(f"{name}: {value} outside {low}..{high}")
 
 
 FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_seq", "flags", "token")
@@ -54,22 +95,26 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
 @click.argument("kind", metavar="TYPE")
 @click.option("--sequence", help="SEQUENCE (DELIVER).")
 @click.option("--data", help="DATA (DELIVER, PUSH): text, or hex:... for bytes.")
-@click.option("--length", help="Force LENGTH (default: computed from DATA; set it to craft a lie).")
+@click.option("--length", help="Force LENGTH (default: computed from DATA, or a bully Text's msg; "
+                                "set it to craft a lie).")
 @click.option("--addr", help="ADDR (REQUEST, FORWARD, KEEPALIVE).")
-@click.option("--port", "port", help="PORT field (REQUEST, FORWARD, KEEPALIVE; 0: the sender's).")
+@click.option("--port", "port", help="PORT field (REQUEST, FORWARD, KEEPALIVE; 0: the sender's; "
+                                     "bully: the port of the message's ip).")
 @click.option("--from-seq", "from_seq", help="FROM_SEQ (REQUEST, FORWARD).")
 @click.option("--to-seq", "to_seq", help="TO_SEQ (REQUEST, FORWARD).")
 @click.option("--flags", help="FLAGS (KEEPALIVE): NOSUBSCRIBE, NOJOURNAL (joined with + or ,) or a number.")
 @click.option("--token", help="TOKEN (KEEPALIVE, KEEPALIVE-ACK): 16 bytes of text or hex:<32 digits>.")
 @click.option("-F", "--field", "fields", multiple=True, metavar="NAME=VALUE",
               help="Set any field of TYPE by its name (repeatable); for every protocol's layers.")
-@click.option("--send", "target", type=AddressType(2323), default=None,
+@click.option("--send", "target", type=_Target(2323), default=None,
               help="Send the packet to HOST:PORT (a fyrehose backbone: 2323; prototari: 21451 "
-                   "for discovery, 21450 for the rest).")
+                   "for discovery, 21450 for the rest; bully: a TCP connection to 3333).")
 @click.option("--src", type=AddressType(0), default=None,
-              help="Send from this address (a raw socket: needs root).")
+              help="Send from this address (UDP: a raw socket, needs root; bully: the local "
+                   "address the TCP connection is bound to).")
 @click.option("--wait", type=click.FloatRange(0, 60), default=0.0,
-              help="After sending, wait this many seconds for answers and dissect them.")
+              help="After sending, wait this many seconds for answers and dissect them (bully: "
+                   "up to this long for the answer on the same connection).")
 @click.option("--pack", type=click.IntRange(1, 7278), default=1, show_default=True,
               help="fyrehose packing extension: N copies of the DELIVER or PUSH frame back to "
                    "back in one datagram (a DELIVER's SEQUENCE counts up).")
@@ -84,7 +129,7 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
     """Build any pelotari packet, show it, and optionally send it and dissect the answer.
 
     TYPE is a packet type of any of pelotari's scapy layers (see --list), e.g. keepalive,
-    push, request. Unset fields keep the protocol's defaults; lengths are computed.
+    push, request, NodeRequest. Unset fields keep the protocol's defaults; lengths are computed.
 
     \b
       pelotari craft keepalive --send 127.0.0.1:2323 --wait 1     sign on; prints the ACK
@@ -92,6 +137,9 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
       pelotari craft request --from-seq 5 --to-seq 9 --hexdump    just show the bytes
       pelotari craft push --data abc --length 99 --send ...       a LENGTH that lies
       pelotari craft push --data abc --pack 3 --send ...          three PUSHes, one datagram
+      pelotari craft NodeRequest -F ip=127.0.0.1 -F port=3334 -F id=2 \\
+          --send 127.0.0.1:3333 --wait 2                          bully over TCP; prints the answer
+      pelotari craft NodeResponse -F peers=2@127.0.0.2:3334,3@127.0.0.3:3335 --hexdump
     """
     from scapy.all import hexdump as scapy_hexdump, raw
 
@@ -120,6 +168,8 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
     if "token" in converted and len(converted["token"]) != 16:
         raise click.BadParameter(f"TOKEN must be 16 bytes, got {len(converted['token'])}",
                                  param_hint="--token")
+    module = sys.modules[cls.__module__]
+    tcp = getattr(module, "TRANSPORT", "udp") == "tcp"
     pkt = cls(**converted)
     if pack > 1:
         from pelotari.layers.fyrehose import FyrehoseDeliver, FyrehosePush
@@ -133,16 +183,24 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
             if issubclass(cls, FyrehoseDeliver):
                 more.sequence = (first.sequence + k) % (1 << 48)
             pkt = pkt / more
-    wire = raw(pkt)
-    if len(wire) > 65507:
+    try:
+        wire = raw(pkt)
+    except ValueError as exc:  # a value the field cannot hold (scapy says why on its first line)
+        raise click.BadParameter(f"cannot build {kind}: {str(exc).splitlines()[0]}") from None
+    if not tcp and len(wire) > 65507:
         raise click.BadParameter(f"{len(wire)} bytes do not fit in one UDP datagram (65,507)",
                                  param_hint="--pack")
     if not quiet:
         if hexdump:
             scapy_hexdump(wire)
         else:
-            cls(wire).show() if pack == 1 else sys.modules[cls.__module__].dissect(wire).show()
+            cls(wire).show() if pack == 1 else module.dissect(wire).show()
     if target is None:
+        return
+    if target[1] is None:
+        target = (target[0], getattr(module, "DEFAULT_PORT", 2323))
+    if tcp:
+        _tcp_exchange(target, wire, wait, module, src)
         return
     first = []
     if pack > 1 and sign_on and src is None and wire[:1] == b"\x02":
@@ -157,7 +215,65 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
                    err=True)
     click.echo(f"sent {len(wire)} bytes to {target[0]}:{target[1]}", err=True)
     if wait and sock is not None:
-        _answers(sock, wait, sys.modules[cls.__module__].dissect)
+        _answers(sock, wait, module.dissect)
+
+
+def _tcp_exchange(target, wire, wait, module, src=None):
+    """Connect to target, send wire, print what comes back on the same connection within `wait`
+    seconds (dissected, one message at a time), close. Returns the messages' bytes."""
+    import time
+
+    where = f"{target[0]}:{target[1]}"
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(wait, 5.0))
+        try:
+            if src is not None:
+                sock.bind(src)
+            sock.connect(target)
+            sock.sendall(wire)
+        except OSError as exc:
+            raise click.ClickException(f"cannot send to {where} over TCP: "
+                                       f"{exc.strerror or exc}") from None
+        local = sock.getsockname()
+        click.echo(f"sent {len(wire)} bytes to {where} over TCP (from {local[0]}:{local[1]})",
+                   err=True)
+        if not wait:
+            return []
+        deadline = time.monotonic() + wait
+        buf, got, closed = b"", [], False
+        while True:
+            frames = module.split_frames(buf) or ([buf] if buf else [])
+            last = module.problem(frames[-1]) if frames else None
+            # Done when the bytes read so far are whole messages, or never can be (a bad tag or
+            # version: the stream cannot be resynchronised), or the peer closed.
+            if (frames and last is None) or closed or (
+                    last is not None and last.reason != "truncated"):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock.settimeout(left)
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                break
+            except OSError as exc:
+                click.echo(f"connection to {where} failed: {exc.strerror or exc}", err=True)
+                break
+            closed = not data
+            buf += data
+        for frame in frames:
+            answer = module.dissect(frame)
+            click.echo(f"answer from {where}: {answer.summary()}")
+            answer.show()
+            got.append(frame)
+        if not frames:
+            click.echo(f"{where} closed the connection without an answer" if closed
+                       else f"no answer within {wait:g}s", err=True)
+        return got
+    finally:
+        sock.close()
 
 
 def _sender(src, target, wire, root=None, before=()):
@@ -211,42 +327,61 @@ def _answers(sock, wait, dissect):
         click.echo(f"no answer within {wait:g}s", err=True)
 
 
-def _rows(pkt, ports):
-    """A captured packet as rows. Every protocol bound to one of its ports tries to read it;
-    the first that recognises it wins, else the first one's "malformed" reading is shown. A
-    fyrehose datagram of several frames (packed, or a GSO send captured before segmentation)
-    becomes one row per frame."""
-    from scapy.layers.inet import IP, UDP
+def _payload(layer) -> bytes:
+    """The bytes a UDP or TCP layer carries, without the link layer's padding (an Ethernet
+    frame is at least 60 bytes: a short TCP segment comes with zeros after it)."""
+    from scapy.packet import Padding
 
-    if not pkt.haslayer(UDP) or not pkt.haslayer(IP):
+    data = bytes(layer.payload)
+    pad = layer.payload.getlayer(Padding) if data else None
+    return data[:len(data) - len(pad.load)] if pad is not None else data
+
+
+BAD = ("MALFORMED", "UNKNOWN")
+
+
+def _rows(pkt, ports):
+    """A captured packet as rows. Every protocol bound to one of its ports (UDP, or TCP for a
+    layer whose TRANSPORT is "tcp") tries to read it; the first that recognises it wins, else
+    the first one's "malformed" reading is shown. A datagram or segment of several frames (a
+    packed or GSO fyrehose datagram, bully messages coalesced in one TCP segment) becomes one
+    row per frame. Segments without payload (SYN, ACK, FIN) are no rows."""
+    from scapy.layers.inet import IP, TCP, UDP
+
+    if not pkt.haslayer(IP):
         return []
-    udp = pkt[UDP]
-    data = bytes(udp.payload)
-    readings = []
+    readings = []  # (protocol's rows) per protocol that read the packet
     for module, bound in ports:
-        if not data or not (udp.sport in bound or udp.dport in bound):
+        layer = pkt.getlayer(TCP if getattr(module, "TRANSPORT", "udp") == "tcp" else UDP)
+        if layer is None or not (layer.sport in bound or layer.dport in bound):
+            continue
+        data = bytes(layer.payload) if isinstance(layer, UDP) else _payload(layer)
+        if not data:
             continue
         frames = getattr(module, "split_frames", lambda _: None)(data)
         gso = frames is not None and getattr(module, "split_gso", lambda _: None)(data) is not None
+        rows = []
         for frame in frames or [data]:
             described = module.describe(module.dissect(frame))
             if described is not None:
                 if frames:
-                    # Several frames in one datagram: packed, or (equal sizes, on lo) one GSO
-                    # send captured before the device split it.
+                    # Several frames in one datagram or segment: packed, coalesced, or (equal
+                    # sizes, on lo) one GSO send captured before the device split it.
                     described["frames"] = len(frames)
                     if gso:
                         described["gso"] = True
-                readings.append((len(frame), described))
-        if readings and readings[0][1]["type"] not in ("MALFORMED", "UNKNOWN"):
-            break
+                rows.append((layer, len(frame), described))
+        if rows:
+            readings.append(rows)
+            if any(r[2]["type"] not in BAD for r in rows):
+                break
     if not readings:
         return []
-    good = [r for r in readings if r[1]["type"] not in ("MALFORMED", "UNKNOWN")]
-    chosen = good or readings[:1]
-    base = {"time": float(pkt.time), "src": f"{pkt[IP].src}:{udp.sport}",
-            "dst": f"{pkt[IP].dst}:{udp.dport}"}
-    return [{**base, "length": length, **described} for length, described in chosen]
+    good = [rows for rows in readings if any(r[2]["type"] not in BAD for r in rows)]
+    chosen = good[0] if good else readings[0][:1]
+    return [{"time": float(pkt.time), "src": f"{pkt[IP].src}:{layer.sport}",
+             "dst": f"{pkt[IP].dst}:{layer.dport}", "length": length, **described}
+            for layer, length, described in chosen]
 
 
 class GapFollower:
@@ -274,11 +409,12 @@ class GapFollower:
 @click.option("-i", "--interface", default=None,
               help="Capture live on this interface (e.g. lo) instead of reading a pcap; needs root.")
 @click.option("-f", "--filter", "bpf", default=None,
-              help='BPF filter for live capture [default: "udp port 2323" and any --port; on lo '
-                   'add "and inbound": loopback shows every packet twice].')
+              help='BPF filter for live capture [default: every protocol\'s ports, e.g. "udp port '
+                   '2323 or tcp port 3333", and any --port; on lo add "and inbound": loopback '
+                   'shows every packet twice].')
 @click.option("-p", "--port", "ports", multiple=True, metavar="[PROTOCOL:]PORT",
-              help="Also decode this UDP port, as PROTOCOL (fyrehose, prototari) or as whichever "
-                   "recognises each packet (repeatable; default ports always are).")
+              help="Also decode this port, as PROTOCOL (fyrehose, prototari: UDP; bully: TCP) or "
+                   "as whichever recognises each packet (repeatable; default ports always are).")
 @click.option("-c", "--count", type=click.IntRange(1), default=None, help="Stop after this many packets.")
 @click.option("-t", "--timeout", type=click.FloatRange(0.1), default=None, help="Stop live capture after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per packet, then a summary object.")
@@ -289,11 +425,13 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     """Decode pelotari traffic from a pcap file or a live interface, one line per packet.
 
     Each line: time, source → destination, type, sequence (DELIVER) or range (REQUEST/FORWARD),
-    length and summary; malformed datagrams say why. A per-type count closes the output.
+    length and summary; malformed datagrams say why. bully (TCP) shows one line per message,
+    several for a segment that carries several. A per-type count closes the output.
 
     \b
       pelotari inspect capture.pcap --follow-gaps
       sudo pelotari inspect -i lo -f "udp port 2323 and inbound" --json
+      pelotari inspect bully.pcap -p bully:3334
     """
     import json
 
@@ -357,8 +495,10 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
                     if count and shown >= count:
                         break
         else:
-            every = sorted({p for ports_ in bound.values() for p in ports_})
-            expr = bpf or " or ".join(f"udp port {p}" for p in every)
+            every = sorted({(getattr(modules[name], "TRANSPORT", "udp"), p)
+                            for name, ports_ in bound.items() for p in ports_},
+                           key=lambda tp: (tp[0] != "udp", tp[1]))
+            expr = bpf or " or ".join(f"{transport} port {p}" for transport, p in every)
             click.echo(f"capturing on {interface} ({expr}); Ctrl-C to stop", err=True)
             sniff(iface=interface, filter=expr, prn=handle, store=False, timeout=timeout,
                   stop_filter=lambda _: bool(count) and shown >= count)

@@ -3,8 +3,11 @@
 Each protocol is one module here plus one line in LAYERS; `load()` imports them (scapy's import
 is slow, so nothing imports this package until a scapy tool runs). A layer module provides its
 Packet classes, `CRAFT` (type name -> Packet class, for `pelotari craft`), `dissect(bytes)`,
-`DEFAULT_PORTS`, `bind_port(port)` and `describe(udp_payload) -> dict | None` (what
-`pelotari inspect` prints: protocol, type, summary and any sequence fields).
+`DEFAULT_PORTS`, `bind_port(port)` and `describe(layer) -> dict | None` (what
+`pelotari inspect` prints of a dissected payload: protocol, type, summary and any sequence
+fields). Optional: `TRANSPORT` ("udp" unless it says "tcp": where inspect reads the protocol and
+how craft sends it), `DEFAULT_PORT` (craft's port when --send names only a host) and
+`split_frames(payload)` (the frames of a payload that holds several, one inspect row each).
 """
 import importlib
 from typing import Dict, List
@@ -13,6 +16,7 @@ from typing import Dict, List
 LAYERS: Dict[str, str] = {
     "fyrehose": "pelotari.layers.fyrehose",
     "prototari": "pelotari.layers.prototari",
+    "bully": "pelotari.layers.bully",
 }
 
 
