@@ -26,10 +26,11 @@ answers; only the cores' timeouts notice), as does a partition.
 import heapq
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any
 
-Address = Tuple[str, int]
+Address = tuple[str, int]
 
 
 @dataclass
@@ -63,10 +64,10 @@ class SimNode:
 
     address: Address
     core: Any
-    listens: Set[int] = field(default_factory=set)  # extra ports it hears broadcasts on
+    listens: set[int] = field(default_factory=set)  # extra ports it hears broadcasts on
     crashed: bool = False
     killed: bool = False  # the process is gone but the host answers: connects are refused
-    events: List[Tuple[float, Any]] = field(default_factory=list)
+    events: list[tuple[float, Any]] = field(default_factory=list)
 
     @property
     def streams(self) -> bool:
@@ -76,29 +77,29 @@ class SimNode:
 class Simulator:
     """The network and the clock. Deterministic for a given seed and sequence of calls."""
 
-    def __init__(self, seed: int = 0, default: Optional[LinkSpec] = None,
+    def __init__(self, seed: int = 0, default: LinkSpec | None = None,
                  broadcast_host: str = "255.255.255.255"):
         self.now = 0.0
         self.rng = random.Random(seed)
         self.default = default or LinkSpec()
         self.broadcast_host = broadcast_host
-        self.nodes: Dict[Address, SimNode] = {}
-        self.links: Dict[Tuple[str, str], LinkSpec] = {}
+        self.nodes: dict[Address, SimNode] = {}
+        self.links: dict[tuple[str, str], LinkSpec] = {}
         self.stats = Stats()
-        self._queue: List[Tuple[float, int, Callable[[], None]]] = []
+        self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._groups: Optional[List[Set[str]]] = None
-        self._stream_clock: Dict[Tuple[str, str], float] = {}
-        self._timers: Dict[Address, float] = {}
+        self._groups: list[set[str]] | None = None
+        self._stream_clock: dict[tuple[str, str], float] = {}
+        self._timers: dict[Address, float] = {}
         # Connections: (node, conn) <-> (node, conn), and the last arrival time per direction.
-        self._pairs: Dict[Tuple[Address, int], Tuple[Address, int]] = {}
-        self._closed: Set[Tuple[Address, int]] = set()
+        self._pairs: dict[tuple[Address, int], tuple[Address, int]] = {}
+        self._closed: set[tuple[Address, int]] = set()
         self._ephemeral = itertools.count(40000)
 
     # ---- building ---------------------------------------------------------------------------
 
     def add(self, address: Address, make_core: Callable[[float], Any],
-            listens: Tuple[int, ...] = ()) -> SimNode:
+            listens: tuple[int, ...] = ()) -> SimNode:
         """Add a node: make_core(now) builds its core; it also hears broadcasts to `listens`."""
         node = SimNode(address, make_core(self.now), set(listens))
         self.nodes[address] = node
@@ -175,7 +176,7 @@ class Simulator:
         self._pump(node)
         return result
 
-    def events(self, address: Address, kind: Optional[type] = None) -> List[Any]:
+    def events(self, address: Address, kind: type | None = None) -> list[Any]:
         """Events a node produced, optionally of one type."""
         return [e for _, e in self.nodes[address].events if kind is None or isinstance(e, kind)]
 
@@ -259,14 +260,14 @@ class Simulator:
         return spec.delay + (self.rng.random() * spec.jitter if spec.jitter else 0.0)
 
     def _later(self, src: Address, dst: Address, fn: Callable[[], None],
-               ordered: Optional[Tuple] = None) -> None:
+               ordered: tuple | None = None) -> None:
         arrive = self.now + self._delay(src[0], dst[0])
         if ordered is not None:  # bytes on a connection never overtake each other
             arrive = max(arrive, self._stream_clock.get(ordered, 0.0))
             self._stream_clock[ordered] = arrive
         self.call_at(arrive, fn)
 
-    def _alive(self, address: Address) -> Optional[SimNode]:
+    def _alive(self, address: Address) -> SimNode | None:
         node = self.nodes.get(address)
         return node if node is not None and not node.crashed else None
 
@@ -316,7 +317,7 @@ class Simulator:
         self._pairs[(dst, theirs)] = (src, conn)
         self._later(dst, src, lambda: self._established(src, conn, remote, (dst, theirs)))
 
-    def _established(self, src: Address, conn: int, local: Address, other: Tuple) -> None:
+    def _established(self, src: Address, conn: int, local: Address, other: tuple) -> None:
         node = self._alive(src)
         if node is None or (src, conn) in self._closed or self._pairs.get((src, conn)) != other:
             if self._pairs.pop(other, None) is not None:  # we gave up: the other end gets EOF
@@ -326,7 +327,7 @@ class Simulator:
         node.core.connection_made(conn, local, self.now)
         self._pump(node)
 
-    def _segment(self, src: Address, dst: Tuple[Address, int], data: bytes) -> None:
+    def _segment(self, src: Address, dst: tuple[Address, int], data: bytes) -> None:
         node = self._alive(dst[0])
         if node is None or not self._reachable(src[0], dst[0][0]):
             self.stats.cut += 1

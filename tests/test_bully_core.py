@@ -2,10 +2,24 @@
 import pytest
 
 from pelotari.bully import clock as clk
-from pelotari.bully import core, wire
-from pelotari.bully.core import (BullyNode, ClockAdjusted, Close, Config, Connect, ElectionStarted,
-                                 Found, JoinFailed, Joined, NewLeader, NotFound, PeerJoined,
-                                 PeerLeft, Send, SyncDone, TextFailed, TextReceived)
+from pelotari.bully import wire
+from pelotari.bully.core import (
+    BullyNode,
+    Close,
+    Config,
+    Connect,
+    ElectionStarted,
+    Found,
+    Joined,
+    JoinFailed,
+    NewLeader,
+    NotFound,
+    PeerLeft,
+    Send,
+    SyncDone,
+    TextFailed,
+    TextReceived,
+)
 from pelotari.bully.wire import Message, Peer, encode
 from pelotari.sim import LinkSpec, Simulator
 

@@ -13,9 +13,9 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from collections.abc import Callable
 
-from pelotari.bully.core import BullyNode, Config, NewLeader
+from pelotari.bully.core import BullyNode, Config
 from pelotari.sim import LinkSpec, Simulator
 
 EPOCH = 1.7e9  # the simulator's true wall clock at t = 0
@@ -28,10 +28,10 @@ def textbook_messages(n: int) -> int:
 
 
 def _sim_network(n: int, config: Config, seed: int, spec: LinkSpec,
-                 offsets: Optional[List[float]] = None) -> Simulator:
+                 offsets: list[float] | None = None) -> Simulator:
     leader = ("10.0.1.250", 3333)
     sim = Simulator(seed=seed, default=spec)
-    wall = lambda: EPOCH + sim.now  # noqa: E731 (every node shares the true clock)
+    wall = lambda: EPOCH + sim.now
     sim.add(leader, lambda now: BullyNode(*leader, now, config=config, node_id=n, system=wall,
                                           clock_offset=offsets[0] if offsets else 0.0))
     for k in range(1, n):
@@ -44,7 +44,7 @@ def _sim_network(n: int, config: Config, seed: int, spec: LinkSpec,
 
 
 def sim_election(n: int, seed: int = 0, how: str = "kill",
-                 spec: Optional[LinkSpec] = None) -> dict:
+                 spec: LinkSpec | None = None) -> dict:
     """Kill (or silence) the leader of a simulated network of n; how long until every survivor
     names the highest survivor, and how many election messages that took."""
     cfg = Config(heartbeat=1.0, peer_timeout=3.5, max_id=max(25, n))
@@ -106,15 +106,15 @@ def sim_sync(n: int = 25, seed: int = 0, rtt_blind: bool = False, hour_off: bool
 class Proc:
     """One `pelotari bully` process with --json output, read without blocking."""
 
-    def __init__(self, args: List[str]):
+    def __init__(self, args: list[str]):
         self.p = subprocess.Popen([sys.executable, "-m", "pelotari", "bully", *args, "--json"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, start_new_session=True)
         os.set_blocking(self.p.stdout.fileno(), False)
         self._buf = b""
-        self.events: List[dict] = []
+        self.events: list[dict] = []
 
-    def poll(self) -> List[dict]:
+    def poll(self) -> list[dict]:
         """Events printed since the last call."""
         try:
             chunk = os.read(self.p.stdout.fileno(), 1 << 20)
@@ -152,7 +152,7 @@ class Proc:
             self.p.wait()
 
 
-def _wait(procs: List[Proc], done: Callable[[], bool], timeout: float) -> bool:
+def _wait(procs: list[Proc], done: Callable[[], bool], timeout: float) -> bool:
     sel = selectors.DefaultSelector()
     for p in procs:
         sel.register(p.p.stdout, selectors.EVENT_READ, p)
@@ -168,7 +168,7 @@ def _wait(procs: List[Proc], done: Callable[[], bool], timeout: float) -> bool:
         sel.close()
 
 
-def _network(n: int, port: int, extra: List[str], offsets: Optional[List[float]] = None):
+def _network(n: int, port: int, extra: list[str], offsets: list[float] | None = None):
     """A leader (ID n... no: ID 25) on 127.0.0.1 and n-1 peers on 127.0.0.2.. (port `port`)."""
     heartbeat = ["--heartbeat", "1"]
     procs = [Proc(["start", "--bind", f"127.0.0.1:{port}", *heartbeat, *extra,
@@ -179,7 +179,7 @@ def _network(n: int, port: int, extra: List[str], offsets: Optional[List[float]]
         procs.append(Proc(["join", f"127.0.0.1:{port}", "--bind", f"127.0.0.{k + 1}:{port}",
                            *heartbeat, *extra,
                            *(["--clock-offset", repr(offsets[k])] if offsets else [])]))
-    joined = lambda: all(any(e.get("event") == "joined" for e in p.events)  # noqa: E731
+    joined = lambda: all(any(e.get("event") == "joined" for e in p.events)
                          for p in procs[1:])
     if not _wait(procs, joined, 60):
         raise RuntimeError(f"only {sum(any(e.get('event') == 'joined' for e in p.events) for p in procs[1:])}"
@@ -277,7 +277,7 @@ class _Records(list):
 
 
 def run(sizes=(5, 10, 25), sync_nodes: int = 25, real: bool = True, seeds: int = 5,
-        progress: Callable[[str], None] = lambda s: None) -> List[dict]:
+        progress: Callable[[str], None] = lambda s: None) -> list[dict]:
     """Every bully measurement, as records (each with the environment, as `pelotari bench`'s)."""
     from pelotari.bench.results import environment
     env = environment()

@@ -12,9 +12,9 @@ the intervals are intersected (the least-delayed probes bound it most), and a fa
 average (median-centred, outliers excluded) gives the time everybody is told.
 """
 import time
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from statistics import median_low
-from typing import Callable, Dict, Hashable, Iterable, Optional, Set, Tuple
 
 STEP_THRESHOLD = 0.128  # seconds: corrections larger than this step, smaller ones slew (ntpd)
 MAX_SLEW = 0.083333  # seconds of correction per second: chrony's maxslewrate, 83,333 ppm
@@ -73,7 +73,7 @@ class LogicalClock:
             return True
         return False
 
-    def set_to(self, logical: float, now: float) -> Tuple[float, bool]:
+    def set_to(self, logical: float, now: float) -> tuple[float, bool]:
         """Aim the logical clock at `logical` (seconds) as of `now`: (correction, stepped)."""
         delta = logical - self.read(now)
         return delta, self.correct(delta, now)
@@ -92,7 +92,7 @@ class Probe:
     def rtt(self) -> float:
         return self.t1 - self.t0
 
-    def bounds(self, resolution: float = RESOLUTION) -> Tuple[float, float]:
+    def bounds(self, resolution: float = RESOLUTION) -> tuple[float, float]:
         """Where peer minus leader can be: the peer read its clock at some instant in [t0, t1]
         and reported it rounded down to the resolution."""
         remote = self.remote_ms / 1000
@@ -109,7 +109,7 @@ class Estimate:
     rtt: float
 
 
-def estimate_offset(probes: Iterable[Probe], resolution: float = RESOLUTION) -> Optional[Estimate]:
+def estimate_offset(probes: Iterable[Probe], resolution: float = RESOLUTION) -> Estimate | None:
     """The offset the probes agree on: the intersection of their bounds, or, when they do not
     intersect (a clock moved while probing), the least-delayed probe's midpoint."""
     probes = [p for p in probes if p.rtt >= 0]
@@ -124,7 +124,7 @@ def estimate_offset(probes: Iterable[Probe], resolution: float = RESOLUTION) -> 
     return Estimate((lo + hi) / 2, (hi - lo) / 2, best.rtt)
 
 
-def fault_tolerant_average(offsets: Dict[Hashable, float], bound: float) -> Tuple[float, Set]:
+def fault_tolerant_average(offsets: dict[Hashable, float], bound: float) -> tuple[float, set]:
     """The mean of the offsets within `bound` of their (low) median, and whose they are (the
     others are outliers: they are corrected, but do not pull everybody toward them)."""
     if not offsets:

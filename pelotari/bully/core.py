@@ -18,14 +18,23 @@ joiner, timers, how the address book and elections work) are in docs/protocols/b
 import itertools
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from pelotari.bully import clock as clk
-from pelotari.bully.wire import (DEFAULT_PORT, MAX_ID, MAX_TEXT, PEER_SLOTS, TAGS, BullyError,
-                                 Framer, Message, Peer, encode)
+from pelotari.bully.wire import (
+    MAX_ID,
+    MAX_TEXT,
+    PEER_SLOTS,
+    TAGS,
+    BullyError,
+    Framer,
+    Message,
+    Peer,
+    encode,
+)
 
-Address = Tuple[str, int]
+Address = tuple[str, int]
 WILDCARD = "0.0.0.0"
 
 
@@ -120,7 +129,7 @@ class Joined:
 
     id: int
     leader: Peer
-    peers: Tuple[Peer, ...]
+    peers: tuple[Peer, ...]
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,7 @@ class PeerLeft:
 class PeersChanged:
     """Our neighbour list changed."""
 
-    peers: Tuple[Peer, ...]
+    peers: tuple[Peer, ...]
 
 
 @dataclass(frozen=True)
@@ -211,10 +220,10 @@ class SyncDone:
     """(Leader) a sync round ended: each clock's offset from ours (seconds), the average
     everybody was moved to, and the clocks left out of it."""
 
-    offsets: Dict[int, float]
+    offsets: dict[int, float]
     average: float
-    outliers: Tuple[int, ...]
-    unanswered: Tuple[int, ...]
+    outliers: tuple[int, ...]
+    unanswered: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -245,10 +254,10 @@ class _Conn:
     opened: float
     framer: Framer
     up: bool = False
-    local: Optional[Address] = None
+    local: Address | None = None
     last_message: float = 0.0
     peer_id: int = 0  # the peer this outgoing connection is for
-    queued: List[Message] = field(default_factory=list)  # sent once the connection is up
+    queued: list[Message] = field(default_factory=list)  # sent once the connection is up
     close_when_up: bool = False
 
 
@@ -257,7 +266,7 @@ class _Member:
     peer: Peer
     last_seen: float
     cursor: int = 0  # NodeResponse rotation: the last ID given to this peer
-    told: Set[int] = field(default_factory=set)  # IDs this peer has been given
+    told: set[int] = field(default_factory=set)  # IDs this peer has been given
 
 
 @dataclass
@@ -272,11 +281,11 @@ class _Election:
     started: float
     phase: str  # backoff, asking, waiting
     deadline: float
-    asked: Set[int] = field(default_factory=set)
-    failed: Set[int] = field(default_factory=set)
-    answered: Set[int] = field(default_factory=set)
-    askers: Set[int] = field(default_factory=set)
-    searches: Set[int] = field(default_factory=set)  # search IDs for higher IDs we do not know
+    asked: set[int] = field(default_factory=set)
+    failed: set[int] = field(default_factory=set)
+    answered: set[int] = field(default_factory=set)
+    askers: set[int] = field(default_factory=set)
+    searches: set[int] = field(default_factory=set)  # search IDs for higher IDs we do not know
     manual: bool = False
 
 
@@ -284,16 +293,16 @@ class _Election:
 class _Search:
     destination: int
     deadline: float
-    text: Optional[bytes] = None  # a Text to send once found
+    text: bytes | None = None  # a Text to send once found
     for_election: bool = False
 
 
 @dataclass
 class _SyncPeer:
     peer: Peer
-    conn: Optional[int] = None
-    probes: List[clk.Probe] = field(default_factory=list)
-    sent_at: Optional[float] = None  # our logical time when the outstanding probe went
+    conn: int | None = None
+    probes: list[clk.Probe] = field(default_factory=list)
+    sent_at: float | None = None  # our logical time when the outstanding probe went
     done: bool = False
     reconnects: int = 0
 
@@ -301,7 +310,7 @@ class _SyncPeer:
 @dataclass
 class _Sync:
     deadline: float
-    peers: Dict[int, _SyncPeer]
+    peers: dict[int, _SyncPeer]
 
 
 @dataclass
@@ -309,49 +318,49 @@ class _NewTime:
     peer: Peer
     add: float  # their new time = our reference clock + add
     give_up: float
-    conn: Optional[int] = None  # the probes' connection: the new time follows them on it
+    conn: int | None = None  # the probes' connection: the new time follows them on it
 
 
 class BullyNode:
     """One bully node: the founding leader (leader=None) or a peer joining through a leader."""
 
-    def __init__(self, host: str, port: int, now: float, *, leader: Optional[Address] = None,
-                 node_id: Optional[int] = None, config: Optional[Config] = None,
+    def __init__(self, host: str, port: int, now: float, *, leader: Address | None = None,
+                 node_id: int | None = None, config: Config | None = None,
                  system: Callable[[], float] = time.time, clock_offset: float = 0.0):
         self.config = cfg = config or Config()
         self.host, self.port = host, port
         self.clock = clk.LogicalClock(now, system, clock_offset, cfg.max_slew, cfg.step_threshold)
         self.stats: Counter = Counter()  # drops by reason, and what happened
         self.sent: Counter = Counter()  # messages sent, by name
-        self._conns: Dict[int, _Conn] = {}
+        self._conns: dict[int, _Conn] = {}
         self._ids = itertools.count(1)
-        self._actions: List[object] = []
-        self._events: Deque[object] = deque()
-        self.book: "OrderedDict[int, _Known]" = OrderedDict()  # peers by ID, least recent first
-        self.neighbours: Dict[int, Peer] = {}
-        self.members: Dict[int, _Member] = {}  # the leader's table
-        self.leader: Optional[Peer] = None
-        self.leader_address: Optional[Address] = None
+        self._actions: list[object] = []
+        self._events: deque[object] = deque()
+        self.book: OrderedDict[int, _Known] = OrderedDict()  # peers by ID, least recent first
+        self.neighbours: dict[int, Peer] = {}
+        self.members: dict[int, _Member] = {}  # the leader's table
+        self.leader: Peer | None = None
+        self.leader_address: Address | None = None
         self.book_complete = False  # a whole NodeResponse rotation seen (pelotari leaders)
         self._asks_left = 0  # NodeRequests to the leader that may follow an answer at once
-        self._leader_conn: Optional[int] = None
-        self._leader_probe: Optional[float] = None  # a NodeRequest to the leader awaits answer
-        self._next_heartbeat: Optional[float] = None
-        self._join_deadline: Optional[float] = None
-        self._join_conn: Optional[int] = None
+        self._leader_conn: int | None = None
+        self._leader_probe: float | None = None  # a NodeRequest to the leader awaits answer
+        self._next_heartbeat: float | None = None
+        self._join_deadline: float | None = None
+        self._join_conn: int | None = None
         self._joins_left = 0
-        self._dead_leader: Optional[int] = None
-        self.election: Optional[_Election] = None
+        self._dead_leader: int | None = None
+        self.election: _Election | None = None
         self._search_ids = itertools.count(1)
-        self._searches: Dict[int, _Search] = {}
-        self._seen: "OrderedDict[Tuple[int, int], float]" = OrderedDict()
+        self._searches: dict[int, _Search] = {}
+        self._seen: OrderedDict[tuple[int, int], float] = OrderedDict()
         self._tokens = float(cfg.forward_burst)
         self._tokens_at = now
-        self.sync: Optional[_Sync] = None
-        self._new_times: List[_NewTime] = []
+        self.sync: _Sync | None = None
+        self._new_times: list[_NewTime] = []
         self._new_time_ref = 0.0  # our clock's offset when the round's average was taken
-        self._new_time_due: Optional[float] = None
-        self._next_sync: Optional[float] = None
+        self._new_time_due: float | None = None
+        self._next_sync: float | None = None
         if leader is None:
             self.id = node_id if node_id is not None else cfg.max_id
             if not 1 <= self.id <= 0xFFFF:
@@ -369,18 +378,18 @@ class BullyNode:
     def is_leader(self) -> bool:
         return self.leader is not None and self.leader.id == self.id and self.id != 0
 
-    def me(self, conn: Optional[_Conn] = None) -> Peer:
+    def me(self, conn: _Conn | None = None) -> Peer:
         """Our Peer as the wire names it: on a wildcard bind, the address the connection uses."""
         host = self.host
         if host == WILDCARD and conn is not None and conn.local is not None:
             host = conn.local[0]
         return Peer(host, self.port, self.id)
 
-    def peers(self) -> Tuple[Peer, ...]:
+    def peers(self) -> tuple[Peer, ...]:
         """Our neighbours (at most max_peers)."""
         return tuple(self.neighbours[i] for i in sorted(self.neighbours))
 
-    def known(self) -> Dict[int, Peer]:
+    def known(self) -> dict[int, Peer]:
         """Every peer we know of, by ID."""
         return {i: k.peer for i, k in sorted(self.book.items())}
 
@@ -390,7 +399,7 @@ class BullyNode:
 
     # ---- connections -------------------------------------------------------------------
 
-    def accept(self, remote: Address, now: float) -> Optional[int]:
+    def accept(self, remote: Address, now: float) -> int | None:
         """An incoming connection from remote: its number, or None to refuse (limits)."""
         cfg = self.config
         incoming = [c for c in self._conns.values() if not c.outgoing]
@@ -527,7 +536,7 @@ class BullyNode:
         for m in self.members.values():
             m.told.discard(peer_id)
 
-    def _free_id(self, host: str) -> Optional[int]:
+    def _free_id(self, host: str) -> int | None:
         if sum(1 for m in self.members.values() if m.peer.host == host) >= \
                 self.config.max_ids_per_host:
             return None
@@ -581,7 +590,7 @@ class BullyNode:
             peers = [p for i, p in sorted(self.neighbours.items()) if i != asker.id]
         self._write(conn, Message(4, self.me(conn), peers=tuple(peers[:PEER_SLOTS])), now)
 
-    def _rotation(self, member: Optional[_Member], asker: int) -> List[Peer]:
+    def _rotation(self, member: _Member | None, asker: int) -> list[Peer]:
         """The leader answers a member's NodeRequest with four members it has not told that
         member of yet, highest IDs first (they are the ones an election asks), then the next
         in ID order (wrapping): a peer that keeps asking learns everybody, and new members
@@ -690,7 +699,7 @@ class BullyNode:
                 self._send_to(p.address, msg, now)
         self.stats["searches_forwarded"] += 1
 
-    def _remember(self, key: Tuple[int, int], now: float) -> None:
+    def _remember(self, key: tuple[int, int], now: float) -> None:
         self._seen[key] = now + self.config.search_memory
         while len(self._seen) > self.config.max_searches:
             self._seen.popitem(last=False)
@@ -987,7 +996,7 @@ class BullyNode:
 
     # ---- search and text ----------------------------------------------------------------
 
-    def search(self, destination_id: int, now: float) -> Optional[int]:
+    def search(self, destination_id: int, now: float) -> int | None:
         """Flood a NodeSearch for an ID; its search ID (a Found or NotFound event follows)."""
         if self.id == 0:
             raise NotJoined("not joined yet")
@@ -997,8 +1006,8 @@ class BullyNode:
             raise ValueError(f"{destination_id} is our own ID")
         return self._search(destination_id, now)
 
-    def _search(self, destination: int, now: float, text: Optional[bytes] = None,
-                for_election: bool = False) -> Optional[int]:
+    def _search(self, destination: int, now: float, text: bytes | None = None,
+                for_election: bool = False) -> int | None:
         if len(self._searches) >= self.config.max_own_searches:
             self.stats["search_refused_limit"] += 1
             return None
@@ -1119,7 +1128,7 @@ class BullyNode:
         self._new_times = waiting
         self._new_time_due = self._next_new_time(now)
 
-    def _next_new_time(self, now: float) -> Optional[float]:
+    def _next_new_time(self, now: float) -> float | None:
         if not self._new_times:
             return None
         ref = self._reference(now)
@@ -1131,7 +1140,7 @@ class BullyNode:
 
     # ---- timers -------------------------------------------------------------------------
 
-    def get_timer(self) -> Optional[float]:
+    def get_timer(self) -> float | None:
         """When handle_timer() next has work (monotonic seconds), or None."""
         cfg = self.config
         due = [self._next_heartbeat, self._leader_probe, self._join_deadline, self._next_sync]
@@ -1267,12 +1276,12 @@ class BullyNode:
 
     # ---- output -------------------------------------------------------------------------
 
-    def actions(self) -> List[object]:
+    def actions(self) -> list[object]:
         """Connect, Send and Close actions queued since the last call, in order."""
         out, self._actions = self._actions, []
         return out
 
-    def next_event(self) -> Optional[object]:
+    def next_event(self) -> object | None:
         """The oldest undelivered event, or None."""
         return self._events.popleft() if self._events else None
 
