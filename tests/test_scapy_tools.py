@@ -215,3 +215,19 @@ def test_inspect_shows_each_frame_of_a_packed_datagram(tmp_path):
     assert [(r["type"], r["sequence"], r["frames"]) for r in rows] == [
         ("DELIVER", 20, 3), ("DELIVER", 21, 3), ("DELIVER", 22, 3)]
     assert not any(r.get("gso") for r in rows)
+
+
+def test_inspect_reads_a_short_datagram_padded_by_ethernet(tmp_path):
+    # A frame is at least 60 bytes: a 17-byte KEEPALIVE-ACK comes with zeros after it.
+    from scapy.all import IP, UDP, Ether, Padding, wrpcap
+
+    ack = bytes([0x20]) + b"\xab" * 16
+    frame = Ether() / IP(src="127.0.0.1", dst="127.0.0.2") / UDP(sport=2323, dport=40000) / ack
+    frame = Ether(bytes(frame) + bytes(Padding(load=b"\x00" * (60 - len(bytes(frame))))))
+    assert len(bytes(frame)) == 60
+    path = tmp_path / "short.pcap"
+    wrpcap(str(path), [frame])
+    res = run("inspect", str(path), "--json")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()][:-1]
+    assert [r["type"] for r in rows] == ["KEEPALIVE-ACK"]

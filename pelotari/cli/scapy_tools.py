@@ -355,7 +355,9 @@ def _rows(pkt, ports):
         layer = pkt.getlayer(TCP if getattr(module, "TRANSPORT", "udp") == "tcp" else UDP)
         if layer is None or not (layer.sport in bound or layer.dport in bound):
             continue
-        data = bytes(layer.payload) if isinstance(layer, UDP) else _payload(layer)
+        data = _payload(layer)
+        if isinstance(layer, UDP) and layer.len is not None and 8 <= layer.len <= len(data) + 8:
+            data = data[:layer.len - 8]  # UDP says its length: what follows is link padding
         if not data:
             continue
         frames = getattr(module, "split_frames", lambda _: None)(data)
