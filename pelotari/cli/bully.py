@@ -1,0 +1,435 @@
+"""`pelotari bully start|join`: run a node of the bully P2P client (p2p-bully-client.md)."""
+import asyncio
+import datetime
+import json
+import os
+import signal
+import time
+
+import click
+
+from pelotari.cli import main
+from pelotari.cli.common import AddressType, PelotariGroup, escape_text
+
+PORT = 3333
+SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
+
+COMMANDS = """\
+peers            neighbours, every node known, and who leads
+search ID        find the node with that ID ("found" or "not found" follows)
+text ID MESSAGE  send MESSAGE (the rest of the line) to the node with that ID
+elect            start a bully election
+sync             (leader only) bring every clock to the group's, the Berkeley way
+time             the logical clock (ISO, ms) and its offset from the system clock
+stats            counters: messages sent, received, dropped; connections
+help             this list
+quit             stop (as Ctrl-C and SIGTERM do)"""
+
+SERVICE = """\
+stdin may be a terminal, a pipe, /dev/null or closed: the end of input does not stop the
+node; it runs until `quit`, Ctrl-C or SIGTERM (then it closes every connection and exits 0),
+so it can run as a service. With --json every event is one JSON object per line, with "event"
+and "t" (wall-clock seconds)."""
+
+HELP_LINE = "commands: peers, search ID, text ID MESSAGE, elect, sync, time, stats, help, quit"
+
+
+GROUP_HELP = """Bully P2P client: a leader-based peer-to-peer network over TCP (port 3333).
+
+One node founds the network and leads it (`pelotari bully start`); every other joins through
+the leader (`pelotari bully join LEADER`), which gives it an ID from 1 to 25 and up to four
+peers. Nodes send the leader a heartbeat, search for each other by ID and send text messages.
+When the leader goes, the highest ID left takes over (the bully election); the leader
+synchronises the nodes' logical clocks on request (the Berkeley algorithm). Messages are
+the protocol's 13, byte for byte as the Java clients send them. A node runs as a service
+until Ctrl-C or SIGTERM.
+
+Once a node runs, it reads these commands on stdin, one per line:
+
+\b
+""" + COMMANDS
+
+
+@main.group(cls=PelotariGroup, help=GROUP_HELP)
+def bully():
+    pass
+
+
+# ---- options shared by start and join --------------------------------------------------------
+
+def _heartbeat(ctx, param, value):
+    if value is not None and value > 60:
+        raise click.BadParameter(f"{value:g} s: at most 60 (the protocol wants a heartbeat at "
+                                 "least once a minute)")
+    return value
+
+
+def _node_options(fn):
+    options = [
+        click.option("--heartbeat", type=click.FloatRange(0, min_open=True), default=5.0,
+                     show_default=True, callback=_heartbeat, metavar="SECONDS",
+                     help="Seconds between heartbeats to the leader (at most 60)."),
+        click.option("--peer-timeout", type=click.FloatRange(0, min_open=True), default=None,
+                     metavar="SECONDS",
+                     help="As leader, drop a peer whose heartbeat stopped this long ago. "
+                          "[default: 3.2 x --heartbeat]"),
+        click.option("--sync-interval", type=click.FloatRange(0), default=None,
+                     metavar="SECONDS",
+                     help="As leader, synchronise clocks this often (0: only by `sync`). "
+                          f"[default: {SYNC_INTERVAL:g}]"),
+        click.option("--election-step", type=click.FloatRange(0), default=0.02,
+                     show_default=True, metavar="SECONDS",
+                     help="An election waits this long per higher ID it knows, so that the "
+                          "highest asks first."),
+        click.option("--max-connections", type=click.IntRange(1, 65535), default=256,
+                     show_default=True, metavar="N",
+                     help="Incoming connections open at once (16 per host at most)."),
+        click.option("--clock-offset", type=float, default=0.0, show_default=True,
+                     metavar="SECONDS",
+                     help="Start the logical clock this far from the system clock. For demos "
+                          "and the sync benchmark: `sync` then brings it back in line."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Events as JSON lines (one object per line)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections):
+    from pelotari.bully.core import Config
+
+    try:
+        return Config(heartbeat=heartbeat,
+                      peer_timeout=peer_timeout if peer_timeout is not None else 3.2 * heartbeat,
+                      sync_interval=SYNC_INTERVAL if sync_interval is None else sync_interval,
+                      election_step=election_step, max_connections=max_connections)
+    except ValueError as exc:
+        raise click.UsageError(str(exc).replace("_", "-")) from None
+
+
+START_HELP = """Found a network and lead it.
+
+The leader gives every node that joins (`pelotari bully join THIS_HOST`) an ID and up to four
+peers, takes their heartbeats, and drops a node whose heartbeat stops.
+
+Commands on stdin, one per line:
+
+\b
+""" + COMMANDS
+
+JOIN_HELP = """Join the network whose leader listens at LEADER[:PORT] (port 3333 by default).
+
+The leader gives this node an ID (1..25) and up to four peers. A join that fails (nobody
+answers, or the network is full) is one line on stderr and exit status 1.
+
+Commands on stdin, one per line:
+
+\b
+""" + COMMANDS
+
+
+@bully.command(help=START_HELP, epilog=SERVICE)
+@click.option("--bind", type=AddressType(PORT), default=f"0.0.0.0:{PORT}", show_default=True,
+              metavar="HOST[:PORT]", help="Where to listen (peers connect here).")
+@click.option("--id", "node_id", type=click.IntRange(1, 25), default=25, show_default=True,
+              metavar="N", help="The leader's own ID (1..25); the others get the free ones, "
+                                "lowest first.")
+@_node_options
+def start(bind, node_id, heartbeat, peer_timeout, sync_interval, election_step,
+          max_connections, clock_offset, as_json):
+    config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections)
+    _serve(bind, None, node_id, config, clock_offset, as_json)
+
+
+@bully.command(help=JOIN_HELP, epilog=SERVICE)
+@click.argument("leader", type=AddressType(PORT), metavar="LEADER[:PORT]")
+@click.option("--bind", type=AddressType(PORT), default=f"0.0.0.0:{PORT}", show_default=True,
+              metavar="HOST[:PORT]",
+              help="Where to listen (peers connect here). Several nodes on one machine need "
+                   "one each: --bind 127.0.0.1:3334, ...")
+@_node_options
+def join(leader, bind, heartbeat, peer_timeout, sync_interval, election_step, max_connections,
+         clock_offset, as_json):
+    config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections)
+    _serve(bind, leader, None, config, clock_offset, as_json)
+
+
+# ---- running ---------------------------------------------------------------------------------
+
+def _serve(bind, leader, node_id, config, clock_offset, as_json):
+    from pelotari.cli.prototari import _ensure_standard_fds
+
+    _ensure_standard_fds()
+    try:
+        failure = asyncio.run(_run(bind, leader, node_id, config, clock_offset, as_json))
+    except KeyboardInterrupt:  # before the signal handlers were installed
+        return
+    if failure:
+        raise click.ClickException(failure)
+
+
+def _peer(p):
+    return {"id": p.id, "host": p.host, "port": p.port}
+
+
+def _name(p):
+    return f"{p.id}@{p.host}:{p.port}"
+
+
+def _names(peers):
+    return ", ".join(_name(p) for p in peers) or "none"
+
+
+def _iso(ms):
+    return datetime.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(
+        timespec="milliseconds")
+
+
+class _Printer:
+    """Events as human lines or JSON objects, through the non-blocking writer threads."""
+
+    def __init__(self, out, as_json):
+        self.out, self.as_json = out, as_json
+
+    def emit(self, event, human, err=False, force=False, **fields):
+        if self.as_json:
+            # json.dumps escapes every control and non-ASCII character
+            self.out.line(json.dumps({"event": event, "t": time.time(), **fields}), force=force)
+        else:
+            stamp = time.strftime("%H:%M:%S")
+            self.out.line(f"{stamp} {human}", err=err, force=force)
+
+    def error(self, message):
+        self.emit("error", f"error: {message}", err=True, message=message)
+
+
+def _describe(ev, node):
+    """(event name, human line, JSON fields) for one core event."""
+    from pelotari.bully import core as c
+
+    if isinstance(ev, c.Joined):
+        return ("joined", (f"joined as ID {ev.id} (leader {_name(ev.leader)}); peers: "
+                           f"{_names(ev.peers)}"),
+                {"id": ev.id, "leader": _peer(ev.leader), "peers": [_peer(p) for p in ev.peers]})
+    if isinstance(ev, c.PeerJoined):
+        return ("peer_joined", f"peer {_name(ev.peer)} joined", {"peer": _peer(ev.peer)})
+    if isinstance(ev, c.PeerLeft):
+        return ("peer_left", f"peer {_name(ev.peer)} left: {ev.reason}",
+                {"peer": _peer(ev.peer), "reason": ev.reason})
+    if isinstance(ev, c.PeersChanged):
+        return ("peers", f"neighbours: {_names(ev.peers)}", _peers_fields(node))
+    if isinstance(ev, c.Found):
+        return ("found", f"found ID {ev.peer.id} at {ev.peer.host}:{ev.peer.port}",
+                {"peer": _peer(ev.peer), "search_id": ev.search_id})
+    if isinstance(ev, c.NotFound):
+        return ("not_found", f"ID {ev.destination_id} not found (no answer to the search)",
+                {"id": ev.destination_id, "search_id": ev.search_id})
+    if isinstance(ev, c.TextReceived):
+        return ("text", f"text from {_name(ev.peer)}: {escape_text(ev.text)}",
+                {"from": _peer(ev.peer), "text": ev.text})
+    if isinstance(ev, c.TextSent):
+        return ("text_sent", f"text sent to {_name(ev.peer)}", {"to": _peer(ev.peer)})
+    if isinstance(ev, c.TextFailed):
+        return ("text_failed", f"text to ID {ev.destination_id} not sent: {ev.reason}",
+                {"id": ev.destination_id, "reason": ev.reason})
+    if isinstance(ev, c.ElectionStarted):
+        return ("election_started", f"election started: {ev.reason}", {"reason": ev.reason})
+    if isinstance(ev, c.NewLeader):
+        who = "this node" if ev.me else _name(ev.leader)
+        return ("new_leader", f"new leader: {who} (ID {ev.leader.id})",
+                {"leader": _peer(ev.leader), "me": ev.me})
+    if isinstance(ev, c.SyncDone):
+        offsets = " ".join(f"{i}:{v:+.6f}" for i, v in sorted(ev.offsets.items()))
+        return ("sync_done",
+                (f"sync done: offsets (s, from the leader's clock) {offsets}; everybody moved "
+                 f"to {ev.average:+.6f}; outliers: {', '.join(map(str, ev.outliers)) or 'none'}; "
+                 f"unanswered: {', '.join(map(str, ev.unanswered)) or 'none'}"),
+                {"offsets": {str(i): v for i, v in sorted(ev.offsets.items())},
+                 "average": ev.average, "outliers": list(ev.outliers),
+                 "unanswered": list(ev.unanswered)})
+    if isinstance(ev, c.ClockAdjusted):
+        how = "stepped" if ev.stepped else "slewing"
+        return ("clock_adjusted", (f"clock adjusted by {ev.delta:+.6f} s ({how}); offset "
+                                   f"from the system clock {ev.offset:+.6f} s"),
+                {"delta": ev.delta, "stepped": ev.stepped, "offset": ev.offset})
+    return (type(ev).__name__.lower(), repr(ev), {"repr": repr(ev)})
+
+
+def _peers_fields(node):
+    core = node.core
+    return {"id": core.id or None, "leader": _peer(core.leader) if core.leader else None,
+            "is_leader": core.is_leader, "peers": [_peer(p) for p in core.peers()],
+            "known": [_peer(p) for p in core.known().values()]}
+
+
+async def _run(bind, leader, node_id, config, clock_offset, as_json):
+    """Run the node until a signal or `quit` (None), or until joining fails (its reason)."""
+    from pelotari.cli.prototari import _Output
+
+    out = _Output(as_json)
+    try:
+        return await _node(bind, leader, node_id, config, clock_offset, as_json, out)
+    finally:
+        out.close()
+
+
+async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
+    from pelotari.bully import core as c
+    from pelotari.bully.node import BindError, Node
+    from pelotari.cli.prototari import _StdinLines
+
+    printer = _Printer(out, as_json)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    why = []
+    failure = []
+    node = None
+
+    def on_signal(name):
+        why.append(name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, both stop the node cleanly
+        loop.add_signal_handler(sig, on_signal, sig.name)
+
+    early = []  # events before the "listening" line (a founding leader's NewLeader)
+
+    def on_event(ev):
+        if early is not None:
+            early.append(ev)
+            return
+        if isinstance(ev, c.JoinFailed):
+            if as_json:  # the reason is also the one line on stderr
+                printer.emit("join_failed", "", reason=ev.reason)
+            failure.append(f"cannot join: {ev.reason}")
+            stop.set()
+            return
+        name, human, fields = _describe(ev, node)
+        printer.emit(name, human, **fields)
+
+    node = Node(bind[0], bind[1], leader=leader, node_id=node_id, config=config,
+                clock_offset=clock_offset, on_event=on_event)
+    try:
+        await node.open()
+    except BindError as exc:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        return str(exc)
+    host, port = node.address
+    if leader is None:
+        human = f"listening on {host}:{port} as the leader, ID {node.core.id}"
+    else:
+        human = f"listening on {host}:{port}; joining the leader at {leader[0]}:{leader[1]}"
+    printer.emit("listening", human, force=True, host=host, port=port,
+                 id=node.core.id or None,
+                 leader=None if leader is None else {"host": leader[0], "port": leader[1]})
+    if not as_json and os.isatty(0):
+        out.line("type `help` for the commands", err=True)
+    held, early = early, None
+    for ev in held:
+        on_event(ev)
+
+    lines: asyncio.Queue = asyncio.Queue()
+    reader = _StdinLines(loop, lines.put_nowait)
+    reader.start()
+
+    def command(text):
+        words = text.split(None, 2)
+        name = words[0].lower()
+        try:
+            if name == "peers":
+                f = _peers_fields(node)
+                me = f"ID {f['id']}" if f["id"] else "not joined yet"
+                lead = "this node" if f["is_leader"] else (
+                    _name(node.core.leader) if node.core.leader else "none")
+                printer.emit("peers", f"{me}; leader: {lead}; neighbours: "
+                             f"{_names(node.core.peers())}; known "
+                             f"({len(f['known'])}): {_names(node.core.known().values())}", **f)
+            elif name == "search" and len(words) == 2:
+                sid = node.search(_id(words[1]))
+                if sid is None:
+                    printer.error("too many searches under way; try again")
+            elif name == "text" and len(words) == 3:
+                node.text(_id(words[1]), words[2].encode())
+            elif name == "elect" and len(words) == 1:
+                node.elect()
+            elif name == "sync" and len(words) == 1:
+                if not node.core.is_leader:
+                    lead = node.core.leader
+                    raise ValueError("only the leader synchronises clocks; the leader is " +
+                                     (_name(lead) if lead else "not known yet"))
+                node.start_sync()
+            elif name == "time" and len(words) == 1:
+                ms, offset = node.time_ms(), node.clock_offset()
+                printer.emit("time", f"time {_iso(ms)} (offset {offset:+.6f} s from the system "
+                             "clock)", time=_iso(ms), ms=ms, offset=offset,
+                             target=node.core.clock.target)
+            elif name == "stats" and len(words) == 1:
+                stats = dict(sorted(node.all_stats().items()))
+                sent = dict(sorted(node.core.sent.items()))
+                text = " ".join(f"{k}={v}" for k, v in stats.items())
+                printer.emit("stats", f"stats: connections={node.connections} {text}; sent: " +
+                             " ".join(f"{k}={v}" for k, v in sent.items()),
+                             connections=node.connections, stats=stats, sent=sent,
+                             output_dropped=out.dropped)
+            elif name == "help":
+                if as_json:
+                    printer.emit("help", "", commands=COMMANDS.splitlines())
+                else:
+                    for line in COMMANDS.splitlines():
+                        out.line(line)
+            elif name == "quit" and len(words) == 1:
+                why.append("quit")
+                stop.set()
+            elif name in ("search", "text", "elect", "sync", "time", "stats", "quit"):
+                usage = {"search": "search ID", "text": "text ID MESSAGE"}.get(name, name)
+                printer.error(f"usage: {usage}")
+            else:
+                printer.error(f"unknown command {words[0]!r}; {HELP_LINE}")
+        except ValueError as exc:  # NotLeader, NotJoined, a bad ID, our own ID, too long
+            printer.error(str(exc))
+
+    async def handle_lines():
+        while True:
+            kind, text = await lines.get()
+            reader.slots.release()
+            if kind == "eof":
+                if not as_json and os.isatty(0):
+                    out.line("end of input: the node keeps running until Ctrl-C or SIGTERM",
+                             err=True)
+                return
+            if kind == "error":
+                printer.error(text)
+            elif text.strip():
+                command(text.lstrip())
+
+    task = asyncio.ensure_future(handle_lines())
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        task.cancel()
+        result, = await asyncio.gather(task, return_exceptions=True)
+        await node.close()
+    if isinstance(result, Exception):  # a bug in the command handler must not pass silently
+        raise result
+    if failure:
+        return failure[0]
+    dropped = out.dropped
+    printer.emit("stopped", f"stopped by {why[0] if why else 'request'}" +
+                 (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
+                 signal=why[0] if why else None, stats=dict(sorted(node.all_stats().items())),
+                 output_dropped=dropped)
+    return None
+
+
+def _id(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ID (a number, 1..65535)") from None
+    if not 1 <= value <= 0xFFFF:
+        raise ValueError(f"{value} is not an ID (1..65535)")
+    return value

@@ -1,0 +1,559 @@
+"""`pelotari bully` as real processes on loopback (127.0.0.1 leads, peers on 127.0.0.2..9), and
+the asyncio adapter (pelotari.bully.node) in-process with raw sockets.
+
+Every node binds its own loopback address, so all of them can share one free port. Processes
+run in their own session: the fixture kills each group, whatever a test did.
+"""
+import asyncio
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from conftest import PELOTARI, wait_event, wait_for
+
+from pelotari.bully import wire
+from pelotari.bully.core import Config, JoinFailed
+from pelotari.bully.node import BindError, Node
+from pelotari.bully.wire import Message, Peer
+
+FAST = ["--heartbeat", "0.5"]
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 (and so, almost surely, on 127.0.0.2..9)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Bully:
+    """One `pelotari bully ... --json` process: events on a queue, commands on stdin."""
+
+    def __init__(self, *args, stdin=subprocess.PIPE, as_json=True, preexec_fn=None):
+        argv = PELOTARI + ["bully", *args] + (["--json"] if as_json else [])
+        self.proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True,
+                                     preexec_fn=preexec_fn)  # noqa: PLW1509 (only os.close)
+        self.as_json = as_json
+        self.events: queue.Queue = queue.Queue()
+        self.seen = []
+        self.stderr = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line) if self.as_json else line.decode())
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode())
+
+    def wait(self, predicate, timeout=5.0):
+        return wait_event(self.events, self.seen, predicate, timeout)
+
+    def drain(self):
+        """Move every event printed so far to seen."""
+        while True:
+            try:
+                self.seen.append(self.events.get_nowait())
+            except queue.Empty:
+                return
+
+    def wait_new(self, predicate, timeout=5.0, drain=True):
+        """The first matching event printed from now on (events already printed are skipped)."""
+        if drain:
+            self.drain()
+        fresh = []
+        try:
+            return wait_event(self.events, fresh, predicate, timeout)
+        finally:
+            self.seen.extend(fresh)
+
+    def command(self, line: str):
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def ask(self, line: str, event: str, timeout=5.0):
+        """Send a command; the first event of that kind printed after it."""
+        self.drain()
+        self.command(line)
+        return self.wait_new(lambda e: e["event"] == event, timeout, drain=False)
+
+    def kill(self):
+        """SIGKILL the process and anything it started (its own session)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def close(self):
+        self.kill()
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def bully():
+    started = []
+
+    def make(*args, **kwargs):
+        p = Bully(*args, **kwargs)
+        started.append(p)
+        return p
+
+    yield make
+    for p in started:
+        p.close()
+
+
+def is_event(kind, **fields):
+    return lambda e: e["event"] == kind and all(e.get(k) == v for k, v in fields.items())
+
+
+def network(bully, peers=3, offsets=None, extra=()):
+    """A leader on 127.0.0.1 and `peers` peers on 127.0.0.2..; (port, leader, [(peer, id)])."""
+    port = free_port()
+    offsets = offsets or [0.0] * peers
+    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, *extra)
+    assert leader.wait(is_event("listening"), 10), "".join(leader.stderr)
+    out = []
+    for k in range(peers):
+        p = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.{k + 2}:{port}", *FAST,
+                  "--clock-offset", repr(offsets[k]), *extra)
+        out.append(p)
+    joined = []
+    for p in out:
+        ev = p.wait(is_event("joined"), 10)
+        assert ev is not None, "".join(p.stderr)
+        joined.append((p, ev["id"]))
+    return port, leader, joined
+
+
+def count(p, kind):
+    """How many events of that kind the process printed so far."""
+    p.drain()
+    return sum(1 for e in p.seen if e["event"] == kind)
+
+
+def knows_everybody(p, ids, timeout=5.0):
+    """Wait until the node's address book holds every ID in ids (but its own)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ev = p.ask("peers", "peers")
+        if ev is not None and {k["id"] for k in ev["known"]} >= set(ids) - {ev["id"]}:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# ---- (a) joining, search, text ---------------------------------------------------------------
+
+def test_leader_and_three_peers_ids_search_and_text(bully):
+    port, leader, peers = network(bully)
+    assert leader.wait(is_event("listening"))["id"] == 25
+    ids = [i for _, i in peers]
+    assert len(set(ids)) == 3 and all(1 <= i <= 25 for i in ids) and 25 not in ids
+    for p, i in peers:
+        ev = p.wait(is_event("joined"))
+        assert ev["leader"] == {"id": 25, "host": "127.0.0.1", "port": port}
+        assert ev["id"] == i
+    assert wait_for(lambda: count(leader, "peer_joined") == 3), leader.seen
+    joined = {e["peer"]["id"]: e["peer"] for e in leader.seen if e["event"] == "peer_joined"}
+    assert joined == {i: {"id": i, "host": f"127.0.0.{k + 2}", "port": port}
+                      for k, (_, i) in enumerate(peers)}
+
+    (a, id_a), (b, id_b), (c, id_c) = peers
+    found = a.ask(f"search {id_c}", "found")
+    assert found is not None and found["peer"] == {"id": id_c, "host": "127.0.0.4", "port": port}
+
+    message = "grüß dich ✓ 日本語 — \\ \"quoted\" \t tab"
+    a.command(f"text {id_b} {message}")
+    got = b.wait(is_event("text"), 5)
+    assert got is not None and got["text"] == message
+    assert got["from"] == {"id": id_a, "host": "127.0.0.2", "port": port}
+    assert a.wait(is_event("text_sent"))["to"]["id"] == id_b
+    c.command("text 25 to the leader")
+    assert leader.wait(is_event("text", text="to the leader"))["from"]["id"] == id_c
+
+    # A search for an ID nobody has: not found; bad commands are one error line each.
+    assert a.ask("search 24", "not_found", 5)["id"] == 24
+    assert "not an ID" in a.ask("search x", "error")["message"]
+    assert "unknown command" in a.ask("frobnicate", "error")["message"]
+    assert all(p.proc.poll() is None for p in (leader, a, b, c))
+
+
+# ---- (b) the leader dies ---------------------------------------------------------------------
+
+def test_sigkill_leader_survivors_agree_on_the_highest_id(bully):
+    port, leader, peers = network(bully)
+    ids = [i for _, i in peers]
+    for p, _ in peers:
+        assert knows_everybody(p, ids + [25]), p.seen[-1]
+        p.drain()
+    after = {p: [] for p, _ in peers}  # events since the kill
+    killed = time.monotonic()
+    leader.kill()  # SIGKILL
+
+    best = max(ids)
+    deadline = killed + 6.0
+    for p, i in peers:
+        ev = wait_event(p.events, after[p], is_event("new_leader"),
+                        max(0.1, deadline - time.monotonic()))
+        assert ev is not None, f"ID {i} named no new leader: {after[p]}"
+    time.sleep(0.5)  # any later announcement too
+    for p, i in peers:
+        wait_event(p.events, after[p], lambda e: False, 0.01)
+        named = [e for e in after[p] if e["event"] == "new_leader"]
+        assert named[-1]["leader"] == {"id": best, "host": f"127.0.0.{ids.index(best) + 2}",
+                                       "port": port}, (i, named)
+        assert named[-1]["me"] is (i == best)
+    elapsed = time.monotonic() - killed
+    assert elapsed < 7.0
+    # The new leader answers: a search through it still works.
+    low = min(peers, key=lambda x: x[1])
+    others = [i for _, i in peers if i != low[1]]
+    assert low[0].ask(f"search {others[0]}", "found")["peer"]["id"] == others[0]
+
+
+# ---- (c) clock sync --------------------------------------------------------------------------
+
+def test_sync_brings_every_clock_within_a_few_ms(bully):
+    offsets = [3.0, -4.5, 6.25]
+    port, leader, peers = network(bully, offsets=offsets)
+    for (p, _), off in zip(peers, offsets):
+        assert abs(p.ask("time", "time")["offset"] - off) < 0.001
+    error = peers[0][0].ask("sync", "error")["message"]
+    assert error == f"only the leader synchronises clocks; the leader is 25@127.0.0.1:{port}"
+
+    leader.command("sync")
+    done = leader.wait(is_event("sync_done"), 8)
+    assert done is not None and done["unanswered"] == []
+    ids = sorted(str(i) for _, i in peers)
+    assert sorted(done["offsets"]) == sorted(ids + ["25"])
+    for (p, i), off in zip(peers, offsets):  # each measured within a few ms of the truth
+        assert abs(done["offsets"][str(i)] - off) < 0.005, done
+    for p, _ in peers:
+        adjusted = p.wait(is_event("clock_adjusted"), 5)
+        assert adjusted is not None and adjusted["stepped"] is True
+    time.sleep(0.2)
+    answers = [p.ask("time", "time") for p in [leader] + [p for p, _ in peers]]
+    assert None not in answers, (answers, leader.seen[-5:], leader.stderr, leader.proc.poll())
+    now = [a["offset"] for a in answers]
+    assert max(now) - min(now) < 0.005, now
+    assert abs(leader.ask("time", "time")["offset"] - done["average"]) < 0.005
+
+
+# ---- (d) the service rules -------------------------------------------------------------------
+
+def port_is_free(host, port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            s.listen(1)
+            return True
+        except OSError:
+            return False
+
+
+def group_gone(proc):
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def stop(p, sig):
+    p.proc.send_signal(sig)
+    t0 = time.monotonic()
+    code = p.proc.wait(10)
+    return code, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("stdin", ["devnull", "closed"])
+def test_a_service_answers_without_stdin_and_stops_cleanly(bully, stdin):
+    port = free_port()
+    kwargs = {"devnull": {"stdin": subprocess.DEVNULL},
+              "closed": {"stdin": subprocess.DEVNULL, "preexec_fn": lambda: os.close(0)}}[stdin]
+    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, **kwargs)
+    assert leader.wait(is_event("listening"), 10), "".join(leader.stderr)
+    peer = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.2:{port}", *FAST,
+                 stdin=subprocess.DEVNULL)
+    assert peer.wait(is_event("joined", id=1), 10), "".join(peer.stderr)
+    assert leader.wait(is_event("peer_joined"), 5)["peer"]["id"] == 1
+    time.sleep(1.0)  # heartbeats keep going; no input does not stop anything
+    assert leader.proc.poll() is None and peer.proc.poll() is None
+
+    code, took = stop(leader, signal.SIGTERM)
+    assert (code, "".join(leader.stderr)) == (0, "") and took < 3, took
+    assert leader.wait(is_event("stopped", signal="SIGTERM"), 2)
+    assert group_gone(leader.proc) and port_is_free("127.0.0.1", port)
+
+    code, took = stop(peer, signal.SIGINT)
+    assert (code, "".join(peer.stderr)) == (0, "") and took < 3, took
+    assert group_gone(peer.proc) and port_is_free("127.0.0.2", port)
+
+
+def test_quit_and_ctrl_c_in_text_mode(bully):
+    port = free_port()
+    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, as_json=False)
+    assert leader.wait(lambda line: "listening on 127.0.0.1" in line and "ID 25" in line, 10)
+    peer = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.2:{port}", *FAST,
+                 as_json=False)
+    line = peer.wait(lambda line: " joined as ID " in line, 10)
+    assert line.split(" ", 1)[1] == f"joined as ID 1 (leader 25@127.0.0.1:{port}); peers: none\n"
+    # A peer's text is shown on one inert line: controls escaped, the rest as it is.
+    peer.command("text 25 red \x1b[31m ✓ \\ end")
+    got = leader.wait(lambda line: " text from " in line, 5)
+    assert got.split(" ", 1)[1] == (f"text from 1@127.0.0.2:{port}: red \\x1b[31m ✓ \\\\ end\n")
+    peer.command("sync")
+    assert peer.wait(lambda line: False, 0.5) is None
+    assert f"error: only the leader synchronises clocks; the leader is 25@127.0.0.1:{port}" \
+        in "".join(peer.stderr)
+    peer.command("quit")
+    assert peer.proc.wait(5) == 0
+    code, _ = stop(leader, signal.SIGINT)
+    assert code == 0 and "Traceback" not in "".join(leader.stderr)
+    assert leader.wait(lambda line: "stopped by SIGINT" in line, 2)
+
+
+def test_join_where_nothing_listens_is_one_line_and_status_1(bully):
+    port = free_port()
+    p = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.2:{port}", *FAST,
+              stdin=subprocess.DEVNULL, as_json=False)
+    assert p.proc.wait(10) == 1
+    time.sleep(0.1)
+    err = "".join(p.stderr)
+    assert err == f"Error: cannot join: no answer from the leader at 127.0.0.1:{port}\n", err
+
+
+def run(*args):
+    return subprocess.run(PELOTARI + ["bully", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=20, check=False)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["start", "--heartbeat", "61"], "at most 60"),
+    (["join", "127.0.0.1", "--heartbeat", "0"], "--heartbeat"),
+    (["start", "--heartbeat", "5", "--peer-timeout", "4"], "peer-timeout must be longer"),
+    (["start", "--id", "26"], "--id"),
+    (["join", "127.0.0.1:notaport"], "bad port"),
+])
+def test_bad_option_values_are_one_error_line_and_status_2(args, needle):
+    res = run(*args)
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error")]
+    assert res.returncode == 2 and len(errors) == 1 and needle in errors[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_address_in_use_is_one_line_and_status_1():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        res = run("start", "--bind", f"127.0.0.1:{port}")
+    assert res.returncode == 1
+    assert res.stderr == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_help_explains_the_stdin_commands():
+    for cmd in ([], ["start"], ["join"]):
+        res = run(*cmd, "--help")
+        assert res.returncode == 0
+        for word in ("peers", "search ID", "text ID MESSAGE", "elect", "sync", "time", "quit"):
+            assert word in res.stdout, (cmd, word)
+    text = run("join", "--help").stdout
+    assert "--clock-offset" in text
+    # The defaults shown are the core's.
+    assert f"[default: {Config().sync_interval:g}]" in " ".join(text.split())
+    assert Config().peer_timeout == pytest.approx(3.2 * Config().heartbeat)
+
+
+# ---- (e) the adapter, in-process -------------------------------------------------------------
+
+def node_request(host="127.0.0.1", port=5555, peer_id=7):
+    return wire.encode(Message(3, Peer(host, port, peer_id)))
+
+
+async def _read_message(reader, size):
+    data = await asyncio.wait_for(reader.readexactly(size), 3)
+    return wire.decode(data)
+
+
+def test_adapter_closes_on_garbage_and_frames_split_and_coalesced_messages():
+    async def scenario():
+        node = await Node.start("127.0.0.1", 0)
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", node.port)
+            w.write(b"\xff\x01 not a bully message")
+            assert await asyncio.wait_for(r.read(100), 3) == b""  # closed by the node
+            w.close()
+            assert node.all_stats()["dropped_unknown_tag"] == 1
+
+            r, w = await asyncio.open_connection("127.0.0.1", node.port)
+            for byte in node_request():  # one byte per write, with pauses
+                w.write(bytes([byte]))
+                await w.drain()
+                await asyncio.sleep(0.01)
+            assert (await _read_message(r, 34)).tag == 4  # NodeResponse, same connection
+            w.write(node_request() + node_request(peer_id=8))  # two in one write
+            first, second = await _read_message(r, 34), await _read_message(r, 34)
+            assert (first.tag, second.tag) == (4, 4)
+            assert node.core.stats["received_NodeRequest"] == 3
+            w.close()
+            return node.all_stats()
+        finally:
+            await node.close()
+
+    stats = asyncio.run(scenario())
+    assert stats["connections_accepted"] == 2
+
+
+def test_adapter_refuses_past_the_per_host_limit_and_aborts_a_peer_that_does_not_read():
+    async def scenario():
+        node = await Node.start("127.0.0.1", 0, config=Config(max_connections_per_host=2),
+                                write_limit=1000)
+        try:
+            conns = [await asyncio.open_connection("127.0.0.1", node.port) for _ in range(3)]
+            r3, _ = conns[2]
+            try:  # the third is refused: reset, or closed at once
+                assert await asyncio.wait_for(r3.read(100), 3) == b""
+            except ConnectionResetError:
+                pass
+            assert node.all_stats()["connections_refused_host_limit"] == 1
+            for _, w in conns:
+                w.close()
+            await asyncio.sleep(0.1)
+
+            # A client that sends requests but never reads: the node's unsent answers pile up
+            # past write_limit and the connection is aborted (counted), not buffered.
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", node.port))
+            for _ in range(100):
+                if node._streams:
+                    break
+                await asyncio.sleep(0.01)
+            (stream,) = node._streams.values()
+            stream.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            batch = node_request() * 100
+            for _ in range(200):
+                try:
+                    sock.send(batch)
+                except (BlockingIOError, ConnectionResetError, BrokenPipeError):
+                    pass
+                await asyncio.sleep(0.005)
+                if node.all_stats()["connections_aborted_write_buffer"]:
+                    break
+            sock.close()
+            assert node.all_stats()["connections_aborted_write_buffer"] == 1
+            assert not node._streams
+
+            r, w = await asyncio.open_connection("127.0.0.1", node.port)  # still answers
+            w.write(node_request())
+            assert (await _read_message(r, 34)).tag == 4
+            w.close()
+        finally:
+            await node.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_connect_that_hangs_is_given_up_by_the_core_and_cancelled():
+    """A 'leader' whose accept queue is full drops our SYNs: the core's connect timeout closes
+    the pending connection, the adapter cancels it; three tries, then JoinFailed."""
+    async def scenario():
+        blackhole = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        blackhole.bind(("127.0.0.1", 0))
+        blackhole.listen(0)
+        fillers = []
+        for _ in range(3):  # fill its accept queue (nobody accepts)
+            f = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            f.setblocking(False)
+            try:
+                f.connect(blackhole.getsockname())
+            except BlockingIOError:
+                pass
+            fillers.append(f)
+        events = []
+        node = await Node.start("127.0.0.2", 0, leader=blackhole.getsockname(),
+                                config=Config(connect_timeout=0.2, reply_timeout=0.2),
+                                on_event=events.append)
+        try:
+            t0 = time.monotonic()
+            while not any(isinstance(e, JoinFailed) for e in events):
+                assert time.monotonic() - t0 < 5, events
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)
+            return events, node.connections, dict(node.all_stats())
+        finally:
+            await node.close()
+            blackhole.close()
+            for f in fillers:
+                f.close()
+
+    events, open_connections, stats = asyncio.run(scenario())
+    assert "no answer from the leader" in events[-1].reason
+    assert open_connections == 0
+    assert stats.get("connect_timeouts", 0) >= 1, stats
+
+
+def test_bind_errors_name_the_address():
+    async def scenario():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen(1)
+            port = holder.getsockname()[1]
+            with pytest.raises(BindError) as info:
+                await Node.start("127.0.0.1", port)
+        return str(info.value), port
+
+    text, port = asyncio.run(scenario())
+    assert text == f"cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+def test_nodes_bound_to_any_address_name_the_connections_end():
+    """A leader and a peer bound to 0.0.0.0: the joiner learns the leader's ID (the leader names
+    itself by the address the joiner reached), and a sync round reaches the wildcard peer
+    (its HereIsMyTime names 127.0.0.1, not 0.0.0.0, so it is not dropped as forged)."""
+    from pelotari.bully.core import Joined, SyncDone
+
+    async def scenario():
+        cfg = Config(heartbeat=0.5, peer_timeout=1.6)
+        led, got = [], []
+        leader = await Node.start("0.0.0.0", 0, config=cfg, on_event=led.append)
+        peer = await Node.start("0.0.0.0", 0, leader=("127.0.0.1", leader.port), config=cfg,
+                                on_event=got.append)
+        try:
+            for _ in range(200):
+                if any(isinstance(e, Joined) for e in got):
+                    break
+                await asyncio.sleep(0.01)
+            joined = next(e for e in got if isinstance(e, Joined))
+            leader.start_sync()
+            for _ in range(300):
+                if any(isinstance(e, SyncDone) for e in led):
+                    break
+                await asyncio.sleep(0.01)
+            return joined, next(e for e in led if isinstance(e, SyncDone)), leader.port
+        finally:
+            await peer.close()
+            await leader.close()
+
+    joined, done, port = asyncio.run(scenario())
+    assert joined.leader == Peer("127.0.0.1", port, 25)
+    assert done.unanswered == () and set(done.offsets) == {25, joined.id}
