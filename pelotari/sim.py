@@ -14,7 +14,7 @@ would). Streams (`reliable=True` links) deliver in order and never lose: TCP's v
 
 A core may instead speak TCP connections (the bully core's interface):
 
-    accept(remote, now) -> conn | None    connection_made(conn, local, now)
+    accept(remote, now, local) -> conn | None    connection_made(conn, local, now)
     data_received(conn, data, now)        connection_lost(conn, now)
     actions() -> [Connect(conn, address) | Send(conn, data) | Close(conn)]
 
@@ -307,7 +307,7 @@ class Simulator:
             self._later(dst, src, lambda: self._lost(src, conn))  # RST: refused
             return
         remote = (src[0], next(self._ephemeral))
-        theirs = target.core.accept(remote, self.now)
+        theirs = target.core.accept(remote, self.now, dst)
         self._pump(target)
         if theirs is None:
             self.stats.refused += 1

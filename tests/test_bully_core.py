@@ -454,8 +454,11 @@ def test_sync_with_a_peer_that_answers_each_probe_on_a_new_connection():
     now, probes = 0.0, 0
     while True:
         connects = [a for a in leader.actions() if isinstance(a, Connect)]
-        if not connects:
-            break
+        if not connects:  # the new time waits for a whole millisecond
+            now = leader.get_timer()
+            wall[0] = 1000.0 + now
+            leader.handle_timer(now)
+            connects = [a for a in leader.actions() if isinstance(a, Connect)]
         (conn,) = [a.conn for a in connects]
         leader.connection_made(conn, ("10.0.0.100", 40000 + probes), now)
         sent = [wire.decode(a.data) for a in leader.actions() if isinstance(a, Send)]
@@ -475,3 +478,27 @@ def test_sync_with_a_peer_that_answers_each_probe_on_a_new_connection():
         events.append(e)
     (done,) = [e for e in events if isinstance(e, SyncDone)]
     assert abs(done.offsets[1] - 5.25) < 0.002
+
+
+def test_a_connect_under_way_is_not_idle_at_a_large_monotonic_clock():
+    n = BullyNode("127.0.0.2", 3333, 1000.0, leader=("127.0.0.1", 3333))
+    (connect,) = [a for a in n.actions() if isinstance(a, Connect)]
+    n.handle_timer(1000.001)
+    assert Close(connect.conn) not in n.actions() and not n.stats["connections_idle_closed"]
+
+
+def test_a_node_bound_to_any_address_names_the_address_a_connection_came_to():
+    leader = BullyNode("0.0.0.0", 3333, 0.0)
+    c = leader.accept(("127.0.0.2", 40000), 0.0, ("127.0.0.1", 3333))
+    leader.data_received(c, encode(wire.entry("127.0.0.2", 3333)), 0.0)
+    (send,) = [a for a in leader.actions() if isinstance(a, Send)]
+    assert wire.decode(send.data).peers == (Peer("127.0.0.1", 3333, 25),)
+
+
+def test_manual_election_while_the_leader_lives_ends_at_once():
+    sim = network(3)
+    sim.do(host(1), lambda c, now: c.elect(now))
+    sim.run(sim.now + 0.5)
+    assert all(c.election is None for c in nodes(sim)) and agreed(sim, 25)
+    assert len(sim.events(host(1), ElectionStarted)) == 1
+    assert not sim.events(LEADER, ElectionStarted)  # asked, it only answers and announces

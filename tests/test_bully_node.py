@@ -336,7 +336,8 @@ def test_join_where_nothing_listens_is_one_line_and_status_1(bully):
     assert p.proc.wait(10) == 1
     time.sleep(0.1)
     err = "".join(p.stderr)
-    assert err == f"Error: cannot join: no answer from the leader at 127.0.0.1:{port}\n", err
+    assert err == (f"Error: cannot join: the leader at 127.0.0.1:{port} refused the "
+                   f"connection\n"), err
 
 
 def run(*args):
@@ -507,7 +508,7 @@ def test_a_connect_that_hangs_is_given_up_by_the_core_and_cancelled():
                 f.close()
 
     events, open_connections, stats = asyncio.run(scenario())
-    assert "no answer from the leader" in events[-1].reason
+    assert "did not answer" in events[-1].reason
     assert open_connections == 0
     assert stats.get("connect_timeouts", 0) >= 1, stats
 

@@ -360,6 +360,8 @@ class BullyNode:
         self._new_times: list[_NewTime] = []
         self._new_time_ref = 0.0  # our clock's offset when the round's average was taken
         self._new_time_due: float | None = None
+        self._sync_done: SyncDone | None = None
+        self._join_refused = False
         self._next_sync: float | None = None
         if leader is None:
             self.id = node_id if node_id is not None else cfg.max_id
@@ -399,8 +401,9 @@ class BullyNode:
 
     # ---- connections -------------------------------------------------------------------
 
-    def accept(self, remote: Address, now: float) -> int | None:
-        """An incoming connection from remote: its number, or None to refuse (limits)."""
+    def accept(self, remote: Address, now: float, local: Address | None = None) -> int | None:
+        """An incoming connection from remote to our end `local`: its number, or None to
+        refuse it (limits). On a wildcard bind, `local` is the address we are known by on it."""
         cfg = self.config
         incoming = [c for c in self._conns.values() if not c.outgoing]
         if len(incoming) >= cfg.max_connections:
@@ -410,7 +413,8 @@ class BullyNode:
             self.stats["connections_refused_host_limit"] += 1
             return None
         conn = _Conn(next(self._ids), (remote[0], int(remote[1])), False, "in", now,
-                     Framer(cfg.max_text), up=True, last_message=now)
+                     Framer(cfg.max_text), up=True, last_message=now,
+                     local=(local[0], int(local[1])) if local else None)
         self._conns[conn.id] = conn
         self.stats["connections_accepted"] += 1
         return conn.id
@@ -456,7 +460,7 @@ class BullyNode:
 
     def _connect(self, address: Address, purpose: str, now: float, peer_id: int = 0) -> _Conn:
         conn = _Conn(next(self._ids), (address[0], int(address[1])), True, purpose, now,
-                     Framer(self.config.max_text), peer_id=peer_id)
+                     Framer(self.config.max_text), peer_id=peer_id, last_message=now)
         self._conns[conn.id] = conn
         self._actions.append(Connect(conn.id, conn.remote))
         return conn
@@ -740,9 +744,13 @@ class BullyNode:
         self._learn(msg.peer, now, first_hand=True)
         self._write(conn, self._msg("IAmAlive"), now)  # tag 5, never an echo of 9
         self.stats["answered_are_you_alive"] += 1
+        if self.is_leader and not self._higher_ids():
+            # Nobody above us: the election it starts ends with us; tell the asker so.
+            self._send_to(msg.peer.address, self._msg("IAmLeader"), now)
+            return
         if self.election is None:
-            self._start_election(f"asked by ID {msg.peer.id}", now)
-        if self.election is not None:
+            self._start_election(f"asked by ID {msg.peer.id}", now, asker=msg.peer.id)
+        elif self.election is not None:
             self.election.askers.add(msg.peer.id)
 
     def _on_leader(self, conn: _Conn, msg: Message, now: float) -> None:  # 10
@@ -898,6 +906,8 @@ class BullyNode:
             self._new_times.clear()
             self._next_sync = None
         self.leader, self.leader_address = new, new.address
+        if self._dead_leader is not None and self._dead_leader != new.id:
+            self.book.pop(self._dead_leader, None)
         self._dead_leader = None
         self.neighbours.pop(new.id, None)
         c = self._conns.get(self._leader_conn) if self._leader_conn else None
@@ -929,11 +939,13 @@ class BullyNode:
         if announce:
             # A new leader tells everybody; a leader re-elected tells those who asked (or, in
             # an election started by hand, everybody again).
-            everybody = not was_leader or manual
+            everybody = not was_leader or manual or any(a not in self.members for a in askers)
             targets = [k.peer for i, k in self.book.items() if i != self._dead_leader] \
                 if everybody else [self.book[i].peer for i in askers if i in self.book]
             for p in targets:
                 self._send_to(p.address, self._msg("IAmLeader"), now)
+        if self._dead_leader is not None:
+            self.book.pop(self._dead_leader, None)
         self._dead_leader = None
         if not was_leader:
             self._events.append(NewLeader(me, True))
@@ -949,10 +961,14 @@ class BullyNode:
             if self.election is not None:
                 self.election.manual = True
 
-    def _start_election(self, reason: str, now: float) -> None:
-        higher = [i for i in self.book if i > self.id and i != self._dead_leader]
-        delay = self.config.election_step * len(higher)  # the highest asks first
+    def _higher_ids(self) -> list[int]:
+        return [i for i in self.book if i > self.id and i != self._dead_leader]
+
+    def _start_election(self, reason: str, now: float, asker: int = 0) -> None:
+        delay = self.config.election_step * len(self._higher_ids())  # the highest asks first
         self.election = _Election(now, "backoff", now + delay)
+        if asker:
+            self.election.askers.add(asker)
         self.stats["elections"] += 1
         self._events.append(ElectionStarted(reason))
         if delay == 0:
@@ -1093,10 +1109,11 @@ class BullyNode:
         delta_self = average
         stepped = self.clock.correct(delta_self, now)
         self._events.append(ClockAdjusted(delta_self, stepped, self.clock.target))
-        self._events.append(SyncDone(
+        # Reported once every peer has been sent its new time.
+        self._sync_done = SyncDone(
             {i: round(v, 6) for i, v in offsets.items()}, average,
             tuple(sorted(set(offsets) - kept)),
-            tuple(sorted(i for i in s.peers if i not in est))))
+            tuple(sorted(i for i in s.peers if i not in est)))
         self._send_new_times(now)
 
     def _reference(self, now: float) -> float:
@@ -1127,6 +1144,9 @@ class BullyNode:
                 waiting.append(nt)
         self._new_times = waiting
         self._new_time_due = self._next_new_time(now)
+        if not waiting and self._sync_done is not None:
+            self._events.append(self._sync_done)
+            self._sync_done = None
 
     def _next_new_time(self, now: float) -> float | None:
         if not self._new_times:
@@ -1174,9 +1194,9 @@ class BullyNode:
             if self._joins_left > 0:
                 self._join(now)
             else:
-                self._events.append(JoinFailed(f"no answer from the leader at "
-                                               f"{self.leader_address[0]}:"
-                                               f"{self.leader_address[1]}"))
+                how = "refused the connection" if self._join_refused else "did not answer"
+                self._events.append(JoinFailed(f"the leader at {self.leader_address[0]}:"
+                                               f"{self.leader_address[1]} {how}"))
         if self._leader_probe is not None and now >= self._leader_probe:
             self._leader_failed("stopped answering", now)
         if self._next_heartbeat is not None and now >= self._next_heartbeat and \
@@ -1217,14 +1237,14 @@ class BullyNode:
                 self.stats["connect_timeouts"] += 1
                 self._conns.pop(c.id)
                 self._actions.append(Close(c.id))
-                self._lost(c, now)
-            elif now >= c.last_message + cfg.idle_timeout:
+                self._lost(c, now, timed_out=True)
+            elif c.up and now >= c.last_message + cfg.idle_timeout:
                 self.stats["connections_idle_closed"] += 1
                 self._close(c)
                 self._conns.pop(c.id, None)
                 self._lost(c, now, idle=True)
 
-    def _lost(self, conn: _Conn, now: float, idle: bool = False) -> None:
+    def _lost(self, conn: _Conn, now: float, idle: bool = False, timed_out: bool = False) -> None:
         """A connection ended without our closing it: what that means for its purpose."""
         if conn.id == self._leader_conn:
             self._leader_conn = None
@@ -1243,6 +1263,7 @@ class BullyNode:
         if conn.id == self._join_conn and not conn.up:
             self._join_conn = None
             self._join_deadline = now  # failed: the timer retries or gives up
+            self._join_refused = not timed_out
             return
         if conn.purpose == "elect" and self.election is not None:
             e = self.election

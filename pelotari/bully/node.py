@@ -57,36 +57,6 @@ def _nodelay(transport: asyncio.BaseTransport) -> None:
             pass
 
 
-class _Core(BullyNode):
-    """BullyNode, with two workarounds for the core as of fc3cb10 (both harmless once the core
-    does this itself):
-
-    * a new outgoing connection's last_message is left at 0.0, and handle_timer() idle-closes
-      every connection with now >= last_message + idle_timeout before it asks whether the
-      connection is up: with `now` = time.monotonic() (far past 70 s on a machine up for a
-      while) each connect under way is closed at the next timer, the heartbeat's in the very
-      call that opened it. Stamped with the time it was opened.
-    * accept() takes no local address, so on a node bound to 0.0.0.0 an incoming connection's
-      `local` stays None and what the node sends on it names itself 0.0.0.0: the
-      EntryResponse's leader slot (skipped on receipt: joiners see leader ID 0), and the
-      IAmAlive and HereIsMyTime answers (dropped by the asker as a forged source). Our end of
-      the connection is recorded as `local`, as connection_made() does for outgoing ones.
-    """
-
-    def _connect(self, *args, **kwargs):
-        conn = super()._connect(*args, **kwargs)
-        if getattr(conn, "last_message", None) == 0.0:
-            conn.last_message = conn.opened
-        return conn
-
-    def accept(self, remote: Address, now: float, local: Address | None = None) -> int | None:
-        conn_id = super().accept(remote, now)
-        conn = self._conns.get(conn_id) if conn_id is not None else None
-        if conn is not None and local is not None and getattr(conn, "local", 0) is None:
-            conn.local = (local[0], int(local[1]))
-        return conn_id
-
-
 class _Stream(asyncio.Protocol):
     """One TCP connection, incoming (conn is given by accept) or outgoing (conn known)."""
 
@@ -175,7 +145,7 @@ class Node:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        self.core = _Core(self.host, self.port, self._now(), config=self.config, **self._args)
+        self.core = BullyNode(self.host, self.port, self._now(), config=self.config, **self._args)
         try:
             self._server = await self._loop.create_server(lambda: _Stream(self), sock=sock)
         except BaseException:
