@@ -59,6 +59,8 @@ class Config:
     sync_interval: float = 60.0  # the leader syncs clocks this often (0: only when asked)
     sync_probes: int = 8  # TellMeYourTime per peer per round; the tightest bounds win
     sync_timeout: float = 2.0  # a round's probes end by then
+    sync_parallel: int = 2  # peers probed at once
+    sync_gap: float = 0.001  # new times are sent this far apart
     outlier_bound: float = 1.0  # seconds from the median past which a clock is an outlier
     align: float = 0.000125  # a new Time is sent when it is this close to a whole millisecond
     align_for: float = 0.05  # ... tried for this long, then sent rounded
@@ -86,7 +88,7 @@ class Config:
         if not 1 <= self.max_id <= 0xFFFF:
             raise ValueError("max_id must be within 1..65535")
         for name in ("max_peers", "max_searches", "forward_burst", "max_own_searches",
-                     "sync_probes", "max_connections", "max_connections_per_host",
+                     "sync_probes", "sync_parallel", "max_connections", "max_connections_per_host",
                      "max_ids_per_host", "max_book"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -305,6 +307,7 @@ class _SyncPeer:
     sent_at: float | None = None  # our logical time when the outstanding probe went
     done: bool = False
     reconnects: int = 0
+    started: bool = False
 
 
 @dataclass
@@ -361,6 +364,7 @@ class BullyNode:
         self._new_time_ref = 0.0  # our clock's offset when the round's average was taken
         self._new_time_due: float | None = None
         self._sync_done: SyncDone | None = None
+        self._new_time_not_before = 0.0
         self._join_refused = False
         self._next_sync: float | None = None
         if leader is None:
@@ -786,21 +790,15 @@ class BullyNode:
         sp.probes.append(clk.Probe(sp.sent_at, self.clock.read(now), msg.time_ms))
         sp.sent_at = None
         if len(sp.probes) >= self.config.sync_probes:
-            sp.done = True
-            c = self._conns.get(sp.conn) if sp.conn is not None else None
-            if c is not None:
-                self._close(c)
-            sp.conn = None
-            if all(p.done for p in s.peers.values()):
-                self._finish_sync(now)
+            sp.done = True  # its connection stays open: the new time goes on it
+            self._sync_next(now)
             return
         c = self._conns.get(sp.conn) if sp.conn is not None else None
         if c is None:  # ours was closed (the answer came on a new connection): a new one
             sp.reconnects += 1
             if sp.reconnects > self.config.sync_probes:
                 sp.done = True
-                if all(p.done for p in s.peers.values()):
-                    self._finish_sync(now)
+                self._sync_next(now)
                 return
             c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
             sp.conn = c.id
@@ -1070,11 +1068,23 @@ class BullyNode:
         peers = {i: _SyncPeer(m.peer) for i, m in self.members.items()}
         self.sync = _Sync(now + self.config.sync_timeout, peers)
         self.stats["sync_rounds"] += 1
-        for sp in peers.values():
-            c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
-            sp.conn = c.id
-            self._write(c, self._msg("TellMeYourTime"), now)
-        if not peers:
+        self._sync_next(now)
+
+    def _sync_next(self, now: float) -> None:
+        """Probe the next peers, at most sync_parallel at once (answers are timed best when we
+        are not busy with others'); end the round when every peer is done."""
+        s = self.sync
+        busy = sum(1 for sp in s.peers.values() if sp.started and not sp.done)
+        for sp in s.peers.values():
+            if busy >= self.config.sync_parallel:
+                break
+            if not sp.started:
+                sp.started = True
+                busy += 1
+                c = self._connect(sp.peer.address, "sync", now, sp.peer.id)
+                sp.conn = c.id
+                self._write(c, self._msg("TellMeYourTime"), now)
+        if all(sp.done for sp in s.peers.values()):
             self._finish_sync(now)
 
     def _finish_sync(self, now: float) -> None:
@@ -1121,42 +1131,46 @@ class BullyNode:
         return self.clock.system() + self._new_time_ref
 
     def _send_new_times(self, now: float) -> None:
-        """Send each peer its new Time when it falls near a whole millisecond (the wire has no
-        finer unit), or rounded once align_for has passed."""
+        """Send the peers their new Time one at a time, sync_gap apart (so that each is read
+        by a peer that is not waiting for the CPU behind the others), each when it falls near
+        a whole millisecond (the wire has no finer unit), or rounded once align_for has
+        passed."""
         cfg = self.config
         ref = self._reference(now)
-        waiting = []
-        for nt in self._new_times:
+        while self._new_times and now >= self._new_time_not_before:
+            nt = self._new_times[0]
             value = (ref + nt.add) * 1000
-            err = value - round(value)
-            if cfg.rtt_blind or abs(err) <= cfg.align * 1000 or now >= nt.give_up:
-                c = self._conns.get(nt.conn) if nt.conn is not None else None
-                if c is not None and c.up:  # on the path the round trips were measured on
-                    self._write(c, self._msg("HereIsYourNewTime", time_ms=int(round(value))), now)
-                    self._close(c)
-                else:  # that connection is gone: a new one, the time taken when it is up
-                    c = self._connect(nt.peer.address, "send", now, nt.peer.id)
-                    self._write(c, lambda t, add=nt.add: self._msg(
-                        "HereIsYourNewTime",
-                        time_ms=int(round((self._reference(t) + add) * 1000))), now)
-                    self._close(c)
-            else:
-                waiting.append(nt)
-        self._new_times = waiting
+            if not (cfg.rtt_blind or abs(value - round(value)) <= cfg.align * 1000
+                    or now >= nt.give_up):
+                break
+            self._new_times.pop(0)
+            c = self._conns.get(nt.conn) if nt.conn is not None else None
+            if c is not None and c.up:  # on the path the round trips were measured on
+                self._write(c, self._msg("HereIsYourNewTime", time_ms=int(round(value))), now)
+                self._close(c)
+            else:  # that connection is gone: a new one, the time taken when it is up
+                c = self._connect(nt.peer.address, "send", now, nt.peer.id)
+                self._write(c, lambda t, add=nt.add: self._msg(
+                    "HereIsYourNewTime",
+                    time_ms=int(round((self._reference(t) + add) * 1000))), now)
+                self._close(c)
+            if not cfg.rtt_blind:
+                self._new_time_not_before = now + cfg.sync_gap
+                if self._new_times:
+                    self._new_times[0].give_up = now + cfg.sync_gap + cfg.align_for
         self._new_time_due = self._next_new_time(now)
-        if not waiting and self._sync_done is not None:
+        if not self._new_times and self._sync_done is not None:
             self._events.append(self._sync_done)
             self._sync_done = None
 
     def _next_new_time(self, now: float) -> float | None:
         if not self._new_times:
             return None
-        ref = self._reference(now)
-        soonest = min(nt.give_up for nt in self._new_times)
-        for nt in self._new_times:
-            value = (ref + nt.add) * 1000
-            soonest = min(soonest, now + (1.0 - (value - value // 1)) / 1000)
-        return max(soonest, now + 1e-6)  # never due now: the clock must move first
+        nt = self._new_times[0]
+        at = max(now, self._new_time_not_before)
+        value = (self._reference(now) + (at - now) + nt.add) * 1000
+        crossing = at + (1.0 - (value - value // 1)) / 1000
+        return max(min(crossing, nt.give_up), now + 1e-6)  # never due now: time must move
 
     # ---- timers -------------------------------------------------------------------------
 
@@ -1288,8 +1302,7 @@ class BullyNode:
                     self._write(c, self._msg("TellMeYourTime"), now)
                 else:
                     sp.done = True
-                    if all(p.done for p in self.sync.peers.values()):
-                        self._finish_sync(now)
+                    self._sync_next(now)
             return
         if conn.outgoing and not conn.up and conn.peer_id:
             # A peer we wrote to is gone: it is no neighbour of ours.
