@@ -502,3 +502,47 @@ def test_manual_election_while_the_leader_lives_ends_at_once():
     assert all(c.election is None for c in nodes(sim)) and agreed(sim, 25)
     assert len(sim.events(host(1), ElectionStarted)) == 1
     assert not sim.events(LEADER, ElectionStarted)  # asked, it only answers and announces
+
+
+def joined_peer():
+    """A peer core that has joined a leader at 10.0.0.100 and opened its heartbeat connection."""
+    n = BullyNode("10.0.0.1", 3333, 0.0, leader=LEADER, config=FAST)
+    (join,) = [a for a in n.actions() if isinstance(a, Connect)]
+    n.connection_made(join.conn, ("10.0.0.1", 40000), 0.0)
+    n.data_received(join.conn, encode(Message(2, id=1, peers=(Peer(*LEADER, 25),))), 0.0)
+    n.handle_timer(0.0)
+    (hb,) = [a for a in n.actions() if isinstance(a, Connect) and a.address == LEADER]
+    n.connection_made(hb.conn, ("10.0.0.1", 40001), 0.0)
+    n.data_received(hb.conn, encode(Message(4, Peer(*LEADER, 25))), 0.001)
+    n.actions()
+    return n, hb.conn
+
+
+def probe_after_eof(n, hb, now):
+    n.connection_lost(hb, now)
+    (probe,) = [a for a in n.actions() if isinstance(a, Connect)]
+    n.connection_made(probe.conn, ("10.0.0.1", 40002), now)
+    sent = [wire.decode(a.data).tag for a in n.actions() if isinstance(a, Send)]
+    assert sent == [3]  # a NodeRequest: the answer, not the handshake, proves the leader lives
+    return probe.conn
+
+
+def test_a_leader_whose_kernel_accepts_but_closes_unanswered_is_dead():
+    n, hb = joined_peer()
+    probe = probe_after_eof(n, hb, 0.5)
+    n.connection_lost(probe, 0.501)  # a dying process's backlog: handshake, then reset
+    assert n.stats["leader_failed"] == 1
+    events = []
+    while (e := n.next_event()) is not None:
+        events.append(e)
+    assert ElectionStarted("the leader closed the connection unanswered") in events
+    assert n.is_leader  # nobody above ID 1 is known: it leads
+
+
+def test_a_leader_that_closes_after_each_message_is_alive_when_it_answers_the_probe():
+    n, hb = joined_peer()
+    probe = probe_after_eof(n, hb, 0.5)
+    n.data_received(probe, encode(Message(4, Peer(*LEADER, 25))), 0.501)
+    assert Close(probe) in n.actions()
+    n.handle_timer(0.501 + FAST.connect_timeout + FAST.reply_timeout)
+    assert n.election is None and not n.stats["leader_failed"]

@@ -432,8 +432,8 @@ class BullyNode:
         queued, conn.queued = conn.queued, []
         for msg in queued:
             self._write(conn, msg(now) if callable(msg) else msg, now)
-        if conn.purpose == "probe" or conn.close_when_up:
-            self._close(conn)  # a probe: the leader's port answers; or a one-message send
+        if conn.close_when_up:
+            self._close(conn)  # a one-message send
 
     def data_received(self, conn_id: int, data: bytes, now: float) -> None:
         """Bytes from a connection: framed, checked, dispatched; bad input closes it."""
@@ -572,10 +572,10 @@ class BullyNode:
         leader = next((p for p in msg.peers if p.address == self.leader_address), None)
         self.leader = leader or Peer(self.leader_address[0], self.leader_address[1], 0)
         for p in msg.peers:
-            if p.id != self.id:
+            if p.id != self.id and p.id != 0:
                 self._learn(p, now, first_hand=p is leader)
-                if p is not leader:
-                    self._add_neighbour(p)
+                if p is not leader and len(self.neighbours) < self.config.max_peers:
+                    self.neighbours[p.id] = p  # reported by Joined, not PeersChanged
         self._events.append(Joined(self.id, self.leader, self.peers()))
         self._next_heartbeat = now  # the first heartbeat, and NodeRequest, go now
         for p in list(self.neighbours.values()):  # introduce ourselves (they add us)
@@ -630,6 +630,9 @@ class BullyNode:
                     self._add_neighbour(p)
         if from_leader:
             self._leader_probe = None
+            if conn.purpose == "probe":
+                self._close(conn)
+                return
             # A pelotari leader names members we have not heard of first: an answer with
             # nothing new means we know everybody it knows.
             self.book_complete = not news
@@ -1266,13 +1269,21 @@ class BullyNode:
                 self._leader_failed("refused the connection", now)
             elif not idle and self.leader is not None and not self.is_leader:
                 # The leader closed our heartbeat connection (a killed process does, and so do
-                # leaders that read one message and close): see at once whether its port
-                # still answers. A refused connect means it is gone.
-                self._connect(self.leader.address, "probe", now, self.leader.id)
+                # leaders that read one message and close): ask it at once, on a new
+                # connection, for a NodeResponse. A refused connect, or one closed before the
+                # answer (a dying process's kernel may still complete the handshake), or no
+                # answer in time, and it is gone.
+                c = self._connect(self.leader.address, "probe", now, self.leader.id)
+                self._write(c, self._msg("NodeRequest"), now)
+                self._leader_probe = min(self._leader_probe or float("inf"),
+                                         now + self.config.connect_timeout +
+                                         self.config.reply_timeout)
             return
         if conn.purpose == "probe":
-            if not conn.up and self.leader is not None and conn.peer_id == self.leader.id:
-                self._leader_failed("refused the connection", now)
+            if self.leader is not None and conn.peer_id == self.leader.id and \
+                    self._leader_probe is not None and not self.is_leader:
+                self._leader_failed("refused the connection" if not conn.up
+                                    else "closed the connection unanswered", now)
             return
         if conn.id == self._join_conn and not conn.up:
             self._join_conn = None
