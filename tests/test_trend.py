@@ -2,6 +2,7 @@
 session-scoped local SparkSession (as chispa's conftest does), and `pelotari trend` end to end."""
 import datetime
 import json
+import math
 import subprocess
 
 import pytest
@@ -239,3 +240,190 @@ def test_target_lines_follow_the_scenario_order_and_take_the_latest_commit():
         "c/d": ([0, 2], [1.5, 0.8]),
     }
 
+
+
+# ---- the bully benchmark's records (pelotari/bully/bench.py) ----------------------------------
+
+def bully_env(commit="aaa", time="2026-11-01T10:00:00+00:00"):
+    return {"commit": commit, "time": time, "host": "h", "cores": 2, "kernel": "k"}
+
+
+def election(where, how, n, elected, detect, messages, agreed=True, commit="aaa",
+             time="2026-11-01T10:00:00+00:00", seed=0):
+    rec = {"kind": "bully-election", "where": where, "how": how, "nodes": n, "agreed": agreed,
+           "detect_s": detect, "elected_after_detect_s": elected - detect, "elected_s": elected,
+           "textbook_messages": n * (n - 1) // 2, "env": bully_env(commit, time)}
+    if where == "simulator":
+        rec.update(seed=seed, messages=messages)
+    else:  # real processes count every election message after the kill, and have no seed
+        rec.update(messages_total_after_kill=messages)
+    return rec
+
+
+def sim_sync(method, spread, mean, worst, seed=0, commit="aaa"):
+    return {"kind": "bully-sim-sync", "where": "simulator", "method": method, "nodes": 25,
+            "seed": seed, "hour_off": True, "start_spread_s": 3600.0, "spread_ms": spread,
+            "mean_error_ms": mean, "max_abs_error_ms": worst, "env": bully_env(commit)}
+
+
+def proc_sync(right_after, spread, seed=0, unanswered=0):
+    return {"kind": "bully-sync", "where": "processes", "nodes": 25, "seed": seed,
+            "start_spread_s": 19.0, "spread_right_after_ms": right_after, "spread_ms": spread,
+            "outliers": 1, "unanswered": unanswered, "env": bully_env()}
+
+
+BULLY_RECORDS = [
+    election("simulator", "kill", 5, 0.002, 0.001, 3, seed=0),
+    election("simulator", "kill", 5, 0.004, 0.002, 5, seed=1),
+    election("simulator", "kill", 5, 0.009, 0.003, 4, seed=2),
+    election("simulator", "crash", 5, 2.0, 1.9, 3),
+    election("simulator", "kill", 5, 0.5, 0.1, 9, commit="bbb", time="2026-11-02T10:00:00+00:00"),
+    election("processes", "SIGKILL", 5, 3.2, 3.1, 4),
+    election("processes", "SIGKILL", 5, 3.4, 3.0, 6, agreed=False),
+    sim_sync("berkeley", 1.0, 0.5, 2.0, seed=0),
+    sim_sync("berkeley", 3.0, -0.5, 4.0, seed=1),
+    sim_sync("rtt-blind average", 10.0, 144000.0, 144010.0),
+    proc_sync(0.9, 0.3, seed=0),
+    proc_sync(1.1, 0.5, seed=1, unanswered=2),
+]
+
+
+@pytest.fixture(scope="session")
+def bully_raw(spark):
+    """The bully records and the fyrehose bench records, one table as report.load reads them."""
+    return spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=trend.BULLY_SCHEMA)
+
+
+def test_bully_elections_are_medians_per_where_how_nodes_and_commit(bully_raw):
+    rows = collect(trend.bully_elections(bully_raw), "where", "how", "commit")
+    assert [(r["where"], r["how"], r["nodes"], r["commit"], r["runs"]) for r in rows] == [
+        ("processes", "SIGKILL", 5, "aaa", 2), ("simulator", "crash", 5, "aaa", 1),
+        ("simulator", "kill", 5, "aaa", 3), ("simulator", "kill", 5, "bbb", 1)]
+    kill = rows[2]
+    assert kill["time"] == ts("2026-11-01T10:00:00")
+    assert kill["elected_s"] == pytest.approx(0.004) and kill["detect_s"] == pytest.approx(0.002)
+    assert kill["elected_after_detect_s"] == pytest.approx(0.002)  # median of 1, 2, 6 ms
+    assert (kill["messages"], kill["textbook_messages"], kill["agreed"]) == (4.0, 10, 1.0)
+
+
+def test_bully_elections_coalesce_the_processes_message_count(bully_raw):
+    procs = collect(trend.bully_elections(bully_raw).where("where = 'processes'"), "commit")[0]
+    assert procs["messages"] == 5.0  # median of messages_total_after_kill 4 and 6
+    assert procs["elected_s"] == pytest.approx(3.3) and procs["agreed"] == 0.5
+
+
+def test_bully_elections_take_a_never_agreed_runs_nan_as_slowest(spark):
+    recs = [election("processes", "SIGKILL", 5, t, t, 4, agreed=not math.isnan(t))
+            for t in (1.0, float("nan"), 3.0)]
+    row = collect(trend.bully_elections(spark.createDataFrame(recs, schema=trend.BULLY_SCHEMA)),
+                  "nodes")[0]
+    assert row["elected_s"] == 3.0 and row["agreed"] == pytest.approx(2 / 3)
+
+
+def test_bully_sync_medians_and_berkeley_for_processes(bully_raw):
+    rows = collect(trend.bully_sync(bully_raw), "where", "method")
+    got = [(r["where"], r["method"], r["nodes"], r["runs"], r["spread_ms"], r["mean_error_ms"],
+            r["max_abs_error_ms"], r["spread_right_after_ms"], r["outliers"], r["unanswered"])
+           for r in rows]
+    assert got == [("processes", "berkeley", 25, 2, 0.4, None, None, 1.0, 1, 2),
+                   ("simulator", "berkeley", 25, 2, 2.0, 0.0, 3.0, None, None, None),
+                   ("simulator", "rtt-blind average", 25, 1, 10.0, 144000.0, 144010.0, None,
+                    None, None)]
+
+
+def test_bully_functions_ignore_other_kinds(spark, raw, bully_raw):
+    fyrehose_only = spark.createDataFrame(RECORDS, schema=trend.BULLY_SCHEMA)
+    assert trend.bully_elections(fyrehose_only).count() == 0
+    assert trend.bully_sync(fyrehose_only).count() == 0
+    elections_only = spark.createDataFrame([r for r in BULLY_RECORDS if r["kind"] == "bully-election"],
+                                           schema=trend.BULLY_SCHEMA)
+    assert trend.bully_sync(elections_only).count() == 0
+    # ... and the fyrehose tables are the same with bully records in the same files
+    mixed = spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=trend.BENCH_SCHEMA)
+    assert trend.bench_runs(mixed).count() == 8
+    assert (collect(trend.throughput_trend(trend.bench_runs(mixed)), "system", "commit")
+            == collect(trend.throughput_trend(trend.bench_runs(raw)), "system", "commit"))
+
+
+def test_latest_per_takes_each_configurations_newest_commit():
+    rows = [{"where": "simulator", "commit": "aaa", "time": 1, "v": 1},
+            {"where": "simulator", "commit": "bbb", "time": 2, "v": 2},
+            {"where": "processes", "commit": "aaa", "time": 1, "v": 3}]
+    assert [r["v"] for r in report.latest_per(rows, "where")] == [2, 3]
+
+
+def test_durations_read_in_ms_or_s():
+    assert [report._ms(v) for v in (0.123, 15.81, 1981.2, 143994.0, None, float("nan"))] == [
+        "0.12 ms", "15.8 ms", "1981 ms", "144 s", "—", "—"]
+    assert report._ms(-0.8, signed=True) == "-0.80 ms" and report._ms(2.5, signed=True) == "+2.50 ms"
+
+
+def write_bully_results(folder, processes=False):
+    """Records from the bully benchmark itself (simulator only: fast), and hand-made ones in
+    the shape of its real-process drivers (a run that never agreed carries NaN times)."""
+    from pelotari.bully import bench
+
+    folder.mkdir(parents=True, exist_ok=True)
+    recs = bench.run(sizes=(5,), real=False, seeds=1)
+    if processes:
+        env = recs[0]["env"]
+        recs += [{**election("processes", "SIGKILL", 5, 3.2, 3.1, 4), "env": env},
+                 {**election("processes", "SIGKILL", 5, float("nan"), float("nan"), 7,
+                             agreed=False), "env": env},
+                 {**election("processes", "SIGKILL", 5, 3.4, 3.2, 6), "env": env},
+                 {**proc_sync(0.9, 0.3), "env": env}]
+    with open(folder / "bully.jsonl", "w") as f:
+        for rec in recs:
+            f.write(json.dumps(rec) + "\n")  # NaN is written as NaN, which Spark reads back
+    return recs
+
+
+def test_report_on_bully_records_only(spark, tmp_path):
+    recs = write_bully_results(tmp_path / "results")
+    files = report.find(tmp_path / "results")
+    frames = report.load(spark, files)
+    assert set(frames) == {"bully"}  # no empty fyrehose tables
+    tables = report.analyse(frames, 0.1)
+    assert set(tables) == {"bully_elections", "bully_sync"}
+    out = tmp_path / "trend"
+    written = report.write(tables, out, 0.1)
+    assert {p.name for p in written} == {"bully_elections", "bully_sync", "bully.png",
+                                         "bully-sync.png", "summary.md"}
+    elections = spark.read.parquet(str(out / "parquet" / "bully_elections"))
+    assert elections.count() == 2  # simulator kill and crash, 5 nodes
+    assert spark.read.parquet(str(out / "parquet" / "bully_sync")).count() == 2
+    for png in ("bully.png", "bully-sync.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    summary = (out / "summary.md").read_text()
+    assert "## bully" in summary and "Regressions" not in summary and "throughput" not in summary
+    kill = next(r for r in recs if r["kind"] == "bully-election" and r["how"] == "kill")
+    assert (f"| 5 | simulator | kill | {report._seconds(kill['detect_s'])} | "
+            f"{report._seconds(kill['elected_after_detect_s'])} | "
+            f"{report._seconds(kill['elected_s'])} | {kill['messages']} / 10 | 1 | 100% |") in summary
+    assert "| simulator | Berkeley | 25 |" in summary
+    assert "| simulator | RTT-blind average | 25 |" in summary
+    assert "![bully.png](bully.png)" in summary
+
+
+def test_report_on_fyrehose_and_bully_records(spark, tmp_path):
+    write_results(tmp_path / "results")
+    write_bully_results(tmp_path / "results", processes=True)
+    files = report.find(tmp_path / "results")
+    assert {k: len(v) for k, v in files.items()} == {"bench": 3, "micro": 1}
+    frames = report.load(spark, files)
+    assert set(frames) == {"bench", "bully", "micro"}
+    tables = report.analyse(frames, 0.1)
+    out = tmp_path / "trend"
+    report.write(tables, out, 0.1)
+    assert spark.read.parquet(str(out / "parquet" / "throughput")).count() == 6  # as without bully
+    procs = (spark.read.parquet(str(out / "parquet" / "bully_elections"))
+             .where("where = 'processes'").collect())[0]
+    assert (procs["messages"], procs["elected_s"], procs["runs"]) == (6.0, 3.4, 3)
+    assert procs["agreed"] == pytest.approx(2 / 3)
+    for png in ("throughput.png", "ratios.png", "bully.png", "bully-sync.png"):
+        assert (out / png).stat().st_size > 1000
+    summary = (out / "summary.md").read_text()
+    assert "| S=16 N=4 | pelotari | `aaa` | `bbb` | 0.2k | 0.1k | -25.0% |" in summary
+    assert "| test_fanout[16-4] | 64000 | 20.0 | 15625 |" in summary
+    assert "| 5 | processes | SIGKILL | 3200 ms | 200 ms | 3400 ms | 6 / 10 | 3 | 67% |" in summary  # NaN sorts last
+    assert "| processes | Berkeley | 25 | 19 s | 0.90 ms | 0.30 ms | — | — | 1 / 0 | 1 |" in summary

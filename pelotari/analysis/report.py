@@ -1,5 +1,6 @@
 """Load a results folder into Spark, run the trend transformations, write Parquet/PNG/Markdown."""
 import json
+import math
 import pathlib
 from typing import Dict, List
 
@@ -7,18 +8,27 @@ from pelotari.analysis import trend
 
 
 def find(folder: pathlib.Path) -> Dict[str, List[str]]:
-    """The bench records (*.jsonl) and pytest-benchmark files (*.json) under folder."""
+    """The bench records (*.jsonl: `pelotari bench`'s and the bully benchmark's) and
+    pytest-benchmark files (*.json) under folder."""
     found = {"bench": sorted(str(p) for p in folder.rglob("*.jsonl")),
              "micro": sorted(str(p) for p in folder.rglob("*.json") if _is_pytest_benchmark(p))}
     return {k: v for k, v in found.items() if v}
 
 
 def load(spark, files: Dict[str, List[str]]) -> Dict[str, object]:
-    """Spark DataFrames of the files find() returned."""
+    """Spark DataFrames of the files find() returned: "bench" (`pelotari bench` records),
+    "bully" (the bully benchmark's, when there are any) and "micro". The JSON-lines files are
+    read once per schema; "bench" is left out when they hold nothing but bully records."""
     jsonl, bench_json = files.get("bench"), files.get("micro")
     frames = {}
     if jsonl:
-        frames["bench"] = spark.read.schema(trend.BENCH_SCHEMA).json(jsonl)
+        kinds = {r["kind"] for r in spark.read.schema("kind string").json(jsonl)
+                 .select("kind").distinct().collect()}
+        bully = kinds & set(trend.BULLY_KINDS)
+        if kinds - bully or not bully:
+            frames["bench"] = spark.read.schema(trend.BENCH_SCHEMA).json(jsonl)
+        if bully:
+            frames["bully"] = spark.read.schema(trend.BULLY_SCHEMA).json(jsonl)
     if bench_json:
         frames["micro"] = spark.read.option("multiLine", True).json(bench_json)
     return frames
@@ -43,6 +53,9 @@ def analyse(frames: Dict[str, object], threshold: float) -> Dict[str, object]:
         out.update(runs=runs, throughput=t, ratios=r, best_peer=trend.best_peer_ratio(r),
                    targets=trend.target_ratios(t),
                    regressions=trend.regressions(t, threshold), latency=trend.latency(runs))
+    if "bully" in frames:
+        out.update(bully_elections=trend.bully_elections(frames["bully"]),
+                   bully_sync=trend.bully_sync(frames["bully"]))
     if "micro" in frames:
         out["micro"] = trend.micro_benchmarks(frames["micro"])
     return out
@@ -73,13 +86,24 @@ def _short(commit: str) -> str:
 
 
 def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]:
-    if not data.get("throughput"):
+    if not any(data.get(t) for t in ("throughput", "bully_elections", "bully_sync")):
         return []
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    written = []
+    if data.get("throughput"):
+        written += _bench_plots(data, out, plt)
+    if data.get("bully_elections"):
+        written.append(_bully_plot(data["bully_elections"], out / "bully.png", plt))
+    if data.get("bully_sync"):
+        written.append(_bully_sync_plot(data["bully_sync"], out / "bully-sync.png", plt))
+    return written
+
+
+def _bench_plots(data: Dict[str, List[dict]], out: pathlib.Path, plt) -> List[pathlib.Path]:
     written = []
     rows = data["throughput"]
     scenarios = sorted({r["scenario"] for r in rows},
@@ -149,6 +173,252 @@ def target_lines(targets: List[dict], scenarios: List[str]) -> Dict[str, tuple]:
     return lines
 
 
+# ---- bully --------------------------------------------------------------------------------------
+
+# (where, how) of an election series → its name on plots; unknown series keep "where, how".
+ELECTION_SERIES = {("simulator", "kill"): "simulator, leader killed (its connections reset)",
+                   ("simulator", "crash"): "simulator, leader silent (crashed host)",
+                   ("processes", "SIGKILL"): "real processes, leader SIGKILLed"}
+SYNC_METHODS = {"berkeley": "Berkeley", "rtt-blind average": "RTT-blind average"}
+ELECTION_GOAL_S = 1.0  # a new leader within 1 s of a survivor declaring the old one dead
+SYNC_GOAL_MS = 1.0  # logical clocks within 1 ms of each other
+
+
+def latest_per(rows: List[dict], *key: str) -> List[dict]:
+    """The rows of each `key` combination's newest commit (by its first run's time), so a
+    configuration measured only at an older commit still shows with its last figures."""
+    newest = {}
+    for r in rows:
+        k = tuple(r[c] for c in key)
+        if k not in newest or (r["time"], r["commit"]) > newest[k]:
+            newest[k] = (r["time"], r["commit"])
+    return [r for r in rows if (r["time"], r["commit"]) == newest[tuple(r[c] for c in key)]]
+
+
+def _number(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _ms(v_ms, signed: bool = False) -> str:
+    """A duration in ms, to about three significant figures; "—" if unknown."""
+    if not _number(v_ms):
+        return "—"
+    sign = "+" if signed and v_ms >= 0 else ""
+    a = abs(v_ms)
+    if a >= 10_000:
+        return f"{sign}{v_ms / 1000:.0f} s"
+    return f"{sign}{v_ms:.{2 if a < 10 else 1 if a < 100 else 0}f} ms"
+
+
+def _seconds(v_s) -> str:
+    return _ms(v_s * 1000 if _number(v_s) else None)
+
+
+def _commits_note(rows: List[dict]) -> str:
+    commits = sorted({_short(r["commit"]) for r in rows})
+    return f"commit {commits[0]}" if len(commits) == 1 else f"commits {', '.join(commits)}"
+
+
+def _runs_note(rows: List[dict]) -> str:
+    runs = sorted({r["runs"] for r in rows})
+    return f"{runs[0]} run{'s' if runs[0] > 1 else ''}" if len(runs) == 1 else \
+        f"{runs[0]}–{runs[-1]} runs"
+
+
+def _log_axis(ax, fmt) -> None:
+    """A log y axis spanning a decade at least, its decades labelled by fmt (no 10^k)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    if hi / lo < 10:
+        mid = math.sqrt(lo * hi)
+        ax.set_ylim(mid / math.sqrt(10), mid * math.sqrt(10))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    lo, hi = ax.get_ylim()
+    if math.log10(hi / lo) < 2.5:  # few decades: label 2 and 5 of each too
+        def minor(v, _):
+            mantissa = round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6)
+            return fmt(v) if mantissa in (2, 5) else ""
+        ax.yaxis.set_minor_formatter(FuncFormatter(minor))
+        ax.tick_params(axis="y", which="minor", labelsize=8)
+    else:
+        ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _ms_tick(v_ms: float) -> str:
+    return f"{v_ms / 1000:g} s" if v_ms >= 1000 else f"{v_ms:g} ms"
+
+
+def _bully_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
+    """Left: time from a survivor declaring the leader dead to every survivor naming the new
+    one, per series, against the 1 s goal; right: election messages against n(n-1)/2."""
+    rows = latest_per(rows, "where", "how")
+    series = sorted({(r["where"], r["how"]) for r in rows},
+                    key=lambda k: (list(ELECTION_SERIES).index(k) if k in ELECTION_SERIES
+                                   else len(ELECTION_SERIES), k))
+    nodes = sorted({r["nodes"] for r in rows})
+    several_commits = len({r["commit"] for r in rows}) > 1
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.4))
+    markers = "os^Dvx"
+    for i, k in enumerate(series):
+        pts = sorted(((r["nodes"], r) for r in rows if (r["where"], r["how"]) == k),
+                     key=lambda p: p[0])
+        label = ELECTION_SERIES.get(k, ", ".join(k))
+        if several_commits:
+            label += f" (commit {_short(pts[0][1]['commit'])})"
+        # The same colour and marker for a series in every plot, whichever series ran; series
+        # often coincide (the same message counts): the earlier ones are drawn wider.
+        c = list(ELECTION_SERIES).index(k) if k in ELECTION_SERIES else len(ELECTION_SERIES) + i
+        style = dict(marker=markers[c % len(markers)], color=f"C{c % 10}", label=label,
+                     lw=max(1.5, 4 - 1.2 * i), ms=max(5, 10 - 2 * i))
+        after = [(n, r["elected_after_detect_s"] * 1000) for n, r in pts
+                 if _number(r["elected_after_detect_s"])]
+        left.plot([n for n, _ in after], [v for _, v in after], **style)
+        msgs = [(n, r["messages"]) for n, r in pts if _number(r["messages"])]
+        right.plot([n for n, _ in msgs], [v for _, v in msgs], **style)
+    left.axhline(ELECTION_GOAL_S * 1000, color="black", lw=1, ls="--",
+                 label=f"goal: a new leader within {ELECTION_GOAL_S:g} s of the leader "
+                       f"being declared dead")
+    textbook = sorted({(r["nodes"], r["textbook_messages"]) for r in rows
+                       if _number(r["textbook_messages"])})
+    right.plot([n for n, _ in textbook], [m for _, m in textbook], color="grey", lw=1,
+               ls=":", marker=".", label="textbook bully worst case: n(n-1)/2 messages")
+    left.set_title("Election time, from the first survivor declaring the leader dead\n"
+                   "(and starting an election) until every survivor names the new one",
+                   fontsize=10)
+    left.set_ylabel("time (log scale)")
+    _log_axis(left, _ms_tick)
+    lo, hi = left.get_ylim()
+    left.set_ylim(lo, max(hi, ELECTION_GOAL_S * 1000 * 2))  # the goal line clear of the frame
+    right.set_title("Election messages sent by all survivors\n"
+                    "(AreYouAlive, their answers, IAmLeader)", fontsize=10)
+    right.set_ylabel("messages per election (log scale)")
+    _log_axis(right, lambda v: f"{v:g}")
+    for ax in (left, right):
+        ax.set_xlabel("nodes in the network, the dead leader included")
+        ax.set_xticks(nodes)
+        ax.set_xticklabels([str(n) for n in nodes])
+        ax.grid(alpha=0.3, which="both")
+    handles, labels = [], []
+    for ax in (left, right):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle(f"bully elections after the leader dies (median of {_runs_note(rows)} per "
+                 f"point; {_commits_note(rows)})", fontsize=11)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _bully_sync_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
+    """Bars per sync configuration: the clocks' spread (and, in the simulator, their largest
+    distance from the true time; with processes, the spread right after the round), log ms,
+    against the 1 ms goal."""
+    rows = sorted(latest_per(rows, "where", "method", "nodes"),
+                  key=lambda r: (r["where"] != "simulator", r["method"] != "berkeley",
+                                 r["method"] or "", r["nodes"]))
+    bars = (("spread_right_after_ms", "spread between the clocks, right after the round "
+                                      "(real processes only)", "C1"),
+            ("spread_ms", "spread between the clocks, once slewed", "C0"),
+            ("max_abs_error_ms", "largest distance of a clock from the true time "
+                                 "(simulator only)", "C3"))
+    width = 0.8 / len(bars)
+    fig, ax = plt.subplots(figsize=(max(8.0, 2.8 * len(rows)), 6.0))
+    labelled = set()
+    for i, r in enumerate(rows):
+        shown = [b for b in bars if _number(r[b[0]])]
+        for j, (field, label, color) in enumerate(shown):  # centred on the configuration
+            x, y = i + (j - (len(shown) - 1) / 2) * width, r[field]
+            ax.bar(x, y, width, color=color, label=None if label in labelled else label)
+            labelled.add(label)
+            ax.annotate(_ms(y), (x, y), ha="center", va="bottom", fontsize=8,
+                        xytext=(0, 2), textcoords="offset points")
+    ax.axhline(SYNC_GOAL_MS, color="black", lw=1, ls="--",
+               label=f"goal: clocks within {SYNC_GOAL_MS:g} ms of each other")
+    ax.set_ylabel("time (log scale)")
+    _log_axis(ax, _ms_tick)
+    ax.set_ylim(top=ax.get_ylim()[1] * 2)  # room for the value labels
+
+    def name(r):
+        where = {"simulator": "simulator", "processes": "real processes"}.get(r["where"], r["where"])
+        text = f"{where}, {r['nodes']} nodes\n{SYNC_METHODS.get(r['method'], r['method'])}"
+        if _number(r["start_spread_s"]):
+            text += f"\nclocks started up to {_seconds(r['start_spread_s'])} apart"
+        return text
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([name(r) for r in rows], fontsize=8)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.grid(alpha=0.3, axis="y")
+    handles, labels = ax.get_legend_handles_labels()
+    rank = [b[1] for b in bars]  # the bars' order, then the goal
+    order = sorted(range(len(labels)),
+                   key=lambda k: rank.index(labels[k]) if labels[k] in rank else len(rank))
+    fig.legend([handles[k] for k in order], [labels[k] for k in order], fontsize=8,
+               loc="lower center", ncol=2, frameon=False)
+    ax.set_title(f"bully clock sync after one round, lower is better (median of "
+                 f"{_runs_note(rows)} per bar; {_commits_note(rows)})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _bully_markdown(data: Dict[str, List[dict]]) -> List[str]:
+    elections, sync = data.get("bully_elections", []), data.get("bully_sync", [])
+    if not elections and not sync:
+        return []
+    lines = ["## bully", "",
+             "The bully benchmark's latest figures per configuration (medians over its runs; "
+             "times from the leader's death).", ""]
+    if elections:
+        order = list(ELECTION_SERIES)
+        rows = sorted(latest_per(elections, "where", "how", "nodes"),
+                      key=lambda r: (r["nodes"], order.index((r["where"], r["how"]))
+                                     if (r["where"], r["how"]) in order else len(order),
+                                     r["where"], r["how"]))
+        lines += ["### Elections", "",
+                  f"detect: until the first survivor starts an election; elected after detection: "
+                  f"from then until every survivor names the new leader (goal: "
+                  f"{ELECTION_GOAL_S:g} s); messages: election messages sent by all survivors, "
+                  f"against the textbook worst case n(n-1)/2.", "",
+                  "| nodes | where | how | detect | elected after detection | elected | "
+                  "messages / textbook | runs | agreed | commit |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            msgs = (f"{r['messages']:g} / {r['textbook_messages']}" if _number(r["messages"])
+                    else f"— / {r['textbook_messages']}")
+            lines.append(f"| {r['nodes']} | {r['where']} | {r['how']} | {_seconds(r['detect_s'])} | "
+                         f"{_seconds(r['elected_after_detect_s'])} | {_seconds(r['elected_s'])} | "
+                         f"{msgs} | {r['runs']} | {r['agreed']:.0%} | `{_short(r['commit'])}` |")
+        lines.append("")
+    if sync:
+        rows = sorted(latest_per(sync, "where", "method", "nodes"),
+                      key=lambda r: (r["where"] != "simulator", r["method"] != "berkeley",
+                                     r["method"] or "", r["nodes"]))
+        lines += ["### Clock sync (one round)", "",
+                  f"spread: between the nodes' logical clocks once slewed (goal: {SYNC_GOAL_MS:g} "
+                  f"ms); error: their distance from the true time (simulator only).", "",
+                  "| where | method | nodes | clocks started apart | spread right after | spread | "
+                  "mean error | max error | outliers / unanswered | runs | commit |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            health = (f"{r['outliers']} / {r['unanswered']}"
+                      if _number(r["outliers"]) or _number(r["unanswered"]) else "—")
+            started = _seconds(r["start_spread_s"])
+            lines.append(f"| {r['where']} | {SYNC_METHODS.get(r['method'], r['method'])} | "
+                         f"{r['nodes']} | {started} | {_ms(r['spread_right_after_ms'])} | "
+                         f"{_ms(r['spread_ms'])} | {_ms(r['mean_error_ms'], signed=True)} | "
+                         f"{_ms(r['max_abs_error_ms'])} | {health} | {r['runs']} | "
+                         f"`{_short(r['commit'])}` |")
+        lines.append("")
+    return lines
+
+
 def _rate(v) -> str:
     if v is None:
         return "—"
@@ -156,7 +426,8 @@ def _rate(v) -> str:
 
 
 def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -> str:
-    lines = ["# pelotari throughput trend", ""]
+    bench = "regressions" in data  # `pelotari bench` records were loaded
+    lines = ["# pelotari throughput trend" if bench else "# pelotari trend", ""]
     rows = data.get("throughput", [])
     if rows:
         latest_time = max(r["time"] for r in rows)
@@ -187,17 +458,18 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
             row += [f"{ratio_of[(sc, t)]:.2f}" if (sc, t) in ratio_of else "—" for t in targets]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-    regs = data.get("regressions", [])
-    lines += [f"## Regressions (median down more than {threshold:.0%} from the previous commit)", ""]
-    if regs:
-        lines += ["| scenario | system | from | to | before | after | change |", "|---|---|---|---|---|---|---|"]
-        for r in sorted(regs, key=lambda r: (r["scenario"], r["system"], r["time"])):
-            lines.append(f"| {r['scenario']} | {r['system']} | `{_short(r['previous_commit'])}` | "
-                         f"`{_short(r['commit'])}` | {_rate(r['previous_rate'])} | "
-                         f"{_rate(r['delivered_rate'])} | {r['change']:+.1%} |")
-    else:
-        lines.append("None.")
-    lines.append("")
+    if bench:
+        regs = data["regressions"]
+        lines += [f"## Regressions (median down more than {threshold:.0%} from the previous commit)", ""]
+        if regs:
+            lines += ["| scenario | system | from | to | before | after | change |", "|---|---|---|---|---|---|---|"]
+            for r in sorted(regs, key=lambda r: (r["scenario"], r["system"], r["time"])):
+                lines.append(f"| {r['scenario']} | {r['system']} | `{_short(r['previous_commit'])}` | "
+                             f"`{_short(r['commit'])}` | {_rate(r['previous_rate'])} | "
+                             f"{_rate(r['delivered_rate'])} | {r['change']:+.1%} |")
+        else:
+            lines.append("None.")
+        lines.append("")
     lat = data.get("latency", [])
     if lat:
         lines += ["## Latency at half the lossless rate (latest commit, µs)", "",
@@ -206,6 +478,7 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
         for r in sorted((r for r in lat if r["time"] == newest), key=lambda r: (r["scenario"], r["system"])):
             lines.append(f"| {r['scenario']} | {r['system']} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | {r['p99_us']:.0f} |")
         lines.append("")
+    lines += _bully_markdown(data)
     micro = data.get("micro", [])
     if micro:
         lines += ["## Micro-benchmarks (latest file)", "",

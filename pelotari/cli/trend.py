@@ -20,10 +20,11 @@ from pelotari.cli import main
 def trend(results, out, master, threshold):
     """Analyse every bench result under RESULTS in Spark.
 
-    Loads every `pelotari bench` JSON-lines file and pytest-benchmark JSON file under the
-    folder, and writes: throughput per scenario and system over commits, pelotari's ratios to
-    the reference and the peers, regressions, latency percentiles and micro-benchmarks — as
-    Parquet tables, PNG plots and summary.md.
+    Loads every JSON-lines file (`pelotari bench` records and the bully benchmark's) and
+    pytest-benchmark JSON file under the folder, and writes: throughput per scenario and system
+    over commits, pelotari's ratios to the reference and the peers, regressions, latency
+    percentiles, micro-benchmarks, and bully election times, election messages and clock-sync
+    spreads — as Parquet tables, PNG plots and summary.md.
     """
     try:
         from pelotari.analysis import report
