@@ -142,6 +142,9 @@ class Simulator:
         node.crashed = node.killed = False
         for key in [k for k in self._pairs if k[0] == address]:
             self._pairs.pop(self._pairs.pop(key), None)
+        # The new core numbers its connections afresh: forget the old one's.
+        self._closed = {k for k in self._closed if k[0] != address}
+        self._stream_clock = {k: v for k, v in self._stream_clock.items() if k[0] != address}
         node.core = make_core(self.now)
         self._pump(node)
 

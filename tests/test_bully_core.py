@@ -546,3 +546,30 @@ def test_a_leader_that_closes_after_each_message_is_alive_when_it_answers_the_pr
     assert Close(probe) in n.actions()
     n.handle_timer(0.501 + FAST.connect_timeout + FAST.reply_timeout)
     assert n.election is None and not n.stats["leader_failed"]
+
+
+def test_after_a_partition_heals_the_highest_id_leads_everybody_again():
+    sim = network(8)
+    majority = [LEADER[0]] + [host(k)[0] for k in range(1, 5)]
+    minority = [host(k)[0] for k in range(5, 9)]
+    sim.partition(majority, minority)
+    sim.run(sim.now + FAST.peer_timeout + 3 * FAST.heartbeat)
+    assert all(sim.nodes[host(k)].core.leader.id == 8 for k in range(5, 9))
+    assert all(sim.nodes[host(k)].core.leader.id == 25 for k in range(1, 5))
+    assert sorted(sim.nodes[LEADER].core.members) == [1, 2, 3, 4]
+    sim.heal()
+    assert sim.run_until(lambda: agreed(sim, 25), sim.now + 2 * Config().lost_probe)
+    sim.run(sim.now + 2 * FAST.heartbeat)
+    assert sorted(sim.nodes[LEADER].core.members) == list(range(1, 9))
+    assert not sim.nodes[host(8)].core.is_leader
+
+
+def test_a_leader_started_again_takes_the_lead_back():
+    sim = network(4)
+    sim.kill(LEADER)
+    sim.run(sim.now + 1)
+    assert agreed(sim, 4)
+    sim.restart(LEADER, lambda now: BullyNode(*LEADER, now, config=FAST))
+    assert sim.run_until(lambda: agreed(sim, 25), sim.now + 2 * Config().lost_probe)
+    sim.run(sim.now + 2 * FAST.heartbeat)
+    assert sorted(sim.nodes[LEADER].core.members) == [1, 2, 3, 4]

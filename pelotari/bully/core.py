@@ -61,6 +61,8 @@ class Config:
     sync_timeout: float = 2.0  # a round's probes end by then
     sync_parallel: int = 2  # peers probed at once
     sync_gap: float = 0.001  # new times are sent this far apart
+    lost_probe: float = 10.0  # a leader we lost (a partition, a crash) is asked this often...
+    lost_memory: float = 600.0  # ... for this long
     outlier_bound: float = 1.0  # seconds from the median past which a clock is an outlier
     align: float = 0.000125  # a new Time is sent when it is this close to a whole millisecond
     align_for: float = 0.05  # ... tried for this long, then sent rounded
@@ -78,7 +80,7 @@ class Config:
     def __post_init__(self):
         for name in ("heartbeat", "peer_timeout", "reply_timeout", "connect_timeout",
                      "leader_wait", "search_timeout", "search_memory", "sync_timeout",
-                     "idle_timeout", "align_for"):
+                     "idle_timeout", "align_for", "lost_probe", "lost_memory"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat > 60:
@@ -365,6 +367,8 @@ class BullyNode:
         self._new_time_due: float | None = None
         self._sync_done: SyncDone | None = None
         self._new_time_not_before = 0.0
+        self._lost_leaders: dict[int, tuple[Peer, float]] = {}  # (peer, when to forget it)
+        self._next_lost_probe: float | None = None
         self._join_refused = False
         self._next_sync: float | None = None
         if leader is None:
@@ -582,6 +586,8 @@ class BullyNode:
             self._request_nodes(p, now)
 
     def _on_node_request(self, conn: _Conn, msg: Message, now: float) -> None:  # 3 -> 4
+        if conn.purpose == "stale":
+            return
         asker = msg.peer
         self._learn(asker, now, first_hand=True)
         if asker.id not in self.neighbours and len(self.neighbours) < self.config.max_peers \
@@ -654,8 +660,16 @@ class BullyNode:
             if conn.outgoing:
                 self._close(conn)
             return
+        if conn.purpose == "lostprobe":  # a lost higher ID lives: its IAmLeader follows
+            self._lost_leaders.pop(sender.id, None)
+            self._close(conn)
+            return
         if not self.is_leader:
-            self.stats["dropped_not_leader"] += 1
+            # A heartbeat for a leader we are not (any more): no NodeResponse on this
+            # connection, so its sender finds out and looks for the leader.
+            self.stats["heartbeat_to_non_leader"] += 1
+            conn.purpose = "stale"
+            self._close(conn)
             return
         m = self.members.get(sender.id)
         if m is not None and m.peer.address == sender.address:
@@ -883,6 +897,11 @@ class BullyNode:
             return
         self.stats["leader_failed"] += 1
         self._dead_leader = self.leader.id
+        if self.leader.id and self.leader.port:
+            # Remembered, and asked now and then: a partition that heals, or a leader started
+            # again, brings back the highest ID, and bully wants it to lead.
+            self._lost_leaders[self.leader.id] = (self.leader, now + self.config.lost_memory)
+            self._next_lost_probe = now + self.config.lost_probe
         self._leader_probe = None
         self._next_heartbeat = None
         c = self._conns.get(self._leader_conn) if self._leader_conn else None
@@ -891,6 +910,19 @@ class BullyNode:
         self._leader_conn = None
         if self.election is None:
             self._start_election(f"the leader {why}", now)
+
+    def _probe_lost(self, now: float) -> None:
+        """AreYouAlive to each lost leader above the one we have: one that answers is alive
+        (and, leading or not, will announce itself: it is the higher ID)."""
+        ours = self.leader.id if self.leader is not None else 0
+        for c in [c for c in self._conns.values() if c.purpose == "lostprobe"]:
+            self._close(c)  # the last round's, unanswered
+        for i, (p, forget) in list(self._lost_leaders.items()):
+            if now >= forget or i <= ours or i == self.id:
+                del self._lost_leaders[i]
+            else:
+                self._send_to(p.address, self._msg("AreYouAlive"), now, "lostprobe", i)
+        self._next_lost_probe = now + self.config.lost_probe if self._lost_leaders else None
 
     def _follow(self, new: Peer, now: float) -> None:
         e = self.election
@@ -901,12 +933,17 @@ class BullyNode:
         if old is not None and old.address == new.address and old.id == new.id:
             self.leader = new
             return
+        if old is not None and old.id > new.id and old.id != self.id and old.port:
+            # Replaced by a lower ID: it may only be cut off from us. Asked now and then.
+            self._lost_leaders[old.id] = (old, now + self.config.lost_memory)
+            self._next_lost_probe = self._next_lost_probe or now + self.config.lost_probe
         if self.is_leader:
             self.members.clear()
             self.sync = None
             self._new_times.clear()
             self._next_sync = None
         self.leader, self.leader_address = new, new.address
+        self._lost_leaders.pop(new.id, None)
         if self._dead_leader is not None and self._dead_leader != new.id:
             self.book.pop(self._dead_leader, None)
         self._dead_leader = None
@@ -1180,7 +1217,8 @@ class BullyNode:
     def get_timer(self) -> float | None:
         """When handle_timer() next has work (monotonic seconds), or None."""
         cfg = self.config
-        due = [self._next_heartbeat, self._leader_probe, self._join_deadline, self._next_sync]
+        due = [self._next_heartbeat, self._leader_probe, self._join_deadline, self._next_sync,
+               self._next_lost_probe]
         if self.election is not None:
             due.append(self.election.deadline)
         if self.sync is not None:
@@ -1221,6 +1259,8 @@ class BullyNode:
             self._heartbeat(now)
         if self.election is not None and now >= self.election.deadline:
             self._election_timer(now)
+        if self._next_lost_probe is not None and now >= self._next_lost_probe:
+            self._probe_lost(now)
         for sid, s in list(self._searches.items()):
             if now >= s.deadline:
                 del self._searches[sid]
