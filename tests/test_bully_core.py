@@ -369,8 +369,14 @@ def test_connection_limits_at_and_past():
     assert n.accept(("10.0.0.1", 1), 0.0) and n.accept(("10.0.0.1", 2), 0.0)
     assert n.accept(("10.0.0.1", 3), 0.0) is None  # per host: 2
     assert n.accept(("10.0.0.2", 1), 0.0) and n.accept(("10.0.0.3", 1), 0.0)
-    assert n.accept(("10.0.0.4", 1), 0.0) is None  # in all: 4
+    n.actions()
+    # Full (4): a new host takes the quietest slot of the host holding the most...
+    assert n.accept(("10.0.0.4", 1), 0.0) is not None
+    assert sum(isinstance(a, Close) for a in n.actions()) == 1
+    # ... but once every host holds one, a fifth is refused.
+    assert n.accept(("10.0.0.5", 1), 0.0) is None
     assert n.stats["connections_refused_limit"] == 1
+    assert n.stats["connections_evicted"] == 1
     assert n.stats["connections_refused_host_limit"] == 1
 
 
@@ -573,3 +579,109 @@ def test_a_leader_started_again_takes_the_lead_back():
     assert sim.run_until(lambda: agreed(sim, 25), sim.now + 2 * Config().lost_probe)
     sim.run(sim.now + 2 * FAST.heartbeat)
     assert sorted(sim.nodes[LEADER].core.members) == [1, 2, 3, 4]
+
+
+# ---- what the attack review found (each failed before its fix) ------------------------------
+
+def test_are_you_alive_flood_opens_a_bounded_number_of_connections():
+    leader = BullyNode(*LEADER, 0.0, config=FAST)
+    leader.actions()
+    c = leader.accept(("10.0.0.66", 1), 0.0)
+    for k in range(100):
+        leader.data_received(c, encode(Message(9, Peer("10.0.0.66", 4000 + k, 3))), 0.0)
+    connects = [a for a in leader.actions() if isinstance(a, Connect)]
+    assert len(connects) == FAST.answer_burst
+    assert leader.stats["dropped_answer_rate"] == 100 - FAST.answer_burst
+    # From many hosts: never more than max_outgoing of our connections at once.
+    cfg = Config(heartbeat=1, peer_timeout=3.5, max_outgoing=32)
+    leader = BullyNode(*LEADER, 0.0, config=cfg)
+    for h in range(200):
+        src = f"10.1.{h // 250}.{h % 250 + 1}"
+        c = leader.accept((src, 1), 0.0)
+        leader.data_received(c, encode(Message(9, Peer(src, 4000, 3))), 0.0)
+    assert sum(isinstance(a, Connect) for a in leader.actions()) == 32
+    assert leader.stats["dropped_outgoing_limit"] == 200 - 32
+
+
+def test_search_flood_for_our_id_answers_a_bounded_number_of_times():
+    n = BullyNode("10.0.0.3", 3333, 0.0, leader=LEADER, config=FAST)
+    n.id = 3
+    n.actions()
+    c = n.accept(("10.0.0.66", 1), 0.0)
+    for sid in range(200):
+        n.data_received(c, encode(Message(6, Peer("10.0.0.66", 4000), source_id=9,
+                                          search_id=sid, destination_id=3)), 0.0)
+    assert sum(isinstance(a, Connect) for a in n.actions()) == FAST.answer_burst
+
+
+def test_ids_outside_1_to_25_are_not_believed():
+    leader = BullyNode(*LEADER, 0.0, config=FAST)
+    c = leader.accept(("10.0.0.66", 1), 0.0)
+    leader.data_received(c, encode(Message(5, Peer("10.0.0.66", 3333, 1000))), 0.0)
+    leader.data_received(c, encode(Message(10, Peer("10.0.0.66", 3333, 60000))), 0.0)
+    assert leader.stats["dropped_invalid_id"] == 2
+    assert not leader.members and leader.is_leader and 1000 not in leader.book
+
+
+class Mute(BullyNode):
+    """A member that answers AreYouAlive but never runs an election (a stranger, or a broken
+    client): it must not leave the network without a leader."""
+
+    def _start_election(self, reason, now, asker=0):
+        pass
+
+
+def test_a_higher_id_that_answers_but_never_leads_is_skipped():
+    sim = network(4)
+    mute = host(5)
+    sim.add(mute, lambda now: Mute(*mute, now, leader=LEADER, config=FAST))
+    sim.run(sim.now + 3 * FAST.heartbeat)
+    assert sim.nodes[mute].core.id == 5
+    sim.kill(LEADER)
+    real = [sim.nodes[host(k)].core for k in range(1, 5)]
+    assert sim.run_until(lambda: all(c.leader is not None and c.leader.id == 4 for c in real),
+                         sim.now + 3 * FAST.leader_wait)
+    assert sim.nodes[host(4)].core.stats["election_restarted"] >= 1
+
+
+def test_are_you_alive_to_a_peer_starts_at_most_one_election_per_holdoff():
+    sim = network(5)
+    p = sim.nodes[host(1)].core
+    before = p.stats["elections"]
+    for k in range(50):  # 10 per second for 5 s, from a stranger on another host
+        sim.call_at(sim.now + k * 0.1, lambda: sim.do(host(1), lambda c, now: (
+            c.data_received(c.accept(("10.0.0.66", 1), now),
+                            encode(Message(9, Peer("10.0.0.66", 3333, 7))), now))))
+    sim.run(sim.now + 5.05)
+    assert p.stats["elections"] - before <= 5.05 / FAST.election_holdoff + 1
+    assert p.stats["election_holdoff"] >= 1
+
+
+def test_a_lower_claim_is_ignored_while_the_leader_lives_even_mid_heartbeat():
+    n, hb = joined_peer()
+    n.handle_timer(FAST.heartbeat)  # a heartbeat: its NodeRequest awaits an answer
+    assert n._leader_probe is not None
+    c = n.accept(("10.0.0.2", 50000), FAST.heartbeat)
+    n.data_received(c, encode(Message(10, Peer("10.0.0.2", 3333, 20))), FAST.heartbeat)
+    assert n.leader.id == 25 and n.stats["leader_claim_below_leader"] == 1
+
+
+def test_text_sent_is_reported_once_written_and_failed_when_refused():
+    sim = network(3)
+    sim.kill(host(3))
+    sim.do(host(1), lambda c, now: c.text(2, b"hi", now))
+    sim.do(host(1), lambda c, now: c.text(3, b"lost", now))
+    sim.run(sim.now + 0.2)
+    from pelotari.bully.core import TextSent
+    assert [e.peer.id for e in sim.events(host(1), TextSent)] == [2]
+    assert [e.destination_id for e in sim.events(host(1), TextFailed)] == [3]
+
+
+def test_joining_something_that_is_not_a_bully_leader_fails_at_once():
+    n = BullyNode("10.0.0.1", 3333, 0.0, leader=LEADER, config=FAST)
+    (join,) = [a for a in n.actions() if isinstance(a, Connect)]
+    n.connection_made(join.conn, ("10.0.0.1", 40000), 0.0)
+    n.data_received(join.conn, b"HTTP/1.1 400 Bad Request\r\n", 0.01)
+    (failed,) = [e for e in iter(n.next_event, None) if isinstance(e, JoinFailed)]
+    assert "is not a bully leader" in failed.reason
+    assert n.get_timer() is None or n.get_timer() > 1.0  # no retry

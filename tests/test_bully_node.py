@@ -558,3 +558,13 @@ def test_nodes_bound_to_any_address_name_the_connections_end():
     joined, done, port = asyncio.run(scenario())
     assert joined.leader == Peer("127.0.0.1", port, 25)
     assert done.unanswered == () and set(done.offsets) == {25, joined.id}
+
+
+def test_a_hangup_stops_the_node_cleanly(bully):
+    port = free_port()
+    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, stdin=subprocess.DEVNULL)
+    assert leader.wait(is_event("listening"), 10), "".join(leader.stderr)
+    code, took = stop(leader, signal.SIGHUP)
+    assert (code, "".join(leader.stderr)) == (0, "") and took < 3, took
+    assert leader.wait(is_event("stopped", signal="SIGHUP"), 2)
+    assert group_gone(leader.proc) and port_is_free("127.0.0.1", port)

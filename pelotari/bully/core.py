@@ -62,6 +62,11 @@ class Config:
     sync_parallel: int = 2  # peers probed at once
     sync_gap: float = 0.001  # new times are sent this far apart
     lost_probe: float = 10.0  # a leader we lost (a partition, a crash) is asked this often...
+    max_outgoing: int = 128  # our connections under way or open at once
+    answer_burst: int = 16  # answers on new connections (IAmLeader, IAmFound) per source
+    answer_rate: float = 4.0  # host: a token bucket
+    max_answer_hosts: int = 256  # source hosts whose buckets are kept
+    election_holdoff: float = 2.0  # elections started by others' messages: at most one per this
     lost_memory: float = 600.0  # ... for this long
     outlier_bound: float = 1.0  # seconds from the median past which a clock is an outlier
     align: float = 0.000125  # a new Time is sent when it is this close to a whole millisecond
@@ -72,7 +77,7 @@ class Config:
     max_connections: int = 256
     max_connections_per_host: int = 16
     idle_timeout: float = 70.0  # a connection closes after this long without a whole message
-    max_ids_per_host: int = 8  # IDs the leader gives one IPv4 address
+    max_ids_per_host: int = 4  # IDs the leader gives one IPv4 address
     max_book: int = 64  # peers remembered by ID
     max_text: int = MAX_TEXT
     check_source: bool = True  # a message naming its sender must come from that host
@@ -90,7 +95,8 @@ class Config:
         if not 1 <= self.max_id <= 0xFFFF:
             raise ValueError("max_id must be within 1..65535")
         for name in ("max_peers", "max_searches", "forward_burst", "max_own_searches",
-                     "sync_probes", "sync_parallel", "max_connections", "max_connections_per_host",
+                     "sync_probes", "sync_parallel", "max_connections", "max_outgoing",
+                     "answer_burst", "max_answer_hosts", "max_connections_per_host",
                      "max_ids_per_host", "max_book"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -369,6 +375,10 @@ class BullyNode:
         self._new_time_not_before = 0.0
         self._lost_leaders: dict[int, tuple[Peer, float]] = {}  # (peer, when to forget it)
         self._next_lost_probe: float | None = None
+        self._texts: dict[int, Peer] = {}  # Text connections under way: to whom
+        self._answer_buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._no_shows: dict[int, float] = {}  # answered AreYouAlive, never led: until then
+        self._last_asked_election = float("-inf")
         self._join_refused = False
         self._next_sync: float | None = None
         if leader is None:
@@ -414,12 +424,22 @@ class BullyNode:
         refuse it (limits). On a wildcard bind, `local` is the address we are known by on it."""
         cfg = self.config
         incoming = [c for c in self._conns.values() if not c.outgoing]
-        if len(incoming) >= cfg.max_connections:
-            self.stats["connections_refused_limit"] += 1
-            return None
         if sum(1 for c in incoming if c.remote[0] == remote[0]) >= cfg.max_connections_per_host:
             self.stats["connections_refused_host_limit"] += 1
             return None
+        if len(incoming) >= cfg.max_connections:
+            # Full: the host holding the most connections gives up its quietest one, if it
+            # holds more than the newcomer's host would then (a few hosts cannot hold every
+            # slot against a new one).
+            per_host = Counter(c.remote[0] for c in incoming)
+            host, most = per_host.most_common(1)[0]
+            if most <= per_host.get(remote[0], 0) + 1:
+                self.stats["connections_refused_limit"] += 1
+                return None
+            victim = min((c for c in incoming if c.remote[0] == host),
+                         key=lambda c: c.last_message)
+            self.stats["connections_evicted"] += 1
+            self._close(victim)
         conn = _Conn(next(self._ids), (remote[0], int(remote[1])), False, "in", now,
                      Framer(cfg.max_text), up=True, last_message=now,
                      local=(local[0], int(local[1])) if local else None)
@@ -436,7 +456,10 @@ class BullyNode:
         queued, conn.queued = conn.queued, []
         for msg in queued:
             self._write(conn, msg(now) if callable(msg) else msg, now)
-        if conn.close_when_up:
+        if conn.purpose == "text":  # written: reported, then closed
+            self._events.append(TextSent(self._texts.pop(conn.id)))
+            self._close(conn)
+        elif conn.close_when_up:
             self._close(conn)  # a one-message send
 
     def data_received(self, conn_id: int, data: bytes, now: float) -> None:
@@ -449,6 +472,11 @@ class BullyNode:
         except BullyError as e:
             self.stats[f"dropped_{e.reason}"] += 1
             self._close(conn)
+            if conn.id == self._join_conn and self._join_deadline is not None:
+                self._join_deadline, self._join_conn, self._joins_left = None, None, 0
+                self._events.append(JoinFailed(
+                    f"{conn.remote[0]}:{conn.remote[1]} is not a bully leader (it answered "
+                    f"with bytes that are no bully message: {e})"))
             return
         for msg in messages:
             conn.last_message = now
@@ -487,8 +515,12 @@ class BullyNode:
         self.sent[msg.name] += 1
 
     def _send_to(self, address: Address, msg: Message, now: float, purpose: str = "send",
-                 peer_id: int = 0) -> _Conn:
-        """One message on a new connection, closed once it is written."""
+                 peer_id: int = 0) -> _Conn | None:
+        """One message on a new connection, closed once it is written (None: too many of our
+        connections are open already; counted)."""
+        if sum(1 for c in self._conns.values() if c.outgoing) >= self.config.max_outgoing:
+            self.stats["dropped_outgoing_limit"] += 1
+            return None
         conn = self._connect(address, purpose, now, peer_id)
         self._write(conn, msg, now)
         if purpose == "send":
@@ -517,6 +549,9 @@ class BullyNode:
             if tag != 1 and msg.peer.id == self.id and self.id != 0:
                 self.stats["dropped_own_id"] += 1
                 return
+            if tag in (5, 8, 9, 10, 12) and not self._valid_id(msg.peer.id):
+                self.stats["dropped_invalid_id"] += 1
+                return
         handler = _HANDLERS[tag]
         handler(self, conn, msg, now)
 
@@ -542,6 +577,24 @@ class BullyNode:
         others = [self.me(conn)] + [m.peer for i, m in sorted(self.members.items())
                                     if i != member.peer.id]
         self._write(conn, Message(2, id=member.peer.id, peers=tuple(others[:PEER_SLOTS])), now)
+
+    def _valid_id(self, peer_id: int) -> bool:
+        """IDs are 1..max_id (the seed's 1-25): a message naming another is not believed."""
+        return 1 <= peer_id <= self.config.max_id
+
+    def _answer_ok(self, host: str, now: float) -> bool:
+        """May a message from `host` make us open a new connection (an answer)? A token
+        bucket per source host; the least recently used hosts are forgotten past the limit."""
+        cfg = self.config
+        tokens, at = self._answer_buckets.pop(host, (float(cfg.answer_burst), now))
+        tokens = min(cfg.answer_burst, tokens + (now - at) * cfg.answer_rate)
+        ok = tokens >= 1
+        self._answer_buckets[host] = (tokens - 1 if ok else tokens, now)
+        while len(self._answer_buckets) > cfg.max_answer_hosts:
+            self._answer_buckets.popitem(last=False)
+        if not ok:
+            self.stats["dropped_answer_rate"] += 1
+        return ok
 
     def _untell(self, peer_id: int) -> None:
         """The ID changed hands (or left): every member is to hear of it again."""
@@ -702,8 +755,9 @@ class BullyNode:
         searcher = msg.peer
         if msg.destination_id == self.id and self.id != 0:  # 2.1: answer the searcher
             known = self.book.get(msg.source_id)
-            if searcher.host == conn.remote[0] or (
-                    known is not None and known.peer.address == searcher.address):
+            if (searcher.host == conn.remote[0] or (
+                    known is not None and known.peer.address == searcher.address)) and \
+                    self._answer_ok(conn.remote[0], now):
                 self._send_to(searcher.address, self._msg("IAmFound", search_id=msg.search_id),
                               now)
             else:
@@ -767,12 +821,16 @@ class BullyNode:
         self.stats["answered_are_you_alive"] += 1
         if self.is_leader and not self._higher_ids():
             # Nobody above us: the election it starts ends with us; tell the asker so.
-            self._send_to(msg.peer.address, self._msg("IAmLeader"), now)
+            if self._answer_ok(conn.remote[0], now):
+                self._send_to(msg.peer.address, self._msg("IAmLeader"), now)
             return
-        if self.election is None:
-            self._start_election(f"asked by ID {msg.peer.id}", now, asker=msg.peer.id)
-        elif self.election is not None:
+        if self.election is not None:
             self.election.askers.add(msg.peer.id)
+        elif now - self._last_asked_election >= self.config.election_holdoff:
+            self._last_asked_election = now
+            self._start_election(f"asked by ID {msg.peer.id}", now, asker=msg.peer.id)
+        else:
+            self.stats["election_holdoff"] += 1
 
     def _on_leader(self, conn: _Conn, msg: Message, now: float) -> None:  # 10
         new = msg.peer
@@ -780,11 +838,13 @@ class BullyNode:
         if new.id < self.id:
             # Bully: a lower ID claims the lead while we live; we take it (if nobody higher).
             self.stats["leader_claim_lower_id"] += 1
-            if self.election is None:
+            if self.election is None and \
+                    now - self._last_asked_election >= self.config.election_holdoff:
+                self._last_asked_election = now
                 self._start_election(f"ID {new.id} claimed the lead", now)
             return
         if self.leader is not None and new.id < self.leader.id and self.election is None and \
-                self._dead_leader is None and self._leader_probe is None:
+                self._dead_leader is None and not self.is_leader:
             # Elections that overlapped: a lower ID announced after a higher one won. The
             # leader we follow answers; the claim is counted and ignored.
             self.stats["leader_claim_below_leader"] += 1
@@ -833,7 +893,7 @@ class BullyNode:
     def _learn(self, peer: Peer, now: float, first_hand: bool) -> None:
         """Remember where an ID lives. A first-hand claim never displaces a live entry at
         another address (the first owner keeps its ID); hearsay never displaces first-hand."""
-        if peer.id == 0 or peer.id == self.id or peer.port == 0:
+        if not self._valid_id(peer.id) or peer.id == self.id or peer.port == 0:
             return
         k = self.book.get(peer.id)
         if k is not None and k.peer.address != peer.address:
@@ -944,6 +1004,7 @@ class BullyNode:
             self._next_sync = None
         self.leader, self.leader_address = new, new.address
         self._lost_leaders.pop(new.id, None)
+        self._no_shows.pop(new.id, None)
         if self._dead_leader is not None and self._dead_leader != new.id:
             self.book.pop(self._dead_leader, None)
         self._dead_leader = None
@@ -999,11 +1060,13 @@ class BullyNode:
             if self.election is not None:
                 self.election.manual = True
 
-    def _higher_ids(self) -> list[int]:
-        return [i for i in self.book if i > self.id and i != self._dead_leader]
+    def _higher_ids(self, now: float | None = None) -> list[int]:
+        shows = {i for i, until in self._no_shows.items() if now is None or now < until}
+        return [i for i in self.book if i > self.id and i != self._dead_leader
+                and i not in shows]
 
     def _start_election(self, reason: str, now: float, asker: int = 0) -> None:
-        delay = self.config.election_step * len(self._higher_ids())  # the highest asks first
+        delay = self.config.election_step * len(self._higher_ids(now))  # the highest asks first
         self.election = _Election(now, "backoff", now + delay)
         if asker:
             self.election.askers.add(asker)
@@ -1016,13 +1079,13 @@ class BullyNode:
         e = self.election
         e.phase, e.deadline = "asking", now + self.config.connect_timeout + \
             self.config.reply_timeout
-        for i, k in list(self.book.items()):
-            if i > self.id and i != self._dead_leader:
-                self._ask(k.peer, now)
+        for i in self._higher_ids(now):
+            self._ask(self.book[i].peer, now)
         if not self.book_complete:
             # Higher IDs we do not know may exist: search for them (the seed's way).
             for i in range(self.id + 1, self.config.max_id + 1):
                 if i not in self.book and i != self._dead_leader and \
+                        now >= self._no_shows.get(i, 0.0) and \
                         len(self._searches) < self.config.max_own_searches:
                     sid = self._search(i, now, for_election=True)
                     if sid is not None:
@@ -1035,7 +1098,8 @@ class BullyNode:
         if p.id in e.asked:
             return
         e.asked.add(p.id)
-        self._send_to(p.address, self._msg("AreYouAlive"), now, "elect", p.id)
+        if self._send_to(p.address, self._msg("AreYouAlive"), now, "elect", p.id) is None:
+            e.failed.add(p.id)
 
     def _election_timer(self, now: float) -> None:
         e = self.election
@@ -1043,8 +1107,10 @@ class BullyNode:
             self._ask_higher(now)
         elif e.phase == "asking":  # nobody higher answered: we lead
             self._become_leader(now, announce=True)
-        else:  # a higher ID answered but never announced itself: again
+        else:  # a higher ID answered but never announced itself: again, without it
             self.election = None
+            for i in e.answered:
+                self._no_shows[i] = now + self.config.lost_memory
             self.stats["election_restarted"] += 1
             self._start_election("the higher ID that answered never took the lead", now)
 
@@ -1094,8 +1160,11 @@ class BullyNode:
             self._events.append(TextFailed(destination_id, "too many searches under way"))
 
     def _send_text(self, p: Peer, data: bytes, now: float) -> None:
-        self._send_to(p.address, self._msg("Text", data=data), now)
-        self._events.append(TextSent(p))
+        conn = self._send_to(p.address, self._msg("Text", data=data), now, "text", p.id)
+        if conn is None:
+            self._events.append(TextFailed(p.id, "too many connections open"))
+            return
+        self._texts[conn.id] = p
 
     # ---- time ---------------------------------------------------------------------------
 
@@ -1303,6 +1372,10 @@ class BullyNode:
 
     def _lost(self, conn: _Conn, now: float, idle: bool = False, timed_out: bool = False) -> None:
         """A connection ended without our closing it: what that means for its purpose."""
+        if conn.purpose == "text" and conn.id in self._texts:
+            p = self._texts.pop(conn.id)
+            self._events.append(TextFailed(p.id, "timed out connecting" if timed_out
+                                           else "the connection was refused"))
         if conn.id == self._leader_conn:
             self._leader_conn = None
             if not idle and not conn.up and self.leader is not None:

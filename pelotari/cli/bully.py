@@ -12,6 +12,7 @@ from pelotari.cli import main
 from pelotari.cli.common import AddressType, PelotariGroup, escape_text
 
 PORT = 3333
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service stop, a hangup
 SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
 
 COMMANDS = """\
@@ -27,7 +28,7 @@ quit             stop (as Ctrl-C and SIGTERM do)"""
 
 SERVICE = """\
 stdin may be a terminal, a pipe, /dev/null or closed: the end of input does not stop the
-node; it runs until `quit`, Ctrl-C or SIGTERM (then it closes every connection and exits 0),
+node; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP (then it closes every connection and exits 0),
 so it can run as a service. With --json every event is one JSON object per line, with "event"
 and "t" (wall-clock seconds)."""
 
@@ -290,7 +291,7 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
         why.append(name)
         stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, both stop the node cleanly
+    for sig in STOP_SIGNALS:  # from here on, each stops the node cleanly
         loop.add_signal_handler(sig, on_signal, sig.name)
 
     early = []  # events before the "listening" line (a founding leader's NewLeader)
@@ -313,7 +314,7 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
     try:
         await node.open()
     except BindError as exc:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         return str(exc)
     host, port = node.address
@@ -408,7 +409,7 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         task.cancel()
         result, = await asyncio.gather(task, return_exceptions=True)
