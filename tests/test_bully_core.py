@@ -685,3 +685,15 @@ def test_joining_something_that_is_not_a_bully_leader_fails_at_once():
     (failed,) = [e for e in iter(n.next_event, None) if isinstance(e, JoinFailed)]
     assert "is not a bully leader" in failed.reason
     assert n.get_timer() is None or n.get_timer() > 1.0  # no retry
+
+
+def test_a_lower_claim_that_arrives_before_news_of_the_leaders_death_is_followed():
+    n, hb = joined_peer()
+    c = n.accept(("10.0.0.2", 50000), 0.5)
+    n.data_received(c, encode(Message(10, Peer("10.0.0.2", 3333, 20))), 0.5)
+    assert n.leader.id == 25  # not yet: the leader is asked first
+    (probe,) = [a for a in n.actions() if isinstance(a, Connect) and a.address == LEADER]
+    n.connection_lost(probe.conn, 0.501)  # refused: the leader is dead
+    assert n.leader.id == 20 and n.election is None
+    assert not [a for a in n.actions() if isinstance(a, Send)
+                and wire.decode(a.data).tag == 9]  # no election messages

@@ -376,6 +376,7 @@ class BullyNode:
         self._lost_leaders: dict[int, tuple[Peer, float]] = {}  # (peer, when to forget it)
         self._next_lost_probe: float | None = None
         self._texts: dict[int, Peer] = {}  # Text connections under way: to whom
+        self._pending_claim: tuple[Peer, float] | None = None  # a lower IAmLeader, until
         self._answer_buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._no_shows: dict[int, float] = {}  # answered AreYouAlive, never led: until then
         self._last_asked_election = float("-inf")
@@ -689,6 +690,7 @@ class BullyNode:
                     self._add_neighbour(p)
         if from_leader:
             self._leader_probe = None
+            self._pending_claim = None  # the leader lives: a lower claim stays ignored
             if conn.purpose == "probe":
                 self._close(conn)
                 return
@@ -845,9 +847,13 @@ class BullyNode:
             return
         if self.leader is not None and new.id < self.leader.id and self.election is None and \
                 self._dead_leader is None and not self.is_leader:
-            # Elections that overlapped: a lower ID announced after a higher one won. The
-            # leader we follow answers; the claim is counted and ignored.
+            # Either elections overlapped (a lower ID announced after a higher one won) or our
+            # leader just died and the news of it is still on its way to us. Ask the leader
+            # now: if it answers, the claim is ignored; if not, we follow the claim.
             self.stats["leader_claim_below_leader"] += 1
+            self._pending_claim = (new, now + self.config.leader_wait)
+            if self._leader_probe is None:
+                self._probe_leader(now)
             return
         self._follow(new, now)
 
@@ -952,6 +958,13 @@ class BullyNode:
         if self._leader_probe is None:
             self._leader_probe = now + cfg.reply_timeout + (0 if conn.up else cfg.connect_timeout)
 
+    def _probe_leader(self, now: float) -> None:
+        """A NodeRequest to the leader on a new connection: its NodeResponse says it lives."""
+        c = self._connect(self.leader.address, "probe", now, self.leader.id)
+        self._write(c, self._msg("NodeRequest"), now)
+        self._leader_probe = min(self._leader_probe or float("inf"),
+                                 now + self.config.connect_timeout + self.config.reply_timeout)
+
     def _leader_failed(self, why: str, now: float) -> None:
         if self.leader is None or self.is_leader:
             return
@@ -968,6 +981,10 @@ class BullyNode:
         if c is not None:
             self._close(c)
         self._leader_conn = None
+        claim, self._pending_claim = self._pending_claim, None
+        if claim is not None and now < claim[1] and claim[0].id > self.id:
+            self._follow(claim[0], now)  # the election is over already: its winner told us
+            return
         if self.election is None:
             self._start_election(f"the leader {why}", now)
 
@@ -1386,11 +1403,7 @@ class BullyNode:
                 # connection, for a NodeResponse. A refused connect, or one closed before the
                 # answer (a dying process's kernel may still complete the handshake), or no
                 # answer in time, and it is gone.
-                c = self._connect(self.leader.address, "probe", now, self.leader.id)
-                self._write(c, self._msg("NodeRequest"), now)
-                self._leader_probe = min(self._leader_probe or float("inf"),
-                                         now + self.config.connect_timeout +
-                                         self.config.reply_timeout)
+                self._probe_leader(now)
             return
         if conn.purpose == "probe":
             if self.leader is not None and conn.peer_id == self.leader.id and \
