@@ -8,7 +8,8 @@ DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
 MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen"]
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
 PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.bully",
-            "pelotari.cli", "pelotari.fyrehose", "pelotari.layers", "pelotari.prototari"]
+            "pelotari.cli", "pelotari.fyrehose", "pelotari.layers", "pelotari.potato",
+            "pelotari.prototari"]
 
 
 def extensions():

@@ -1,0 +1,221 @@
+"""The potato core's rules through pelotari.sim: relay, loops, and the seed's election example."""
+import json
+
+import pytest
+
+from pelotari.potato import wire
+from pelotari.potato.core import (Config, Delivered, ElectionResult, FrameChanged, PotatoNode,
+                                  Undeliverable, VoteCast)
+from pelotari.sim import LinkSpec, Simulator
+
+
+class Sim:
+    """A potato core behind the simulator's datagram interface: a peer is (name, 1)."""
+
+    def __init__(self, core):
+        self.core = core
+
+    def receive_datagram(self, data, source, now):
+        self.core.receive(source[0], data, now)
+
+    def handle_timer(self, now):
+        self.core.handle_timer(now)
+
+    def get_timer(self):
+        return self.core.get_timer()
+
+    def datagrams_to_send(self):
+        return [(data, (peer, 1)) for peer, data in self.core.messages_to_send()]
+
+    def next_event(self):
+        return self.core.next_event()
+
+
+def mesh(edges, frames=None, delays=None, config=None, seed=0):
+    """A simulated mesh: nodes named in edges, each peered with its neighbours."""
+    sim = Simulator(seed=seed, default=LinkSpec(delay=0.001))
+    names = sorted({n for e in edges for n in e})
+    for n in names:
+        sim.add((n, 1), lambda now, n=n: Sim(PotatoNode(n, now, config,
+                                                        frame=(frames or {}).get(n, "F0"))))
+    for a, b in edges:
+        sim.nodes[(a, 1)].core.core.peer_up(b, 0.0)
+        sim.nodes[(b, 1)].core.core.peer_up(a, 0.0)
+    for (a, b), d in (delays or {}).items():
+        sim.link(a, b, LinkSpec(delay=d), both_ways=False)
+    return sim
+
+
+def core(sim, name):
+    return sim.nodes[(name, 1)].core.core
+
+
+def do(sim, name, fn):
+    return sim.do((name, 1), lambda c, now: fn(c.core, now))
+
+
+# The seed's example: A proposes; B, D, E vote YES; C, F, G NO (their frame is not A's).
+EXAMPLE = [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("C", "E"), ("D", "E"), ("D", "F"),
+           ("D", "G"), ("E", "G")]
+# Slow ways so that D hears B before C, E hears C before D, G hears D before E (as told).
+ORDER = {("C", "D"): 0.005, ("D", "E"): 0.005, ("E", "G"): 0.005, ("E", "D"): 0.005}
+
+
+def test_the_seeds_worked_example():
+    sim = mesh(EXAMPLE, frames={"C": "OTHER", "F": "OTHER", "G": "OTHER"}, delays=ORDER)
+    nxt = do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(0.5)
+    votes = {n: [e.vote for e in sim.events((n, 1), VoteCast)] for n in "BCDEFG"}
+    assert votes == {"B": ["YES"], "C": ["NO"], "D": ["YES"], "E": ["YES"], "F": ["NO"],
+                     "G": ["NO"]}
+    (result,) = sim.events(("A", 1), ElectionResult)
+    assert (result.yes, result.no, result.won) == (4.5, 3, True)
+    # B answered 2 YES 2 NO and C 1 YES 1 NO: what A tallied came from those two.
+    assert core(sim, "B").stats["sent_direct_election_response"] == 1
+    for n in "ABCDEFG":
+        assert core(sim, n).frame == nxt
+    assert all(len(sim.events((n, 1), FrameChanged)) == 1 for n in "ABCDEFG")
+
+
+def test_example_responses_carry_the_counts_of_the_table():
+    sim = mesh(EXAMPLE, frames={"C": "OTHER", "F": "OTHER", "G": "OTHER"}, delays=ORDER)
+    seen = []
+    original = sim._deliver
+
+    def spy(src, node, data):
+        msg = json.loads(data)
+        if msg["type"].endswith("_response"):
+            b = msg["body"]
+            seen.append((src[0], msg["to"], b["vote"], b["yes"], b["no"]))
+        original(src, node, data)
+    sim._deliver = spy
+    do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(0.5)
+    answers = {(a, b): (y, n) for a, b, v, y, n in seen if v != "ABSTAIN"}
+    assert answers[("B", "A")] == (2, 2)
+    assert answers[("C", "A")] == (1, 1)
+    assert answers[("D", "B")] == (1, 2)
+    assert answers[("E", "C")] == (1, 0)
+    assert answers[("F", "D")] == (0, 1)
+    assert answers[("G", "D")] == (0, 1)
+    assert ("D", "C", "ABSTAIN", 0, 0) in seen
+
+
+def test_broadcast_reaches_everybody_once_and_loops_die():
+    sim = mesh(EXAMPLE)
+    ident = do(sim, "A", lambda c, now: c.broadcast({"hello": 1}, now))
+    sim.run(0.1)
+    for n in "BCDEFG":
+        got = [e for e in sim.events((n, 1), Delivered) if e.identifier == ident]
+        assert len(got) == 1 and got[0].body == {"hello": 1}
+    assert sum(core(sim, n).stats["duplicate"] for n in "ABCDEFG") >= 1
+
+
+def test_direct_message_is_relayed_to_a_non_peer_and_delivered_once():
+    sim = mesh(EXAMPLE)
+    do(sim, "F", lambda c, now: c.send_direct("A", "kaixo", now))
+    sim.run(0.1)
+    got = sim.events(("A", 1), Delivered)
+    assert [(e.kind, e.sender, e.body) for e in got] == [("direct", "F", "kaixo")]
+    assert not any(sim.events((n, 1), Delivered) for n in "BCDEG")
+
+
+def test_direct_message_to_a_peer_goes_to_it_alone():
+    a = PotatoNode("A", 0.0)
+    for p in "BCD":
+        a.peer_up(p, 0.0)
+    a.send_direct("B", "x", 0.0)
+    assert [p for p, _ in a.messages_to_send()] == ["B"]
+
+
+def test_direct_message_with_no_peers_is_undeliverable():
+    lone = PotatoNode("L", 0.0)
+    lone.send_direct("X", "x", 0.0)
+    assert isinstance(lone.next_event(), Undeliverable)
+
+
+def test_a_silent_direct_participant_counts_as_abstain_after_300_ms():
+    sim = mesh([("A", "B"), ("A", "C")])
+    sim.crash(("C", 1))
+    do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(0.29)
+    assert not sim.events(("A", 1), ElectionResult)
+    sim.run(0.31)
+    (result,) = sim.events(("A", 1), ElectionResult)
+    assert (result.yes, result.no, result.abstained) == (2.5, 0, ("C",))
+
+
+def test_a_disconnected_peer_counts_as_abstain_at_once():
+    sim = mesh([("A", "B"), ("A", "C")])
+    sim.crash(("C", 1))
+    do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(0.01)
+    do(sim, "A", lambda c, now: c.peer_down("C", now))
+    (result,) = sim.events(("A", 1), ElectionResult)
+    assert result.abstained == ("C",) and sim.now < 0.02
+
+
+def test_one_election_at_a_time_and_no_while_ours_is_open():
+    sim = mesh([("A", "B")])
+    assert do(sim, "A", lambda c, now: c.propose(now)) is not None
+    assert do(sim, "A", lambda c, now: c.propose(now)) is None
+    do(sim, "B", lambda c, now: c.propose(now))
+    sim.run(0.5)
+    votes = [(e.originator, e.vote) for e in sim.events(("A", 1), VoteCast)]
+    assert votes == [("B", "NO")]
+
+
+def test_a_winning_frame_ends_the_other_elections():
+    sim = mesh([("A", "B"), ("B", "C")], delays={("B", "C"): 0.2, ("C", "B"): 0.2})
+    do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(1.0)
+    assert core(sim, "C").frame == core(sim, "A").frame
+    assert not [v for v in core(sim, "B")._votes.values() if not v.done]
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"not json", "not_json"),
+    (b"[]", "not_json"),
+    (b'{"type":"direct","identifier":"x","from":"Z","visited":[]}', "bad_field"),
+    (b'{"type":"gossip","identifier":"x","from":"Z","visited":[]}', "unknown_type"),
+    (b'{"type":"broadcast","identifier":"x","from":"Z","visited":[],"extra":1}', "bad_field"),
+    (b'{"type":"broadcast","identifier":"x","from":"Z","visited":"A"}', "bad_field"),
+    (b'{"type":"direct_election_request","identifier":"x","from":"Z","visited":[],'
+     b'"body":{"parent":"P","next":"N"}}', "bad_field"),
+    (b'{"type":"broadcast","identifier":"x","from":"Z","visited":[],"body":' + b"[" * 40 +
+     b"]" * 40 + b"}", "too_large"),
+    (b"[" * 100000 + b"]" * 100000, "too_large"),
+])
+def test_bad_messages_are_counted_and_dropped(data, reason):
+    n = PotatoNode("A", 0.0)
+    n.peer_up("B", 0.0)
+    n.receive("B", data, 0.0)
+    assert n.stats[f"dropped_{reason}"] == 1 and not n.messages_to_send()
+
+
+def test_limits_at_and_one_past():
+    lim = wire.Limits(max_visited=3, max_message=200)
+    ok = wire.Message("broadcast", "x", "Z", ("a", "b", "c"))
+    assert wire.decode(wire.encode(ok), lim).visited == ("a", "b", "c")
+    with pytest.raises(wire.TooLarge):
+        wire.decode(wire.encode(wire.Message("broadcast", "x", "Z", ("a", "b", "c", "d"))), lim)
+    big = wire.encode(wire.Message("broadcast", "x", "Z", (), body="y" * 300))
+    with pytest.raises(wire.TooLarge):
+        wire.decode(big, lim)
+
+
+def test_frame_identifier_is_sha1_of_time_name_random():
+    import hashlib
+    assert wire.frame_id("n" * 150, 1700000000123.4, "r") == hashlib.sha1(
+        ("1700000000123-" + "n" * 100 + "-r").encode()).hexdigest()
+
+
+def test_cache_entries_live_five_seconds_each_under_constant_traffic():
+    n = PotatoNode("A", 0.0, Config(max_cache=1000))
+    n.peer_up("B", 0.0)
+    for k in range(100):  # a message every 0.1 s: "5 s without messages" would never come
+        t = k * 0.1
+        n.receive("B", wire.encode(wire.Message("broadcast", f"id{k}", "Z", ("B",))), t)
+        if n.get_timer() is not None and n.get_timer() <= t:
+            n.handle_timer(t)
+    assert len(n._cache) <= 51  # only the last 5 s are remembered
