@@ -219,3 +219,22 @@ def test_cache_entries_live_five_seconds_each_under_constant_traffic():
         if n.get_timer() is not None and n.get_timer() <= t:
             n.handle_timer(t)
     assert len(n._cache) <= 51  # only the last 5 s are remembered
+
+
+# ---- large meshes (pelotari.potato.simulate) ------------------------------------------------
+
+def test_simulated_broadcast_reaches_all_with_bounded_redundancy():
+    from pelotari.potato import simulate
+    r = simulate.broadcast(n=300, degree=6, seed=1)
+    assert r["reached"] == 1.0
+    assert r["rmr"] <= r["degree"] - 1  # the goal: RMR <= degree - 1
+    part = simulate.broadcast(n=300, degree=6, partition=True, seed=1)
+    assert part["reached_of_reachable"] == 1.0 and part["reached"] < 0.9
+
+
+def test_simulated_election_counts_every_client_once_within_4_messages_per_edge():
+    from pelotari.potato import simulate
+    for partition in (False, True):
+        r = simulate.election(n=300, degree=6, partition=partition, seed=2)
+        assert r["won"] and r["counted_once"], r
+        assert r["messages_per_edge"] <= 4

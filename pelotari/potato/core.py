@@ -23,8 +23,8 @@ class Config:
     cache_lifetime: float = 5.0  # a message identifier is remembered this long (per entry)
     max_cache: int = 65536  # identifiers remembered at most (oldest forgotten first)
     direct_timeout: float = 0.3  # the seed: direct participants answer within 300 ms
-    hop_margin_ms: int = 40  # each indirect hop answers this much before its requester must
-    min_budget_ms: int = 20  # below this a request is answered at once, without asking further
+    hop_margin_ms: int = 10  # each indirect hop answers this much before its requester must
+    min_budget_ms: int = 10  # below this a request is answered at once, without asking further
     indirect_budget_ms: int = 250  # assumed for an indirect request without deadline_ms
     originator_weight: float = 1.5
     max_elections: int = 256  # elections (parent, next) remembered at once
@@ -47,6 +47,7 @@ class Delivered:
     sender: str
     body: Any
     identifier: str
+    hops: int = 0  # clients it went through (`visited` on arrival)
 
 
 @dataclass(frozen=True)
@@ -239,11 +240,13 @@ class PotatoNode:
         self._remember(msg.identifier, now)
         if msg.type == "direct":
             if msg.to == self.name:
-                self._events.append(Delivered("direct", msg.sender, msg.body, msg.identifier))
+                self._events.append(Delivered("direct", msg.sender, msg.body, msg.identifier,
+                                              len(msg.visited)))
                 return
             self._relay(msg, now, exclude=peer)
             return
-        self._events.append(Delivered("broadcast", msg.sender, msg.body, msg.identifier))
+        self._events.append(Delivered("broadcast", msg.sender, msg.body, msg.identifier,
+                                      len(msg.visited)))
         frame = msg.body.get("frame") if isinstance(msg.body, dict) else None
         if isinstance(frame, str) and frame:
             self._take_frame(frame, str(msg.body.get("parent", "")), msg.sender)
