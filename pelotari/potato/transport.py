@@ -1,0 +1,921 @@
+"""Potato's transports: whole messages (the bytes of one JSON object) between named peers.
+
+The core (pelotari.potato.core) never sees this module: an adapter hands it `on_peer_up`,
+`on_peer_down` and `on_message` events and calls `send`. Two transports share one interface
+(`Transport`):
+
+`TcpTransport`: one TCP connection per pair of peers, newline-delimited JSON.
+  * A message is one line: its bytes, then b"\\n". `json.dumps` escapes every newline inside a
+    string, so a JSON message never holds a raw newline; `send` refuses data that does (counted
+    `send_dropped_newline`). An empty line is skipped.
+  * Handshake: the connecting side writes `{"hello": NAME}` as its first line; the listening
+    side answers `{"hello": NAME}` when it takes the connection, or `{"hello": NAME, "refused":
+    REASON}` and closes. The connecting side may refuse in turn with the same refusal line
+    (then the listening side, which took the connection, sees it as a line on an open
+    connection). Handshake lines are at most 1,024 bytes; the whole handshake must finish
+    within `handshake_timeout`. Lines that start with `{"hello"` are the transport's own at any
+    time (`send` refuses such a message).
+  * Liveness: a side that has written nothing for `ping_interval` writes the line
+    `{"ping": 1}` (exactly those 11 bytes; `send` refuses them as a message). A peer from which
+    nothing has arrived for `dead_after` is declared down and its connection aborted, so a
+    stopped or black-holed peer is noticed in about `dead_after` seconds.
+  * A line longer than `max_message` bytes (without its newline) closes the connection
+    (counted `closed_oversize`); `send` refuses such a message (`send_dropped_oversize`).
+
+`WebRtcTransport` (aiortc): one RTCPeerConnection per peer with one data channel "potato"
+(ordered, reliable); a message is one data channel frame (sent as text when it is UTF-8, as
+binary otherwise; both are accepted). Signaling is a single exchange over a short TCP
+connection to the peer's listening address: the connecting side sends the line
+`{"hello": NAME, "offer": SDP}`, the listening side answers `{"hello": NAME, "answer": SDP}` (or
+`{"hello": NAME, "refused": REASON}`), and the connection closes. No trickle ICE: the SDP holds
+every candidate. No STUN or TURN server (`iceServers=[]`), so host candidates only; when the
+transport's host is a specific address, its ICE candidates are on that address alone (aioice
+would otherwise offer every interface address but 127.0.0.1 and ::1, so two nodes on 127.0.0.1
+could not meet; done by wrapping aioice's get_host_addresses, which reads a context variable
+set only around our own setLocalDescription calls). Pings (`{"ping": 1}` frames) and `dead_after` work as for TCP: ICE consent
+freshness would notice a dead peer only after about 30 s. A frame over `max_message` is dropped
+(counted `recv_dropped_oversize`); the channel stays open.
+
+Both: a name is 1 to 100 characters. A connection claiming our own name, or the name of a
+current peer, is refused (`refused_own_name`, `refused_duplicate`), except when two nodes
+connect to each other at the same time (both connections within `handshake_timeout`): then
+both keep the connection opened by the smaller name, the other is refused (`refused_crossed`)
+and both `connect` calls return the name; the peer is reported up once. A message sent on the
+losing connection in that moment may be lost. Callbacks run in the event loop; an exception in
+one is logged and counted (`callback_errors`). `close()` reports every peer down, then closes
+every connection. A transport is created inside a running event loop.
+
+`stats` counts: messages_sent, messages_received, pings_sent, peers_up, peers_down;
+send_dropped_<why> (unknown_peer, oversize, newline, reserved, empty, not_bytes, buffer_full,
+closing); refused_<why> (own_name, duplicate, crossed, bad_name, bad_hello, max_peers, busy,
+by_peer); closed_<why> (dead, lost, oversize, crossed); handshake_timeout,
+recv_dropped_oversize, replaced_crossed, callback_errors.
+"""
+import asyncio
+import contextvars
+import ipaddress
+import json
+import logging
+import socket
+from collections import Counter
+from collections.abc import Callable
+
+log = logging.getLogger("pelotari.potato.transport")
+
+PING = b'{"ping": 1}'
+HELLO = b'{"hello"'  # how every handshake line starts
+NAME_MAX = 100
+HELLO_MAX = 1024  # bytes in a TCP handshake line
+SIGNAL_MAX = 65536  # bytes in a WebRTC signaling line (an SDP is about 1 KB)
+CHANNEL = "potato"
+CLOSE_TIMEOUT = 2.0  # seconds an aiortc close() may take before it is given up
+DEFAULT_MAX_BUFFER = 1 << 20  # unsent bytes per peer before send() refuses
+
+
+class PeerRefused(ValueError):
+    """A handshake was refused (by us or by the peer); `reason` names why."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def _valid_name(name) -> bool:
+    return isinstance(name, str) and 1 <= len(name) <= NAME_MAX
+
+
+def _wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::")
+
+
+def _nodelay(sock) -> None:
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+
+class _Link:
+    """What the base class knows of one connection to one peer (either transport)."""
+
+    outgoing: bool
+    name: str | None = None
+    is_open = False  # messages can flow
+    retired = False  # no longer the peer's connection (dropped, refused or replaced)
+    claimed_at = 0.0
+    last_rx = 0.0
+    last_tx = 0.0
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def buffered(self) -> int:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+
+class Transport:
+    """The interface both transports share (and their name registry, pings and callbacks)."""
+
+    def __init__(self, name: str, host: str, port: int, *, on_peer_up: Callable[[str], None],
+                 on_peer_down: Callable[[str], None],
+                 on_message: Callable[[str, bytes], None], max_message: int = 65536,
+                 max_peers: int = 64, ping_interval: float = 0.25, dead_after: float = 1.0,
+                 handshake_timeout: float = 5.0, max_buffer: int = DEFAULT_MAX_BUFFER):
+        if not _valid_name(name):
+            raise ValueError(f"a node name is 1 to {NAME_MAX} characters, not {name!r}")
+        if max_message < len(PING) or max_peers < 1 or max_buffer < 1:
+            raise ValueError("max_message, max_peers and max_buffer must be positive")
+        if not 0 < ping_interval < dead_after or handshake_timeout <= 0:
+            raise ValueError("need 0 < ping_interval < dead_after and handshake_timeout > 0")
+        self.name, self.host, self.port = name, host, port
+        self.on_peer_up, self.on_peer_down, self.on_message = on_peer_up, on_peer_down, on_message
+        self.max_message, self.max_peers, self.max_buffer = max_message, max_peers, max_buffer
+        self.ping_interval, self.dead_after = ping_interval, dead_after
+        self.handshake_timeout = handshake_timeout
+        self.stats: Counter = Counter()
+        self._loop = asyncio.get_running_loop()
+        self._peers: dict[str, _Link] = {}  # name -> its connection (open or opening)
+        self._announced: set[str] = set()  # names given to on_peer_up and not yet to on_peer_down
+        self._handshakes: set = set()  # handshakes under way (bounded by max_peers)
+        self._tasks: set[asyncio.Task] = set()
+        self._keepalive: asyncio.Task | None = None
+        self._crossing: dict[str, asyncio.TimerHandle] = {}  # see _crossed()
+        self._closed = False
+
+    async def start(self) -> None:
+        """Listen on host:port for peers that connect to us (port 0: any; self.port is set)."""
+        raise NotImplementedError
+
+    async def connect(self, host: str, port: int) -> str:
+        """Become peers with the node at host:port and return its name."""
+        raise NotImplementedError
+
+    def peers(self) -> list[str]:
+        """The names of the peers messages can be sent to now."""
+        return [name for name, link in self._peers.items() if link.is_open]
+
+    def send(self, peer: str, data: bytes) -> bool:
+        """Queue one message to a peer without blocking; False (counted) if it cannot be."""
+        link = self._peers.get(peer)
+        if link is None or not link.is_open or self._closed:
+            self.stats["send_dropped_unknown_peer"] += 1
+            return False
+        reason = self._refuse_data(data)
+        if reason:
+            self.stats[f"send_dropped_{reason}"] += 1
+            return False
+        if link.buffered() > self.max_buffer:
+            self.stats["send_dropped_buffer_full"] += 1
+            return False
+        try:
+            link.write(data)
+        except ValueError:  # over what the peer's SCTP takes (its a=max-message-size)
+            self.stats["send_dropped_oversize"] += 1
+            return False
+        except Exception as exc:  # the connection is going away under us
+            log.debug("send to %s failed: %r", peer, exc)
+            self.stats["send_dropped_closing"] += 1
+            return False
+        self.stats["messages_sent"] += 1
+        return True
+
+    async def close(self) -> None:
+        """Report every peer down, close every connection and stop every task."""
+        raise NotImplementedError
+
+    # -- shared machinery --------------------------------------------------------------------
+
+    def _refuse_data(self, data) -> str:
+        if not isinstance(data, (bytes, bytearray)):
+            return "not_bytes"
+        if not data:
+            return "empty"
+        if len(data) > self.max_message:
+            return "oversize"
+        if data == PING or data.startswith(HELLO):
+            return "reserved"
+        return ""
+
+    def _decide(self, name, outgoing: bool) -> str:
+        """'' to take a connection claiming `name`, 'swap' to take it in place of the current
+        one, else the reason it is refused."""
+        if not _valid_name(name):
+            return "bad_name"
+        if name == self.name:
+            return "own_name"
+        if self._closed:
+            return "closing"
+        old = self._peers.get(name)
+        if old is None:
+            return "max_peers" if len(self._peers) >= self.max_peers else ""
+        if (old.outgoing != outgoing
+                and self._loop.time() - old.claimed_at < self.handshake_timeout):
+            # Both nodes connected to each other at once: both keep the smaller name's.
+            opener = self.name if outgoing else name
+            return "swap" if opener == min(self.name, name) else "crossed"
+        return "duplicate"
+
+    def _claim(self, link: _Link, name: str, swap: bool) -> None:
+        """Make `link` the connection of peer `name` (replacing the current one if swap)."""
+        link.name = name
+        link.claimed_at = link.last_rx = link.last_tx = self._loop.time()
+        old = self._peers.get(name)
+        self._peers[name] = link
+        if name in self._crossing:
+            self._crossing.pop(name).cancel()
+        if swap and old is not None:
+            self.stats["replaced_crossed"] += 1
+            old.retired = True
+            old.shutdown()
+        if self._keepalive is None and not self._closed:
+            self._keepalive = self._loop.create_task(self._ping_loop())
+        if link.is_open:
+            self._opened(link)
+
+    def _opened(self, link: _Link) -> None:
+        """The link can carry messages: announce its peer if it is new."""
+        link.last_rx = link.last_tx = self._loop.time()
+        if self._peers.get(link.name) is link and link.name not in self._announced:
+            self._announced.add(link.name)
+            self.stats["peers_up"] += 1
+            self._call(self.on_peer_up, link.name)
+
+    def _drop(self, link: _Link, reason: str) -> None:
+        """The link is gone (or must go): forget it, report its peer down, close it."""
+        if link.retired:
+            return
+        link.retired = True
+        link.is_open = False
+        if reason:
+            self.stats[f"closed_{reason}"] += 1
+        if link.name is not None and self._peers.get(link.name) is link:
+            del self._peers[link.name]
+            if link.name in self._announced:
+                self._announced.discard(link.name)
+                self.stats["peers_down"] += 1
+                self._call(self.on_peer_down, link.name)
+        link.shutdown()
+
+    def _crossed(self, link: _Link) -> None:
+        """The peer refused this (open) link as the losing one of two crossed connections: it
+        keeps the other, whose hello is on its way. Wait for it (up to handshake_timeout)
+        rather than report the peer down and up again."""
+        name = link.name
+        if link.retired or self._peers.get(name) is not link:
+            return
+        link.retired, link.is_open = True, False
+        del self._peers[name]
+        self.stats["closed_crossed"] += 1
+        if name in self._announced:
+            self._crossing[name] = self._loop.call_later(self.handshake_timeout,
+                                                         self._crossing_over, name)
+        link.shutdown()
+
+    def _crossing_over(self, name: str) -> None:
+        self._crossing.pop(name, None)
+        if name in self._announced and name not in self._peers:
+            self._announced.discard(name)
+            self.stats["peers_down"] += 1
+            self._call(self.on_peer_down, name)
+
+    def _received(self, link: _Link, data: bytes) -> None:
+        """One message from a peer (pings and empty lines are the transport's own)."""
+        if data == PING or not data:
+            return
+        self.stats["messages_received"] += 1
+        self._call(self.on_message, link.name, data)
+
+    def _call(self, callback, *args) -> None:
+        try:
+            callback(*args)
+        except Exception:
+            self.stats["callback_errors"] += 1
+            log.exception("potato transport callback %s%r failed", callback, args)
+
+    async def _ping_loop(self) -> None:
+        tick = min(self.ping_interval, self.dead_after) / 2
+        while True:
+            await asyncio.sleep(tick)
+            now = self._loop.time()
+            for link in list(self._peers.values()):
+                if not link.is_open or link.retired:
+                    continue
+                if now - link.last_rx > self.dead_after:
+                    log.info("%s: peer %s silent for %.2f s: down", self.name, link.name,
+                             now - link.last_rx)
+                    self._drop(link, "dead")
+                elif now - link.last_tx >= self.ping_interval:
+                    try:
+                        link.write(PING)
+                        self.stats["pings_sent"] += 1
+                    except Exception as exc:
+                        log.debug("ping to %s failed: %r", link.name, exc)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _close_common(self) -> None:
+        """Mark closed, drop every link (reporting peers down), stop the ping task."""
+        self._closed = True
+        for link in list(self._peers.values()):
+            self._drop(link, "")
+        for name in list(self._crossing):
+            self._crossing[name].cancel()
+            self._crossing_over(name)
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            await asyncio.gather(self._keepalive, return_exceptions=True)
+            self._keepalive = None
+
+    def _remaining(self, deadline: float) -> float:
+        return max(0.0, deadline - self._loop.time())
+
+
+# -- TCP -------------------------------------------------------------------------------------
+
+
+class _TcpLink(asyncio.Protocol, _Link):
+    """One TCP connection: handshake, then newline-delimited messages and pings."""
+
+    def __init__(self, owner: "TcpTransport", outgoing: bool):
+        self.owner, self.outgoing = owner, outgoing
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.limit = HELLO_MAX
+        self.loop = owner._loop
+        self.result = self.loop.create_future()  # the handshake: the peer's name or an error
+        self.lost = self.loop.create_future()
+        self.timer: asyncio.TimerHandle | None = None
+        self.peer_address = ""
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        owner = self.owner
+        _nodelay(transport.get_extra_info("socket"))
+        peer = transport.get_extra_info("peername")
+        self.peer_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        owner._links.add(self)
+        if owner._closed or (not self.outgoing and len(owner._handshakes) >= owner.max_peers):
+            owner.stats["refused_busy"] += 1
+            self._fail(ConnectionError("transport closing or busy"))
+            transport.abort()
+            return
+        owner._handshakes.add(self)
+        self.timer = self.loop.call_later(owner.handshake_timeout, self._handshake_timeout)
+        if self.outgoing:
+            self._line_out({"hello": owner.name})
+
+    def data_received(self, data: bytes) -> None:
+        if self.retired and self.result.done():
+            return
+        self.last_rx = self.loop.time()
+        buf = self.buf
+        if b"\n" not in data:
+            buf += data
+            if len(buf) > self.limit:
+                self._oversize()
+            return
+        buf += data
+        lines = buf.split(b"\n")
+        self.buf = bytearray(lines.pop())
+        for line in lines:
+            if len(line) > self.limit:
+                self._oversize()
+                return
+            if not self.is_open:
+                self._hello(line)
+            elif line.startswith(HELLO):
+                self._late_hello(line)
+            else:
+                self.owner._received(self, bytes(line))
+            if self.retired or self.transport.is_closing():
+                return
+        if len(self.buf) > self.limit:
+            self._oversize()
+
+    def eof_received(self):
+        return False
+
+    def connection_lost(self, exc) -> None:
+        owner = self.owner
+        owner._links.discard(self)
+        owner._handshakes.discard(self)
+        if self.timer:
+            self.timer.cancel()
+        self._fail(ConnectionError(f"{self.peer_address} closed the connection during the "
+                                   "handshake"))
+        owner._drop(self, "lost" if self.is_open else "")
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    # _Link
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data + b"\n")
+        self.last_tx = self.loop.time()
+
+    def buffered(self) -> int:
+        return self.transport.get_write_buffer_size()
+
+    def shutdown(self) -> None:
+        self.retired = True
+        self.is_open = False
+        if self.transport is not None and not self.transport.is_closing():
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()
+            else:
+                self.transport.close()
+
+    # handshake
+
+    def _line_out(self, obj: dict) -> None:
+        self.transport.write(json.dumps(obj).encode() + b"\n")
+        self.last_tx = self.loop.time()
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.result.done():
+            self.result.set_exception(exc)
+            self.result.exception()  # retrieved: nobody may be waiting (an incoming link)
+
+    def _refuse(self, reason: str, name=None) -> None:
+        owner = self.owner
+        owner.stats[f"refused_{reason}"] += 1
+        owner._handshakes.discard(self)
+        self._line_out({"hello": owner.name, "refused": reason})
+        if reason == "crossed":  # we are peers through the other connection
+            self.result.set_result(name)
+        else:
+            self._fail(PeerRefused(f"refused {self.peer_address} claiming {name!r}: {reason}",
+                                   reason))
+        self.shutdown()
+
+    def _hello(self, line: bytes) -> None:
+        owner = self.owner
+        try:
+            hello = json.loads(line)
+            name = hello["hello"]
+            refused = hello.get("refused")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            owner.stats["refused_bad_hello"] += 1
+            owner._handshakes.discard(self)
+            self._fail(PeerRefused(f"{self.peer_address} sent no hello: {bytes(line[:80])!r}",
+                                   "bad_hello"))
+            self.shutdown()
+            return
+        if refused is not None:
+            owner.stats["refused_by_peer"] += 1
+            owner._handshakes.discard(self)
+            if refused == "crossed" and name in owner._peers:
+                self.result.set_result(name)
+            else:
+                self._fail(PeerRefused(f"{self.peer_address} ({str(name)[:NAME_MAX]!r}) "
+                                       f"refused us: {str(refused)[:100]}", "refused_by_peer"))
+            self.shutdown()
+            return
+        reason = owner._decide(name, self.outgoing)
+        if reason not in ("", "swap"):
+            self._refuse(reason, name)
+            return
+        owner._handshakes.discard(self)
+        self.timer.cancel()
+        if not self.outgoing:
+            self._line_out({"hello": owner.name})
+        self.limit = owner.max_message
+        self.is_open = True
+        owner._claim(self, name, swap=reason == "swap")
+        if not self.result.done():
+            self.result.set_result(name)
+
+    def _late_hello(self, line: bytes) -> None:
+        """A handshake line on an open connection: the peer refuses it after all."""
+        try:
+            reason = json.loads(line).get("refused")
+        except (ValueError, AttributeError):
+            reason = None
+        if reason == "crossed":
+            self.owner._crossed(self)
+        elif reason is not None:
+            self.owner._drop(self, "refused_by_peer")
+        else:
+            self.owner.stats["late_hello_ignored"] += 1
+
+    def _handshake_timeout(self) -> None:
+        if self.result.done():
+            return
+        self.owner.stats["handshake_timeout"] += 1
+        self.owner._handshakes.discard(self)
+        self._fail(TimeoutError(f"no hello from {self.peer_address} within "
+                                f"{self.owner.handshake_timeout} s"))
+        self.shutdown()
+
+    def _oversize(self) -> None:
+        if self.is_open:
+            log.info("%s: a line over %d bytes from %s: closing", self.owner.name, self.limit,
+                     self.name)
+            self.owner._drop(self, "oversize")
+            if self.transport is not None:
+                self.transport.abort()
+        else:
+            self.owner.stats["refused_bad_hello"] += 1
+            self.owner._handshakes.discard(self)
+            self._fail(PeerRefused(f"{self.peer_address}: hello line over {self.limit} bytes",
+                                   "bad_hello"))
+            self.retired = True
+            self.transport.abort()
+
+
+class TcpTransport(Transport):
+    """Potato over TCP: one connection per peer pair, newline-delimited JSON (see the module)."""
+
+    def __init__(self, name: str, host: str, port: int, **kwargs):
+        super().__init__(name, host, port, **kwargs)
+        self._server: asyncio.AbstractServer | None = None
+        self._links: set[_TcpLink] = set()  # every connection with a socket, until it is lost
+
+    def _refuse_data(self, data) -> str:
+        return super()._refuse_data(data) or ("newline" if b"\n" in data else "")
+
+    async def start(self) -> None:
+        """Listen on host:port (port 0: any; self.port is set to the port taken)."""
+        if self._closed:
+            raise RuntimeError("transport closed")
+        self._server = await self._loop.create_server(
+            lambda: _TcpLink(self, outgoing=False), self.host, self.port, backlog=128,
+            reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def connect(self, host: str, port: int) -> str:
+        """Open a connection to host:port, exchange hellos and return the peer's name."""
+        if self._closed:
+            raise RuntimeError("transport closed")
+        deadline = self._loop.time() + self.handshake_timeout
+        local = None if _wildcard(self.host) else (self.host, 0)
+        try:
+            _, link = await asyncio.wait_for(self._loop.create_connection(
+                lambda: _TcpLink(self, outgoing=True), host, port, local_addr=local),
+                self.handshake_timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"cannot connect to {host}:{port}: no answer within "
+                               f"{self.handshake_timeout} s") from None
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot connect to {host}:{port}: "
+                                     f"{exc.strerror or exc}") from None
+        try:
+            return await asyncio.wait_for(asyncio.shield(link.result),
+                                          self._remaining(deadline))
+        except asyncio.TimeoutError:
+            link._handshake_timeout()
+            raise TimeoutError(f"no hello from {host}:{port} within "
+                               f"{self.handshake_timeout} s") from None
+
+    async def close(self) -> None:
+        """Report every peer down, close every connection and the listening socket."""
+        if self._server is not None:
+            self._server.close()
+        await self._close_common()
+        for link in list(self._links):
+            link.shutdown()
+        for _ in range(2):  # closed (flushed) first, then aborted
+            if self._links:
+                await asyncio.wait([link.lost for link in self._links], timeout=1.0)
+            for link in list(self._links):
+                link.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+
+# -- WebRTC ----------------------------------------------------------------------------------
+
+# The addresses aioice may offer as host candidates in the current context (None: its own
+# choice). Set around setLocalDescription(); read by the wrapper installed over
+# aioice.ice.get_host_addresses (which falls through to the original when unset).
+_CANDIDATE_HOSTS: contextvars.ContextVar = contextvars.ContextVar("potato_ice_hosts",
+                                                                  default=None)
+_patched = False
+
+
+def _aiortc():
+    """Import aiortc (slow, and only the WebRTC transport needs it); install the wrapper."""
+    global _patched
+    import aioice.ice
+    import aiortc
+
+    if not _patched:
+        original = aioice.ice.get_host_addresses
+
+        def get_host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+            hosts = _CANDIDATE_HOSTS.get()
+            return list(hosts) if hosts is not None else original(use_ipv4, use_ipv6)
+
+        aioice.ice.get_host_addresses = get_host_addresses
+        _patched = True
+    return aiortc
+
+
+class _RtcLink(_Link):
+    """One RTCPeerConnection and its "potato" data channel."""
+
+    def __init__(self, owner: "WebRtcTransport", outgoing: bool, pc):
+        self.owner, self.outgoing, self.pc = owner, outgoing, pc
+        self.channel = None
+        self.opened = owner._loop.create_future()  # set when the channel opens
+        self.closing: asyncio.Task | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        owner._links.add(self)
+        pc.on("connectionstatechange", self._state)
+        if outgoing:
+            self._attach(pc.createDataChannel(CHANNEL, ordered=True))
+        else:
+            pc.on("datachannel", self._datachannel)
+
+    def _datachannel(self, channel) -> None:
+        if channel.label != CHANNEL or self.channel is not None:
+            self.owner.stats["refused_channel"] += 1
+            channel.close()
+            return
+        self._attach(channel)
+        if channel.readyState == "open":
+            self._open()
+
+    def _attach(self, channel) -> None:
+        self.channel = channel
+        channel.on("open", self._open)
+        channel.on("close", lambda: self.owner._drop(self, "lost" if self.is_open else ""))
+        channel.on("message", self._message)
+
+    def _open(self) -> None:
+        if self.retired or self.is_open:
+            return
+        self.is_open = True
+        if self.timer:
+            self.timer.cancel()
+        if not self.opened.done():
+            self.opened.set_result(True)
+        self.owner._opened(self)
+
+    def _state(self) -> None:
+        if self.pc.connectionState in ("failed", "closed"):
+            self.owner._drop(self, f"ice_{self.pc.connectionState}" if not self.retired else "")
+
+    def _message(self, message) -> None:
+        if self.retired:
+            return
+        owner = self.owner
+        self.last_rx = owner._loop.time()
+        data = message.encode() if isinstance(message, str) else message
+        if len(data) > owner.max_message:
+            owner.stats["recv_dropped_oversize"] += 1
+            return
+        owner._received(self, data)
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.channel.send(data.decode())
+        except UnicodeDecodeError:
+            self.channel.send(bytes(data))
+        self.last_tx = self.owner._loop.time()
+
+    def buffered(self) -> int:
+        return self.channel.bufferedAmount if self.channel is not None else 0
+
+    def shutdown(self) -> None:
+        self.retired = True
+        self.is_open = False
+        if self.timer:
+            self.timer.cancel()
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionError("the peer connection closed"))
+            self.opened.exception()
+        if self.closing is None:
+            self.closing = self.owner._spawn(self._close())
+
+    async def _close(self) -> None:
+        try:
+            await asyncio.wait_for(self.pc.close(), CLOSE_TIMEOUT)
+        except asyncio.TimeoutError:
+            self.owner.stats["close_timeouts"] += 1
+            log.warning("%s: closing the connection to %s took over %s s", self.owner.name,
+                        self.name, CLOSE_TIMEOUT)
+        except Exception as exc:
+            log.debug("closing the connection to %s: %r", self.name, exc)
+        finally:
+            self.owner._links.discard(self)
+
+    def open_timeout(self) -> None:
+        self.owner.stats["handshake_timeout"] += 1
+        self.owner._drop(self, "")
+
+
+class WebRtcTransport(Transport):
+    """Potato over WebRTC data channels (aiortc), signaled over one short TCP exchange."""
+
+    def __init__(self, name: str, host: str, port: int, **kwargs):
+        super().__init__(name, host, port, **kwargs)
+        if _wildcard(host):
+            self._ice_hosts = None
+        else:
+            try:
+                self._ice_hosts = [str(ipaddress.ip_address(host))]
+            except ValueError:
+                raise ValueError(f"WebRtcTransport needs a numeric address (or 0.0.0.0), not "
+                                 f"{host!r}") from None
+        self._rtc = _aiortc()
+        self._server: asyncio.AbstractServer | None = None
+        self._links: set[_RtcLink] = set()  # every RTCPeerConnection until it is closed
+        self._answering: set[asyncio.Task] = set()  # incoming signaling connections
+
+    async def start(self) -> None:
+        """Listen for signaling on TCP host:port (port 0: any; self.port is set)."""
+        if self._closed:
+            raise RuntimeError("transport closed")
+        self._server = await asyncio.start_server(self._answer, self.host, self.port,
+                                                  limit=SIGNAL_MAX, backlog=128,
+                                                  reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def _new_pc(self):
+        rtc = self._rtc
+        return rtc.RTCPeerConnection(rtc.RTCConfiguration(iceServers=[]))
+
+    async def _describe(self, pc, offer: bool) -> str:
+        """Our SDP, with every candidate gathered (on our host only, when it is specific)."""
+        token = _CANDIDATE_HOSTS.set(self._ice_hosts)
+        try:
+            await pc.setLocalDescription(await (pc.createOffer() if offer else
+                                                pc.createAnswer()))
+        finally:
+            _CANDIDATE_HOSTS.reset(token)
+        sdp = pc.localDescription.sdp
+        if "a=candidate:" not in sdp:
+            raise OSError(f"no ICE host candidate on {self.host} (aioice leaves 127.0.0.1 and "
+                          "::1 out when it chooses)")
+        return sdp
+
+    async def connect(self, host: str, port: int) -> str:
+        """Offer a connection to the node whose signaling listens at host:port; return its
+        name once the data channel is open."""
+        if self._closed:
+            raise RuntimeError("transport closed")
+        deadline = self._loop.time() + self.handshake_timeout
+        link = _RtcLink(self, True, self._new_pc())
+        self._handshakes.add(link)
+        try:
+            try:
+                reply = await asyncio.wait_for(self._signal(link, host, port),
+                                               self.handshake_timeout)
+            except asyncio.TimeoutError:
+                self.stats["handshake_timeout"] += 1
+                raise TimeoutError(f"no signaling answer from {host}:{port} within "
+                                   f"{self.handshake_timeout} s") from None
+            except (ConnectionError, OSError) as exc:
+                raise OSError(getattr(exc, "errno", None),
+                              f"cannot signal to {host}:{port}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from None
+            name, refused = reply.get("hello"), reply.get("refused")
+            if refused is not None:
+                self.stats["refused_by_peer"] += 1
+                if refused == "crossed" and name in self._peers:
+                    return await self._await_open(self._peers[name], deadline, host, port)
+                raise PeerRefused(f"{host}:{port} ({str(name)[:NAME_MAX]!r}) refused us: "
+                                  f"{str(refused)[:100]}", "refused_by_peer")
+            reason = self._decide(name, outgoing=True)
+            if reason == "crossed":
+                self.stats["refused_crossed"] += 1
+                return await self._await_open(self._peers[name], deadline, host, port)
+            if reason not in ("", "swap"):
+                self.stats[f"refused_{reason}"] += 1
+                raise PeerRefused(f"refused {host}:{port} claiming {name!r}: {reason}", reason)
+            answer = reply.get("answer")
+            if not isinstance(answer, str):
+                self.stats["refused_bad_hello"] += 1
+                raise PeerRefused(f"{host}:{port} sent no answer", "bad_hello")
+            self._handshakes.discard(link)
+            self._claim(link, name, swap=reason == "swap")
+            await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(answer,
+                                                                                 "answer"))
+            return await self._await_open(link, deadline, host, port)
+        finally:
+            self._handshakes.discard(link)
+            if not link.is_open:
+                self._drop(link, "")
+
+    async def _await_open(self, link: _RtcLink, deadline: float, host: str, port: int) -> str:
+        try:
+            await asyncio.wait_for(asyncio.shield(link.opened), self._remaining(deadline))
+        except asyncio.TimeoutError:
+            self.stats["handshake_timeout"] += 1
+            raise TimeoutError(f"the data channel to {host}:{port} did not open within "
+                               f"{self.handshake_timeout} s") from None
+        except ConnectionError as exc:
+            raise ConnectionError(f"the connection to {host}:{port} closed while opening: "
+                                  f"{exc}") from None
+        return link.name
+
+    async def _signal(self, link: _RtcLink, host: str, port: int) -> dict:
+        offer = await self._describe(link.pc, offer=True)
+        local = None if _wildcard(self.host) else (self.host, 0)
+        reader, writer = await asyncio.open_connection(host, port, limit=SIGNAL_MAX,
+                                                       local_addr=local)
+        try:
+            writer.write(json.dumps({"hello": self.name, "offer": offer}).encode() + b"\n")
+            line = await reader.readline()
+        finally:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+        try:
+            reply = json.loads(line)
+            if not isinstance(reply, dict) or "hello" not in reply:
+                raise ValueError
+        except ValueError:
+            self.stats["refused_bad_hello"] += 1
+            raise PeerRefused(f"{host}:{port} answered no hello: {line[:80]!r}",
+                              "bad_hello") from None
+        return reply
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One incoming signaling connection: an offer in, an answer (or a refusal) out."""
+        task = asyncio.current_task()
+        self._answering.add(task)
+        link = None
+
+        def reply(obj):
+            writer.write(json.dumps({"hello": self.name, **obj}).encode() + b"\n")
+
+        try:
+            if self._closed or len(self._handshakes) >= self.max_peers:
+                self.stats["refused_busy"] += 1
+                return
+            marker = object()
+            self._handshakes.add(marker)
+            try:
+                line = await asyncio.wait_for(reader.readline(), self.handshake_timeout)
+                hello = json.loads(line)
+                name, offer = hello["hello"], hello["offer"]
+                if not isinstance(offer, str):
+                    raise TypeError
+            except asyncio.TimeoutError:
+                self.stats["handshake_timeout"] += 1
+                return
+            except (ValueError, TypeError, KeyError, OSError):
+                self.stats["refused_bad_hello"] += 1
+                return
+            finally:
+                self._handshakes.discard(marker)
+            reason = self._decide(name, outgoing=False)
+            if reason not in ("", "swap"):
+                self.stats[f"refused_{reason}"] += 1
+                reply({"refused": reason})
+                return
+            link = _RtcLink(self, False, self._new_pc())
+            self._claim(link, name, swap=reason == "swap")
+            link.timer = self._loop.call_later(self.handshake_timeout, link.open_timeout)
+            await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(offer, "offer"))
+            answer = await self._describe(link.pc, offer=False)
+            if link.retired:  # replaced or closed meanwhile
+                reply({"refused": "crossed" if self._peers.get(name) else "closing"})
+                return
+            reply({"answer": answer})
+        except Exception as exc:
+            if link is not None and link.retired and self._peers.get(link.name):
+                reply({"refused": "crossed"})  # replaced while we answered
+            else:
+                self.stats["signaling_errors"] += 1
+                log.info("%s: signaling with %s failed: %r", self.name, link and link.name, exc)
+                if link is not None:
+                    self._drop(link, "")
+                    reply({"refused": "error"})
+        finally:
+            self._answering.discard(task)
+            writer.close()
+            try:
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
+                pass
+
+    async def close(self) -> None:
+        """Report every peer down, close every peer connection and the signaling socket."""
+        if self._server is not None:
+            self._server.close()
+        await self._close_common()
+        for link in list(self._links):
+            link.shutdown()
+        for task in list(self._answering):
+            task.cancel()
+        while self._answering or self._tasks:
+            await asyncio.gather(*self._answering, *self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
