@@ -1,4 +1,5 @@
 """`pelotari potato`: the Potato Protocol v2.1 mesh (potato.md)."""
+import json
 import pathlib
 import time
 
@@ -66,3 +67,190 @@ def simulate(nodes, degree, seeds, output):
                    f"{median(r['messages_per_edge'] for r in e):.2f} | "
                    f"{sum(r['counted_once'] for r in e)}/{len(e)} |")
     click.echo(f"{len(records)} records appended to {output}", err=True)
+
+
+# ---- a client ----------------------------------------------------------------------------
+
+COMMANDS = """\
+send NAME TEXT   a direct message to the client NAME (relayed if it is not a peer)
+broadcast TEXT   a message to every client in the mesh
+propose          run an election for a new frame; on YES the frame is broadcast
+frame            the current frame identifier
+peers            our peers
+stats            counters: messages sent, received, dropped
+help             this list
+quit             stop (as Ctrl-C, SIGTERM and SIGHUP do)"""
+
+HELP_LINE = "commands: send NAME TEXT, broadcast TEXT, propose, frame, peers, stats, help, quit"
+
+
+def _address(text):
+    from pelotari.cli.common import AddressType
+    return AddressType(0).convert(text, None, None)
+
+
+@potato.command(epilog="""stdin may be a terminal, a pipe, /dev/null or closed: the end of input
+does not stop the client; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP. With --json every
+event is one JSON object per line.""")
+@click.option("--name", required=True, help="This client's name (1 to 100 characters).")
+@click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
+              help="Where peers connect to us (port 0: any free port; printed at start).")
+@click.option("--connect", "connect", multiple=True, metavar="HOST:PORT",
+              help="A client to become peers with (repeat for several).")
+@click.option("--transport", type=click.Choice(["webrtc", "tcp"]), default="webrtc",
+              show_default=True, help="WebRTC data channels (aiortc; host candidates only, no "
+                                      "STUN), or plain TCP with one JSON message per line.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+def node(name, listen, connect, transport, as_json):
+    """Run a potato client: relay, deliver and vote.
+
+    \b
+    Once running, it reads these commands on stdin, one per line:
+    """ + "\n".join("    " + line for line in COMMANDS.splitlines())
+    import asyncio
+
+    from pelotari.cli.prototari import _ensure_standard_fds
+    from pelotari.potato.wire import is_name
+
+    if not is_name(name):
+        raise click.BadParameter("a name is 1 to 100 characters", param_hint="--name")
+    listen = _address(listen)
+    targets = [_address(c) for c in connect]
+    _ensure_standard_fds()
+    try:
+        failure = asyncio.run(_run(name, listen, targets, transport, as_json))
+    except KeyboardInterrupt:
+        return
+    if failure:
+        raise click.ClickException(failure)
+
+
+async def _run(name, listen, targets, transport, as_json):
+    import asyncio
+    import os
+    import signal
+
+    from pelotari.cli.common import escape_text
+    from pelotari.cli.prototari import _Output, _StdinLines
+    from pelotari.potato import core as c
+    from pelotari.potato.node import Node
+
+    out = _Output(as_json)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    why = []
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in sigs:
+        loop.add_signal_handler(sig, lambda s=sig: (why.append(s.name), stop.set()))
+
+    def emit(event, text, **fields):
+        out.event(event, text, **fields)
+
+    def show(body):
+        return escape_text(body if isinstance(body, str) else json.dumps(body))
+
+    def on_event(ev):
+        if isinstance(ev, c.PeerUp):
+            emit("peer_up", f"peer {ev.peer} connected", peer=ev.peer)
+        elif isinstance(ev, c.PeerDown):
+            emit("peer_down", f"peer {ev.peer} gone", peer=ev.peer)
+        elif isinstance(ev, c.Delivered):
+            emit("message", f"{ev.kind} from {ev.sender} ({ev.hops} hops): {show(ev.body)}",
+                 kind=ev.kind, sender=ev.sender, body=ev.body, hops=ev.hops,
+                 identifier=ev.identifier)
+        elif isinstance(ev, c.Undeliverable):
+            emit("undeliverable", f"no peer to send to {ev.to}", to=ev.to)
+        elif isinstance(ev, c.ElectionStarted):
+            emit("election_started", f"election for {ev.next[:12]} on {ev.parent[:12]} "
+                 f"(direct participants: {', '.join(ev.participants) or 'none'})",
+                 parent=ev.parent, next=ev.next, participants=list(ev.participants))
+        elif isinstance(ev, c.VoteCast):
+            emit("vote", f"voted {ev.vote} on {ev.originator}'s {ev.next[:12]}",
+                 originator=ev.originator, vote=ev.vote, parent=ev.parent, next=ev.next)
+        elif isinstance(ev, c.ElectionResult):
+            emit("election_result", f"election {'won' if ev.won else 'lost'}: YES {ev.yes:g}, "
+                 f"NO {ev.no}" + (f" (abstained: {', '.join(ev.abstained)})"
+                                  if ev.abstained else ""),
+                 won=ev.won, yes=ev.yes, no=ev.no, abstained=list(ev.abstained),
+                 parent=ev.parent, next=ev.next)
+        elif isinstance(ev, c.FrameChanged):
+            emit("frame", f"frame is now {ev.frame[:12]} (by {ev.by})", frame=ev.frame,
+                 parent=ev.parent, by=ev.by)
+
+    node = Node(name, listen[0], listen[1], transport=transport, on_event=on_event)
+    try:
+        try:
+            await node.start()
+        except (OSError, ValueError) as exc:
+            return f"cannot listen on {listen[0]}:{listen[1]}: {exc}"
+        host, port = node.transport.address if hasattr(node.transport, "address") else listen
+        emit("listening", f"{name} listening on {host}:{port} ({transport})", name=name,
+             host=host, port=port, transport=transport)
+        for h, p in targets:
+            try:
+                peer = await node.connect(h, p)
+                emit("connected", f"connected to {peer} at {h}:{p}", peer=peer, host=h, port=p)
+            except (OSError, ValueError, asyncio.TimeoutError) as exc:
+                emit("error", f"cannot connect to {h}:{p}: {exc or type(exc).__name__}",
+                     message=f"cannot connect to {h}:{p}")
+        lines: asyncio.Queue = asyncio.Queue()
+        reader = _StdinLines(loop, lines.put_nowait)
+        reader.start()
+
+        def command(text):
+            words = text.split(None, 2)
+            cmd = words[0].lower()
+            if cmd == "send" and len(words) == 3:
+                node.send(words[1], words[2])
+            elif cmd == "broadcast" and len(words) >= 2:
+                node.broadcast(text.split(None, 1)[1])
+            elif cmd == "propose" and len(words) == 1:
+                if node.propose() is None:
+                    emit("error", "an election of ours is still open", message="busy")
+            elif cmd == "frame" and len(words) == 1:
+                emit("frame", f"frame {node.frame}", frame=node.frame)
+            elif cmd == "peers" and len(words) == 1:
+                emit("peers", "peers: " + (", ".join(node.peers()) or "none"),
+                     peers=node.peers())
+            elif cmd == "stats" and len(words) == 1:
+                stats = {**node.core.stats, **getattr(node.transport, "stats", {})}
+                emit("stats", " ".join(f"{k}={v}" for k, v in sorted(stats.items())),
+                     stats=dict(stats))
+            elif cmd == "help":
+                for line in COMMANDS.splitlines():
+                    out.line(line)
+            elif cmd == "quit" and len(words) == 1:
+                why.append("quit")
+                stop.set()
+            else:
+                emit("error", f"unknown command or usage {words[0]!r}; {HELP_LINE}",
+                     message="unknown command")
+
+        async def handle_lines():
+            while True:
+                kind, text = await lines.get()
+                reader.slots.release()
+                if kind == "eof":
+                    if not as_json and os.isatty(0):
+                        out.line("end of input: the client keeps running until Ctrl-C",
+                                 err=True)
+                    return
+                if kind == "error":
+                    emit("error", text, message=text)
+                elif text.strip():
+                    try:
+                        command(text.strip())
+                    except ValueError as exc:
+                        emit("error", str(exc), message=str(exc))
+
+        task = asyncio.ensure_future(handle_lines())
+        await stop.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        emit("stopped", f"stopped by {why[0] if why else 'request'}",
+             signal=why[0] if why else None)
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
+        await node.close()
+        out.close()

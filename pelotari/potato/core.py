@@ -245,11 +245,12 @@ class PotatoNode:
                 return
             self._relay(msg, now, exclude=peer)
             return
-        self._events.append(Delivered("broadcast", msg.sender, msg.body, msg.identifier,
-                                      len(msg.visited)))
         frame = msg.body.get("frame") if isinstance(msg.body, dict) else None
-        if isinstance(frame, str) and frame:
+        if isinstance(frame, str) and frame:  # a winner's frame: FrameChanged tells it
             self._take_frame(frame, str(msg.body.get("parent", "")), msg.sender)
+        else:
+            self._events.append(Delivered("broadcast", msg.sender, msg.body, msg.identifier,
+                                          len(msg.visited)))
         self._relay(msg, now, exclude=peer)
 
     # ---- elections -------------------------------------------------------------------------
