@@ -104,3 +104,11 @@ def test_a_client_runs_as_a_service_and_says_what_is_wrong_in_one_line(potato):
                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert res.returncode == 1 and res.stderr.count("\n") == 1, res.stderr
     assert "cannot listen" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_the_mesh_benchmark_measures_a_small_mesh_over_tcp():
+    from pelotari.potato import bench
+    r = bench.run_mesh([("A", "B"), ("B", "C")], "tcp", port=free_port(), elections=3,
+                       broadcasts=20, label="chain")
+    assert r["elections"] == 3 and 0 < r["election_p50_ms"] <= r["election_p99_ms"] < 1000
+    assert r["setup_s"] < 30 and r["cpu_us_per_delivery"] >= 0

@@ -254,3 +254,34 @@ async def _run(name, listen, targets, transport, as_json):
             loop.remove_signal_handler(sig)
         await node.close()
         out.close()
+
+
+@potato.command("bench")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/potato.jsonl",
+              show_default=True, help="JSON-lines file the records are appended to.")
+def bench_command(output):
+    """Measure real meshes: the seed's A-G example and 20 clients, over WebRTC and TCP.
+
+    Clients run as processes on 127.0.0.1..20 (one port, 34440). For each mesh and transport:
+    the time until every client has all its peers, 20 elections (time from `propose` to the
+    result, p50 and p99; every client must take each new frame), and 200 broadcasts (CPU time
+    of all clients per message delivered).
+    """
+    from pelotari.bench.results import environment, write
+    from pelotari.potato import bench
+
+    started = time.monotonic()
+    env = environment()
+    try:
+        records = [{**r, "env": env} for r in bench.run(progress=lambda s: click.echo(
+            f"[{time.monotonic() - started:5.1f}s] {s}", err=True))]
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    write(pathlib.Path(output), records)
+    click.echo("| mesh | transport | set-up | election p50 / p99 | CPU per delivery |")
+    click.echo("|---|---|---|---|---|")
+    for r in records:
+        click.echo(f"| {r['mesh']} ({r['nodes']} clients, {r['edges']} links) | "
+                   f"{r['transport']} | {r['setup_s']:.2f} s | {r['election_p50_ms']:.1f} / "
+                   f"{r['election_p99_ms']:.1f} ms | {r['cpu_us_per_delivery']:.0f} µs |")
+    click.echo(f"{len(records)} records appended to {output}", err=True)
