@@ -238,3 +238,64 @@ def test_simulated_election_counts_every_client_once_within_4_messages_per_edge(
         r = simulate.election(n=300, degree=6, partition=partition, seed=2)
         assert r["won"] and r["counted_once"], r
         assert r["messages_per_edge"] <= 4
+
+
+# ---- what the attack review found (each failed before its fix) ------------------------------
+
+def request(parent, nxt, origin="Z", participants=()):
+    return wire.encode(wire.Message("indirect_election_request", wire.new_identifier(), origin,
+                                    (), None, {"parent": parent, "next": nxt,
+                                               "originator": origin,
+                                               "direct_participants": list(participants)}))
+
+
+def test_an_election_request_flood_from_one_peer_spreads_a_bounded_number():
+    n = PotatoNode("A", 0.0, Config(max_elections=64))
+    for p in ("Z", "B", "C", "D"):
+        n.peer_up(p, 0.0)
+    for k in range(1000):
+        n.receive("Z", request("F0", f"n{k}"), 0.0)
+    spread = sum(1 for p, d in n.messages_to_send() if b"indirect_election_request" in d)
+    assert spread == 3 * n.config.request_burst  # 16 requests spread to B, C, D; the rest not
+    assert n.stats["abstained_limit"] == 1000 - n.config.request_burst
+    assert not [v for v in list(n._votes.values())[:1] if v.done]  # open ones were kept
+
+
+def test_open_elections_are_never_forgotten():
+    n = PotatoNode("A", 0.0, Config(max_elections=4, request_burst=100))
+    for p in ("Z", "B"):
+        n.peer_up(p, 0.0)
+    for k in range(10):
+        n.receive("Z", request("F0", f"n{k}"), 0.0)
+    assert len(n._votes) == 4 and n.stats["abstained_limit"] == 6
+
+
+def test_a_forged_request_does_not_bind_the_parent_for_ever():
+    sim = mesh([("A", "B"), ("B", "C")])
+    # A stranger's request on the current frame: B and C cast their first vote on it ...
+    sim.do(("B", 1), lambda c, now: c.core.receive("A", request("F0", "junk", "A"), now))
+    sim.run(1.0)
+    # ... and once that election is over, a real proposal can win again.
+    do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(2.0)
+    (result,) = sim.events(("A", 1), ElectionResult)
+    assert result.won and result.no == 0
+
+
+def test_response_counts_are_bounded_and_must_match_the_vote():
+    body = {"parent": "P", "next": "N"}
+    lim = wire.Limits()
+    with pytest.raises(wire.BadField):
+        wire.response_body({**body, "vote": "YES", "yes": 10 ** 309, "no": 0}, lim)
+    with pytest.raises(wire.BadField):
+        wire.response_body({**body, "vote": "NO", "yes": 5, "no": 0}, lim)
+    assert wire.response_body({**body, "vote": "YES", "yes": 2, "no": 1}, lim).yes == 2
+
+
+def test_a_direct_participant_answers_before_the_originator_stops_waiting():
+    # A - B - C, C slow: B must answer inside A's 300 ms, with its own YES.
+    sim = mesh([("A", "B"), ("B", "C")], delays={("B", "C"): 0.4, ("C", "B"): 0.4})
+    do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(1.0)
+    (result,) = sim.events(("A", 1), ElectionResult)
+    assert (result.yes, result.abstained) == (2.5, ())

@@ -112,3 +112,8 @@ def test_the_mesh_benchmark_measures_a_small_mesh_over_tcp():
                        broadcasts=20, label="chain")
     assert r["elections"] == 3 and 0 < r["election_p50_ms"] <= r["election_p99_ms"] < 1000
     assert r["setup_s"] < 30 and r["cpu_us_per_delivery"] >= 0
+
+
+def test_listening_says_which_port_was_taken(potato):
+    a = potato("--name", "A", "--transport", "tcp", stdin=subprocess.DEVNULL)
+    assert a.wait("listening")["port"] > 0

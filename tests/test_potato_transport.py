@@ -574,3 +574,41 @@ async def _node_main(kind, name, host, port, targets):
 
 if __name__ == "__main__":
     asyncio.run(_node_main(*sys.argv[1:5], sys.argv[5:]))
+
+
+def test_tcp_a_stranger_cannot_take_a_peers_name():
+    """The attack review: Z connected to B; within the handshake timeout a stranger on another
+    address says it is B. Z keeps the real B (was: the stranger replaced it, silently)."""
+    async def scenario():
+        b, z = await started("tcp", "B", "Z")
+        assert await z.connect(*b.address) == "B"
+        reader, writer = await asyncio.open_connection(*z.address, local_addr=("127.0.0.9", 0))
+        writer.write(b'{"hello": "B"}\n')
+        line = await reader.readline()
+        assert json.loads(line)["refused"] == "duplicate"
+        writer.close()
+        assert z.send("B", b'"still the real B"')
+        assert await until(lambda: b.messages("Z") == [b'"still the real B"'])
+        assert not z.got("down", "B") and z.stats["replaced_crossed"] == 0
+        await close_all(b, z)
+
+    run(scenario())
+
+
+def test_tcp_malformed_hellos_are_counted_not_tracebacks(capfd):
+    async def scenario():
+        a, = await started("tcp", "a", handshake_timeout=0.5)
+        for line in (b'{"hello":[],"refused":"crossed"}\n', b'{"hello":' + b"[" * 1010 + b"\n"):
+            reader, writer = await asyncio.open_connection(*a.address)
+            writer.write(line)
+            await reader.read()
+            writer.close()
+        b, = await started("tcp", "b")
+        await b.connect(*a.address)
+        b.transport._peers["a"].write(b'{"hello":' + b"[" * 5000 + b"\n")
+        await asyncio.sleep(0.2)
+        assert a.stats["refused_bad_hello"] == 2
+        await close_all(a, b)
+
+    run(scenario())
+    assert "Traceback" not in capfd.readouterr().err

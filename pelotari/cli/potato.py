@@ -183,7 +183,7 @@ async def _run(name, listen, targets, transport, as_json):
             await node.start()
         except (OSError, ValueError) as exc:
             return f"cannot listen on {listen[0]}:{listen[1]}: {exc}"
-        host, port = node.transport.address if hasattr(node.transport, "address") else listen
+        host, port = listen[0], node.transport.port  # the port taken, when asked for 0
         emit("listening", f"{name} listening on {host}:{port} ({transport})", name=name,
              host=host, port=port, transport=transport)
         for h, p in targets:

@@ -28,6 +28,8 @@ class Config:
     indirect_budget_ms: int = 250  # assumed for an indirect request without deadline_ms
     originator_weight: float = 1.5
     max_elections: int = 256  # elections (parent, next) remembered at once
+    request_burst: int = 16  # election requests taken from one peer: a token bucket
+    request_rate: float = 8.0  # per second (the seed: one direct election per client at once)
     limits: wire.Limits = field(default_factory=wire.Limits)
 
     def __post_init__(self):
@@ -142,8 +144,10 @@ class PotatoNode:
         self._events: deque = deque()
         self._cache: OrderedDict[str, float] = OrderedDict()  # identifier -> forget at
         self._votes: OrderedDict[tuple[str, str], _Vote] = OrderedDict()
-        self._voted_on: OrderedDict[str, str] = OrderedDict()  # parent -> first next voted on
+        # parent -> (the first next we voted on, until when that binds)
+        self._voted_on: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._mine: _Vote | None = None  # our own open election
+        self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, when)
 
     # ---- peers ---------------------------------------------------------------------------
 
@@ -157,6 +161,7 @@ class PotatoNode:
         """A peer went away: anything we wait for from it is an ABSTAIN (the seed)."""
         if peer in self.peers:
             self.peers.discard(peer)
+            self._buckets.pop(peer, None)
             self._events.append(PeerDown(peer))
             for v in list(self._votes.values()):
                 if peer in v.waiting:
@@ -266,7 +271,7 @@ class PotatoNode:
                   waiting=set(req.direct_participants))
         self._mine = v
         self._track((req.parent, req.next), v)
-        self._note_vote(req)
+        self._note_vote(req, now)
         self._events.append(ElectionStarted(req.parent, req.next, req.direct_participants))
         for p in req.direct_participants:
             self._send(p, Message("direct_election_request", wire.new_identifier(), self.name,
@@ -274,26 +279,35 @@ class PotatoNode:
         self._maybe_answer(v, now)
         return nxt
 
+    def _room(self) -> bool:
+        """Forget finished elections past the limit; whether there is room for another. An
+        open one is never forgotten (its copies still travelling would look new)."""
+        for key in [k for k, v in self._votes.items() if v.done]:
+            if len(self._votes) < self.config.max_elections:
+                break
+            del self._votes[key]
+        return len(self._votes) < self.config.max_elections
+
     def _track(self, key: tuple[str, str], v: _Vote) -> None:
         self._votes[key] = v
-        while len(self._votes) > self.config.max_elections:
-            old_key, old = self._votes.popitem(last=False)
-            if old is self._mine:
-                self._votes[old_key] = old  # never forget our own open election
-                break
 
-    def _note_vote(self, req: Request) -> None:
-        self._voted_on.setdefault(req.parent, req.next)
+    def _note_vote(self, req: Request, now: float) -> None:
+        first = self._voted_on.get(req.parent)
+        if first is None or now >= first[1]:
+            # Binding while that election can still be won: its originator's deadline, twice.
+            self._voted_on[req.parent] = (req.next, now + 2 * self.config.direct_timeout)
         while len(self._voted_on) > self.config.max_elections:
             self._voted_on.popitem(last=False)
 
-    def _internal_vote(self, req: Request) -> str:
+    def _internal_vote(self, req: Request, now: float) -> str:
         """YES iff the proposal builds on our frame and we have voted on nothing else on top of
         that parent; NO otherwise, and always NO while our own election is open."""
         if self._mine is not None:
             return "NO"
         first = self._voted_on.get(req.parent)
-        if req.parent == self.frame and (first is None or first == req.next):
+        if first is not None and now >= first[1]:
+            first = None  # that election is over without a frame: the parent is open again
+        if req.parent == self.frame and (first is None or first[0] == req.next):
             return "YES"
         return "NO"
 
@@ -302,9 +316,23 @@ class PotatoNode:
         self._send(to, Message(f"{kind}_election_response", wire.new_identifier(), self.name,
                                (), to, body))
 
+    def _bucket_ok(self, peer: str, now: float) -> bool:
+        cfg = self.config
+        tokens, at = self._buckets.get(peer, (float(cfg.request_burst), now))
+        tokens = min(cfg.request_burst, tokens + (now - at) * cfg.request_rate)
+        ok = tokens >= 1
+        self._buckets[peer] = (tokens - 1 if ok else tokens, now)
+        return ok
+
     def _on_request(self, peer: str, msg: Message, req: Request, now: float) -> None:
         kind = "direct" if msg.type.startswith("direct") else "indirect"
         key = (req.parent, req.next)
+        if key not in self._votes and (not self._bucket_ok(peer, now) or not self._room()):
+            # Too many new elections from this peer, or too many open at once: ABSTAIN, and
+            # spread nothing (each request we spread costs the mesh a message per edge).
+            self.stats["abstained_limit"] += 1
+            self._respond(peer, kind, req, "ABSTAIN", 0, 0)
+            return
         if key in self._votes:
             # We take part already (or started it): ABSTAIN, and we ask this peer nothing.
             # A request from a peer we asked ourselves stands for its answer (the seed's
@@ -323,11 +351,11 @@ class PotatoNode:
             self._events.append(VoteCast(req.parent, req.next, req.originator, "NO"))
             self._respond(peer, kind, req, "NO", 0, 1)
             return
-        vote = self._internal_vote(req)
-        self._note_vote(req)
+        vote = self._internal_vote(req, now)
+        self._note_vote(req, now)
         self._events.append(VoteCast(req.parent, req.next, req.originator, vote))
-        if kind == "direct":
-            budget_ms = int(self.config.direct_timeout * 1000)
+        if kind == "direct":  # answered a margin before the originator stops waiting
+            budget_ms = int(self.config.direct_timeout * 1000) - self.config.hop_margin_ms
         else:
             budget_ms = req.deadline_ms if req.deadline_ms is not None else \
                 self.config.indirect_budget_ms

@@ -104,6 +104,7 @@ class _Link:
     is_open = False  # messages can flow
     retired = False  # no longer the peer's connection (dropped, refused or replaced)
     claimed_at = 0.0
+    remote_host: str | None = None  # the other end's IP address
     last_rx = 0.0
     last_tx = 0.0
 
@@ -200,7 +201,7 @@ class Transport:
             return "reserved"
         return ""
 
-    def _decide(self, name, outgoing: bool) -> str:
+    def _decide(self, name, outgoing: bool, host: str | None = None) -> str:
         """'' to take a connection claiming `name`, 'swap' to take it in place of the current
         one, else the reason it is refused."""
         if not _valid_name(name):
@@ -212,8 +213,10 @@ class Transport:
         old = self._peers.get(name)
         if old is None:
             return "max_peers" if len(self._peers) >= self.max_peers else ""
-        if (old.outgoing != outgoing
+        if (old.outgoing != outgoing and host is not None and old.remote_host == host
                 and self._loop.time() - old.claimed_at < self.handshake_timeout):
+            # (Only from the host we know that name at: a stranger elsewhere claiming a peer's
+            # name never replaces its connection.)
             # Both nodes connected to each other at once: both keep the smaller name's.
             opener = self.name if outgoing else name
             return "swap" if opener == min(self.name, name) else "crossed"
@@ -363,6 +366,7 @@ class _TcpLink(asyncio.Protocol, _Link):
         _nodelay(transport.get_extra_info("socket"))
         peer = transport.get_extra_info("peername")
         self.peer_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.remote_host = peer[0] if peer else None
         owner._links.add(self)
         if owner._closed or (not self.outgoing and len(owner._handshakes) >= owner.max_peers):
             owner.stats["refused_busy"] += 1
@@ -464,7 +468,9 @@ class _TcpLink(asyncio.Protocol, _Link):
             hello = json.loads(line)
             name = hello["hello"]
             refused = hello.get("refused")
-        except (ValueError, TypeError, KeyError, AttributeError):
+            if not isinstance(name, str):
+                raise TypeError("the name is not a string")
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             owner.stats["refused_bad_hello"] += 1
             owner._handshakes.discard(self)
             self._fail(PeerRefused(f"{self.peer_address} sent no hello: {bytes(line[:80])!r}",
@@ -481,7 +487,7 @@ class _TcpLink(asyncio.Protocol, _Link):
                                        f"refused us: {str(refused)[:100]}", "refused_by_peer"))
             self.shutdown()
             return
-        reason = owner._decide(name, self.outgoing)
+        reason = owner._decide(name, self.outgoing, self.remote_host)
         if reason not in ("", "swap"):
             self._refuse(reason, name)
             return
@@ -499,7 +505,7 @@ class _TcpLink(asyncio.Protocol, _Link):
         """A handshake line on an open connection: the peer refuses it after all."""
         try:
             reason = json.loads(line).get("refused")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError, RecursionError):
             reason = None
         if reason == "crossed":
             self.owner._crossed(self)
@@ -788,7 +794,8 @@ class WebRtcTransport(Transport):
                     return await self._await_open(self._peers[name], deadline, host, port)
                 raise PeerRefused(f"{host}:{port} ({str(name)[:NAME_MAX]!r}) refused us: "
                                   f"{str(refused)[:100]}", "refused_by_peer")
-            reason = self._decide(name, outgoing=True)
+            link.remote_host = host
+            reason = self._decide(name, outgoing=True, host=host)
             if reason == "crossed":
                 self.stats["refused_crossed"] += 1
                 return await self._await_open(self._peers[name], deadline, host, port)
@@ -864,22 +871,24 @@ class WebRtcTransport(Transport):
                 line = await asyncio.wait_for(reader.readline(), self.handshake_timeout)
                 hello = json.loads(line)
                 name, offer = hello["hello"], hello["offer"]
-                if not isinstance(offer, str):
+                if not isinstance(offer, str) or not isinstance(name, str):
                     raise TypeError
             except asyncio.TimeoutError:
                 self.stats["handshake_timeout"] += 1
                 return
-            except (ValueError, TypeError, KeyError, OSError):
+            except (ValueError, TypeError, KeyError, OSError, RecursionError):
                 self.stats["refused_bad_hello"] += 1
                 return
             finally:
                 self._handshakes.discard(marker)
-            reason = self._decide(name, outgoing=False)
+            peer = writer.get_extra_info("peername")
+            reason = self._decide(name, outgoing=False, host=peer[0] if peer else None)
             if reason not in ("", "swap"):
                 self.stats[f"refused_{reason}"] += 1
                 reply({"refused": reason})
                 return
             link = _RtcLink(self, False, self._new_pc())
+            link.remote_host = peer[0] if peer else None
             self._claim(link, name, swap=reason == "swap")
             link.timer = self._loop.call_later(self.handshake_timeout, link.open_timeout)
             await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(offer, "offer"))

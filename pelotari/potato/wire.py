@@ -16,6 +16,7 @@ from typing import Any
 INITIAL = "INITIAL"  # `parent` before the first frame
 VOTES = ("YES", "NO", "ABSTAIN")
 MAX_NAME = 100  # the seed truncates names to 100 characters in frame identifiers
+MAX_COUNT = 1 << 31  # a response's yes/no counts: more clients than any mesh has
 
 # type -> (needs `to`, body kind: None, "request" or "response")
 TYPES: dict[str, tuple[bool, str | None]] = {
@@ -198,11 +199,17 @@ def response_body(body, limits: Limits) -> Response:
     counts = []
     for key in ("yes", "no"):
         v = body.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise BadField(f"{key} must be a non-negative integer")
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or
+                              not 0 <= v < MAX_COUNT):
+            raise BadField(f"{key} must be an integer within 0..{MAX_COUNT - 1}")
         counts.append(-1 if v is None else v)
-    if counts[0] >= 0 and counts[1] >= 0 and vote == "ABSTAIN" and counts != [0, 0]:
-        raise BadField("an ABSTAIN carries no votes")
+    if counts[0] >= 0 and counts[1] >= 0:
+        yes, no = counts
+        if vote == "ABSTAIN" and (yes or no):
+            raise BadField("an ABSTAIN carries no votes")
+        if (vote == "YES" and yes < no) or (vote == "NO" and no < yes) or \
+                (vote != "ABSTAIN" and yes + no == 0):
+            raise BadField("vote contradicts the counts")
     return Response(_ident(body.get("parent"), limits, "parent"),
                     _ident(body.get("next"), limits, "next"), vote,
                     counts[0] if counts[0] >= 0 and counts[1] >= 0 else -1,
