@@ -4,31 +4,10 @@ import json
 import pytest
 
 from pelotari.potato import wire
+from pelotari.potato.simulate import SimCore
 from pelotari.potato.core import (Config, Delivered, ElectionResult, FrameChanged, PotatoNode,
                                   Undeliverable, VoteCast)
 from pelotari.sim import LinkSpec, Simulator
-
-
-class Sim:
-    """A potato core behind the simulator's datagram interface: a peer is (name, 1)."""
-
-    def __init__(self, core):
-        self.core = core
-
-    def receive_datagram(self, data, source, now):
-        self.core.receive(source[0], data, now)
-
-    def handle_timer(self, now):
-        self.core.handle_timer(now)
-
-    def get_timer(self):
-        return self.core.get_timer()
-
-    def datagrams_to_send(self):
-        return [(data, (peer, 1)) for peer, data in self.core.messages_to_send()]
-
-    def next_event(self):
-        return self.core.next_event()
 
 
 def mesh(edges, frames=None, delays=None, config=None, seed=0):
@@ -36,7 +15,7 @@ def mesh(edges, frames=None, delays=None, config=None, seed=0):
     sim = Simulator(seed=seed, default=LinkSpec(delay=0.001))
     names = sorted({n for e in edges for n in e})
     for n in names:
-        sim.add((n, 1), lambda now, n=n: Sim(PotatoNode(n, now, config,
+        sim.add((n, 1), lambda now, n=n: SimCore(PotatoNode(n, now, config,
                                                         frame=(frames or {}).get(n, "F0"))))
     for a, b in edges:
         sim.nodes[(a, 1)].core.core.peer_up(b, 0.0)

@@ -5,16 +5,13 @@ Every measurement is a JSON-lines record (kind "bully-election", "bully-sync" or
 addresses 127.0.0.k (they share one kernel clock, so the true offset of every logical clock is
 known: it is what the node reports as its offset from the system clock).
 """
-import json
-import os
 import random
-import selectors
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
+from pelotari.bench.procs import JsonProcess, wait_all
 from pelotari.bully.core import BullyNode, Config
 from pelotari.sim import LinkSpec, Simulator
 
@@ -103,85 +100,25 @@ def sim_sync(n: int = 25, seed: int = 0, rtt_blind: bool = False, hour_off: bool
 
 # ---- real processes --------------------------------------------------------------------------
 
-class Proc:
-    """One `pelotari bully` process with --json output, read without blocking."""
-
-    def __init__(self, args: list[str]):
-        self.p = subprocess.Popen([sys.executable, "-m", "pelotari", "bully", *args, "--json"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, start_new_session=True)
-        os.set_blocking(self.p.stdout.fileno(), False)
-        self._buf = b""
-        self.events: list[dict] = []
-
-    def poll(self) -> list[dict]:
-        """Events printed since the last call."""
-        try:
-            chunk = os.read(self.p.stdout.fileno(), 1 << 20)
-        except BlockingIOError:
-            chunk = b""
-        self._buf += chunk
-        lines = self._buf.split(b"\n")
-        self._buf = lines.pop()
-        new = []
-        for line in lines:
-            try:
-                new.append(json.loads(line))
-            except ValueError:
-                continue
-        self.events += new
-        return new
-
-    def command(self, line: str) -> None:
-        try:
-            self.p.stdin.write(line.encode() + b"\n")
-            self.p.stdin.flush()
-        except OSError:
-            pass
-
-    def stop(self, sig=signal.SIGTERM) -> None:
-        if self.p.poll() is None:
-            try:
-                os.killpg(self.p.pid, sig)
-            except ProcessLookupError:
-                pass
-        try:
-            self.p.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.p.pid, signal.SIGKILL)
-            self.p.wait()
-
-
-def _wait(procs: list[Proc], done: Callable[[], bool], timeout: float) -> bool:
-    sel = selectors.DefaultSelector()
-    for p in procs:
-        sel.register(p.p.stdout, selectors.EVENT_READ, p)
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end:
-            for key, _ in sel.select(max(0.0, min(0.05, end - time.monotonic()))):
-                key.data.poll()
-            if done():
-                return True
-        return done()
-    finally:
-        sel.close()
+def _proc(args: list[str]) -> JsonProcess:
+    """One `pelotari bully ARGS --json` process."""
+    return JsonProcess(["bully", *args, "--json"], stderr=subprocess.PIPE)
 
 
 def _network(n: int, port: int, extra: list[str], offsets: list[float] | None = None):
     """A leader (ID n... no: ID 25) on 127.0.0.1 and n-1 peers on 127.0.0.2.. (port `port`)."""
     heartbeat = ["--heartbeat", "1"]
-    procs = [Proc(["start", "--bind", f"127.0.0.1:{port}", *heartbeat, *extra,
+    procs = [_proc(["start", "--bind", f"127.0.0.1:{port}", *heartbeat, *extra,
                    *(["--clock-offset", repr(offsets[0])] if offsets else [])])]
-    if not _wait(procs, lambda: any(e.get("event") == "listening" for e in procs[0].events), 20):
+    if not wait_all(procs, lambda: any(e.get("event") == "listening" for e in procs[0].events), 20):
         raise RuntimeError("the leader did not start: " + procs[0].p.stderr.read1().decode())
     for k in range(1, n):
-        procs.append(Proc(["join", f"127.0.0.1:{port}", "--bind", f"127.0.0.{k + 1}:{port}",
+        procs.append(_proc(["join", f"127.0.0.1:{port}", "--bind", f"127.0.0.{k + 1}:{port}",
                            *heartbeat, *extra,
                            *(["--clock-offset", repr(offsets[k])] if offsets else [])]))
     joined = lambda: all(any(e.get("event") == "joined" for e in p.events)
                          for p in procs[1:])
-    if not _wait(procs, joined, 60):
+    if not wait_all(procs, joined, 60):
         raise RuntimeError(f"only {sum(any(e.get('event') == 'joined' for e in p.events) for p in procs[1:])}"
                            f" of {n - 1} peers joined")
     return procs
@@ -192,7 +129,7 @@ def real_election(n: int, port: int = 33330) -> dict:
     leader (the highest ID), from the kill and from the first survivor noticing."""
     procs = _network(n, port, [])
     try:
-        _wait(procs, lambda: False, 3.0)  # a few heartbeats: every book is complete
+        wait_all(procs, lambda: False, 3.0)  # a few heartbeats: every book is complete
         leader, survivors = procs[0], procs[1:]
         ids = {p: next(e["id"] for e in p.events if e.get("event") == "joined") for p in survivors}
         best = max(ids.values())
@@ -202,16 +139,16 @@ def real_election(n: int, port: int = 33330) -> dict:
 
         def named(p):
             return [e for e in p.events[mark[p]:] if e.get("event") == "new_leader"]
-        agreed = _wait(survivors, lambda: all(named(p) and named(p)[-1]["leader"]["id"] == best
+        agreed = wait_all(survivors, lambda: all(named(p) and named(p)[-1]["leader"]["id"] == best
                                               for p in survivors), 30)
-        _wait(survivors, lambda: False, 0.5)
+        wait_all(survivors, lambda: False, 0.5)
         last = max(named(p)[-1]["t"] for p in survivors) if agreed else float("nan")
         starts = [e["t"] for p in survivors for e in p.events[mark[p]:]
                   if e.get("event") == "election_started"]
         first_start = min(starts) if starts else float("nan")
         for p in survivors:
             p.command("stats")
-        _wait(survivors, lambda: all(any(e.get("event") == "stats" for e in p.events[mark[p]:])
+        wait_all(survivors, lambda: all(any(e.get("event") == "stats" for e in p.events[mark[p]:])
                                      for p in survivors), 10)
         messages = 0
         for p in survivors:
@@ -234,11 +171,11 @@ def real_sync(n: int = 25, port: int = 33340, seed: int = 0, spread_s: float = 1
     offsets = [rng.uniform(-spread_s, spread_s) for _ in range(n)]
     procs = _network(n, port, [], offsets)
     try:
-        _wait(procs, lambda: False, 3.0)
+        wait_all(procs, lambda: False, 3.0)
         leader = procs[0]
         mark = len(leader.events)
         leader.command("sync")
-        if not _wait(procs, lambda: any(e.get("event") == "sync_done"
+        if not wait_all(procs, lambda: any(e.get("event") == "sync_done"
                                         for e in leader.events[mark:]), 15):
             raise RuntimeError("the sync round did not end")
 
@@ -246,12 +183,12 @@ def real_sync(n: int = 25, port: int = 33340, seed: int = 0, spread_s: float = 1
             marks = {p: len(p.events) for p in procs}
             for p in procs:
                 p.command("time")
-            _wait(procs, lambda: all(any(e.get("event") == "time" for e in p.events[marks[p]:])
+            wait_all(procs, lambda: all(any(e.get("event") == "time" for e in p.events[marks[p]:])
                                      for p in procs), 10)
             return [[e for e in p.events[marks[p]:] if e.get("event") == "time"][-1]["offset"]
                     for p in procs]
         right_after = read()
-        _wait(procs, lambda: False, 2.0)  # a slew of at most 128 ms takes 1.5 s
+        wait_all(procs, lambda: False, 2.0)  # a slew of at most 128 ms takes 1.5 s
         settled = read()
         done = [e for e in leader.events[mark:] if e.get("event") == "sync_done"][-1]
         return {"kind": "bully-sync", "where": "processes", "nodes": n, "seed": seed,

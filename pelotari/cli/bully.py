@@ -159,9 +159,9 @@ def join(leader, bind, heartbeat, peer_timeout, sync_interval, election_step, ma
 # ---- running ---------------------------------------------------------------------------------
 
 def _serve(bind, leader, node_id, config, clock_offset, as_json):
-    from pelotari.cli.prototari import _ensure_standard_fds
+    from pelotari.cli.service import ensure_standard_fds
 
-    _ensure_standard_fds()
+    ensure_standard_fds()
     try:
         failure = asyncio.run(_run(bind, leader, node_id, config, clock_offset, as_json))
     except KeyboardInterrupt:  # before the signal handlers were installed
@@ -266,9 +266,9 @@ def _peers_fields(node):
 
 async def _run(bind, leader, node_id, config, clock_offset, as_json):
     """Run the node until a signal or `quit` (None), or until joining fails (its reason)."""
-    from pelotari.cli.prototari import _Output
+    from pelotari.cli.service import Output
 
-    out = _Output(as_json)
+    out = Output(as_json)
     try:
         return await _node(bind, leader, node_id, config, clock_offset, as_json, out)
     finally:
@@ -278,7 +278,7 @@ async def _run(bind, leader, node_id, config, clock_offset, as_json):
 async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
     from pelotari.bully import core as c
     from pelotari.bully.node import BindError, Node
-    from pelotari.cli.prototari import _StdinLines
+    from pelotari.cli.service import read_commands
 
     printer = _Printer(out, as_json)
     loop = asyncio.get_running_loop()
@@ -330,10 +330,6 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
     held, early = early, None
     for ev in held:
         on_event(ev)
-
-    lines: asyncio.Queue = asyncio.Queue()
-    reader = _StdinLines(loop, lines.put_nowait)
-    reader.start()
 
     def command(text):
         words = text.split(None, 2)
@@ -391,21 +387,12 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
         except ValueError as exc:  # NotLeader, NotJoined, a bad ID, our own ID, too long
             printer.error(str(exc))
 
-    async def handle_lines():
-        while True:
-            kind, text = await lines.get()
-            reader.slots.release()
-            if kind == "eof":
-                if not as_json and os.isatty(0):
-                    out.line("end of input: the node keeps running until Ctrl-C or SIGTERM",
-                             err=True)
-                return
-            if kind == "error":
-                printer.error(text)
-            elif text.strip():
-                command(text.lstrip())
+    def on_eof():
+        if not as_json and os.isatty(0):
+            out.line("end of input: the node keeps running until Ctrl-C or SIGTERM", err=True)
 
-    task = asyncio.ensure_future(handle_lines())
+    task = asyncio.ensure_future(read_commands(
+        lambda text: command(text.lstrip()) if text.strip() else None, printer.error, on_eof))
     try:
         await stop.wait()
     finally:

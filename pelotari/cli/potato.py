@@ -29,8 +29,7 @@ def potato():
 @click.option("--seeds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Meshes per measurement (seeds 0..N-1).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/potato.jsonl",
-              show_default=True, help="JSON-lines file the records are appended to "
-                                      "(`pelotari trend` reads it).")
+              show_default=True, help="JSON-lines file the records are appended to.")
 def simulate(nodes, degree, seeds, output):
     """Measure broadcasts and elections in a simulated mesh.
 
@@ -109,14 +108,14 @@ def node(name, listen, connect, transport, as_json):
     """ + "\n".join("    " + line for line in COMMANDS.splitlines())
     import asyncio
 
-    from pelotari.cli.prototari import _ensure_standard_fds
+    from pelotari.cli.service import ensure_standard_fds
     from pelotari.potato.wire import is_name
 
     if not is_name(name):
         raise click.BadParameter("a name is 1 to 100 characters", param_hint="--name")
     listen = _address(listen)
     targets = [_address(c) for c in connect]
-    _ensure_standard_fds()
+    ensure_standard_fds()
     try:
         failure = asyncio.run(_run(name, listen, targets, transport, as_json))
     except KeyboardInterrupt:
@@ -131,11 +130,11 @@ async def _run(name, listen, targets, transport, as_json):
     import signal
 
     from pelotari.cli.common import escape_text
-    from pelotari.cli.prototari import _Output, _StdinLines
+    from pelotari.cli.service import Output, read_commands
     from pelotari.potato import core as c
     from pelotari.potato.node import Node
 
-    out = _Output(as_json)
+    out = Output(as_json)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     why = []
@@ -193,10 +192,6 @@ async def _run(name, listen, targets, transport, as_json):
             except (OSError, ValueError, asyncio.TimeoutError) as exc:
                 emit("error", f"cannot connect to {h}:{p}: {exc or type(exc).__name__}",
                      message=f"cannot connect to {h}:{p}")
-        lines: asyncio.Queue = asyncio.Queue()
-        reader = _StdinLines(loop, lines.put_nowait)
-        reader.start()
-
         def command(text):
             words = text.split(None, 2)
             cmd = words[0].lower()
@@ -226,24 +221,19 @@ async def _run(name, listen, targets, transport, as_json):
                 emit("error", f"unknown command or usage {words[0]!r}; {HELP_LINE}",
                      message="unknown command")
 
-        async def handle_lines():
-            while True:
-                kind, text = await lines.get()
-                reader.slots.release()
-                if kind == "eof":
-                    if not as_json and os.isatty(0):
-                        out.line("end of input: the client keeps running until Ctrl-C",
-                                 err=True)
-                    return
-                if kind == "error":
-                    emit("error", text, message=text)
-                elif text.strip():
-                    try:
-                        command(text.strip())
-                    except ValueError as exc:
-                        emit("error", str(exc), message=str(exc))
+        def on_line(text):
+            if text.strip():
+                try:
+                    command(text.strip())
+                except ValueError as exc:
+                    emit("error", str(exc), message=str(exc))
 
-        task = asyncio.ensure_future(handle_lines())
+        def on_eof():
+            if not as_json and os.isatty(0):
+                out.line("end of input: the client keeps running until Ctrl-C", err=True)
+
+        task = asyncio.ensure_future(read_commands(
+            on_line, lambda text: emit("error", text, message=text), on_eof))
         await stop.wait()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -329,12 +329,17 @@ def _answers(sock, wait, dissect):
 
 def _payload(layer) -> bytes:
     """The bytes a UDP or TCP layer carries, without the link layer's padding (an Ethernet
-    frame is at least 60 bytes: a short TCP segment comes with zeros after it)."""
+    frame is at least 60 bytes: a short segment or datagram comes with zeros after it)."""
+    from scapy.layers.inet import UDP
     from scapy.packet import Padding
 
     data = bytes(layer.payload)
     pad = layer.payload.getlayer(Padding) if data else None
-    return data[:len(data) - len(pad.load)] if pad is not None else data
+    if pad is not None:
+        data = data[:len(data) - len(pad.load)]
+    if isinstance(layer, UDP) and layer.len is not None and 8 <= layer.len <= len(data) + 8:
+        data = data[:layer.len - 8]  # UDP says its length: what follows is padding
+    return data
 
 
 BAD = ("MALFORMED", "UNKNOWN")
@@ -356,8 +361,6 @@ def _rows(pkt, ports):
         if layer is None or not (layer.sport in bound or layer.dport in bound):
             continue
         data = _payload(layer)
-        if isinstance(layer, UDP) and layer.len is not None and 8 <= layer.len <= len(data) + 8:
-            data = data[:layer.len - 8]  # UDP says its length: what follows is link padding
         if not data:
             continue
         frames = getattr(module, "split_frames", lambda _: None)(data)

@@ -1,89 +1,29 @@
 """Measuring potato with real processes: the seed's A-G mesh and a 20-client mesh, over WebRTC
 and TCP — set-up time, election time (p50/p99), and the CPU cost of relaying a message.
 
-Each measurement is a JSON-lines record (kind "potato-mesh") that `pelotari trend` can load.
+Each measurement is a JSON-lines record (kind "potato-mesh"); `pelotari trend` does not yet
+analyse potato records.
 Clients listen on 127.0.0.k (k = 1, 2, ...), one port for all.
 """
-import json
-import os
 import random
-import selectors
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
+from pelotari.bench.procs import JsonProcess, wait_all
+
 EXAMPLE = [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("C", "E"), ("D", "E"), ("D", "F"),
            ("D", "G"), ("E", "G")]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class Client:
-    """One `pelotari potato node --json` process."""
-
-    def __init__(self, name: str, host: str, port: int, transport: str, connect=()):
-        args = [sys.executable, "-m", "pelotari", "potato", "node", "--name", name, "--listen",
-                f"{host}:{port}", "--transport", transport, "--json"]
-        for h, p in connect:
-            args += ["--connect", f"{h}:{p}"]
-        self.name = name
-        self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
-        os.set_blocking(self.p.stdout.fileno(), False)
-        self._buf = b""
-        self.events: list[dict] = []
-
-    def poll(self) -> None:
-        try:
-            chunk = os.read(self.p.stdout.fileno(), 1 << 20)
-        except BlockingIOError:
-            return
-        self._buf += chunk
-        *lines, self._buf = self._buf.split(b"\n")
-        for line in lines:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                pass
-
-    def command(self, line: str) -> None:
-        self.p.stdin.write(line.encode() + b"\n")
-        self.p.stdin.flush()
-
-    def cpu(self) -> float:
-        """User + system CPU seconds so far."""
-        with open(f"/proc/{self.p.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            try:
-                os.killpg(self.p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        try:
-            self.p.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.p.pid, signal.SIGKILL)
-            self.p.wait()
-
-
-def _wait(clients, done: Callable[[], bool], timeout: float) -> bool:
-    sel = selectors.DefaultSelector()
-    for c in clients:
-        sel.register(c.p.stdout, selectors.EVENT_READ, c)
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end:
-            for key, _ in sel.select(max(0.0, min(0.05, end - time.monotonic()))):
-                key.data.poll()
-            if done():
-                return True
-        return done()
-    finally:
-        sel.close()
+def _client(name: str, host: str, port: int, transport: str, connect=()) -> JsonProcess:
+    """One `pelotari potato node --json` process; `.name` is its client's name."""
+    args = ["potato", "node", "--name", name, "--listen", f"{host}:{port}", "--transport",
+            transport, "--json"]
+    for h, p in connect:
+        args += ["--connect", f"{h}:{p}"]
+    proc = JsonProcess(args)
+    proc.name = name
+    return proc
 
 
 def random_edges(n: int, degree: float, seed: int) -> list[tuple[str, str]]:
@@ -98,13 +38,13 @@ def run_mesh(edges, transport: str, port: int = 34440, elections: int = 20,
     names = sorted({n for e in edges for n in e})
     host = {n: f"127.0.0.{k + 1}" for k, n in enumerate(names)}
     started = time.monotonic()
-    clients: dict[str, Client] = {}
+    clients: dict[str, JsonProcess] = {}
     try:
         for n in names:  # each connects to its peers that started before it
             earlier = [a if b == n else b for a, b in edges if n in (a, b) and
                        (a if b == n else b) in clients]
-            clients[n] = Client(n, host[n], port, transport, [(host[m], port) for m in earlier])
-            if not _wait([clients[n]], lambda c=clients[n]: any(
+            clients[n] = _client(n, host[n], port, transport, [(host[m], port) for m in earlier])
+            if not wait_all([clients[n]], lambda c=clients[n]: any(
                     e["event"] == "listening" for e in c.events), 20):
                 raise RuntimeError(f"{n} did not start")
         degree = {n: sum(n in e for e in edges) for n in names}
@@ -113,7 +53,7 @@ def run_mesh(edges, transport: str, port: int = 34440, elections: int = 20,
         def connected():
             return all(len({e["peer"] for e in c.events if e["event"] == "peer_up"})
                        >= degree[c.name] for c in everyone)
-        if not _wait(everyone, connected, 60):
+        if not wait_all(everyone, connected, 60):
             raise RuntimeError("the mesh did not connect")
         setup = time.monotonic() - started
         origin = clients[names[0]]
@@ -122,20 +62,20 @@ def run_mesh(edges, transport: str, port: int = 34440, elections: int = 20,
             mark = {c: len(c.events) for c in everyone}
             t0 = time.time()
             origin.command("propose")
-            ok = _wait(everyone, lambda: any(e["event"] == "election_result"
+            ok = wait_all(everyone, lambda: any(e["event"] == "election_result"
                                              for e in origin.events[mark[origin]:]), 5)
             result = [e for e in origin.events[mark[origin]:] if e["event"] == "election_result"]
             if not ok or not result:
                 raise RuntimeError("an election did not end")
             nxt = result[-1]["next"]
-            _wait(everyone, lambda: all(any(e["event"] == "frame" and e.get("frame") == nxt
+            wait_all(everyone, lambda: all(any(e["event"] == "frame" and e.get("frame") == nxt
                                             for e in c.events[mark[c]:]) for c in everyone), 5)
             took.append((result[-1]["time"] - t0) * 1000)
         cpu0 = sum(c.cpu() for c in everyone)
         mark = {c: len(c.events) for c in everyone}
         for k in range(broadcasts):
             origin.command(f"broadcast relay-cost {k}")
-        _wait(everyone, lambda: all(sum(1 for e in c.events[mark[c]:] if e["event"] == "message")
+        wait_all(everyone, lambda: all(sum(1 for e in c.events[mark[c]:] if e["event"] == "message")
                                     >= broadcasts for c in everyone if c is not origin), 60)
         cpu = sum(c.cpu() for c in everyone) - cpu0
         took.sort()

@@ -282,6 +282,8 @@ class PotatoNode:
     def _room(self) -> bool:
         """Forget finished elections past the limit; whether there is room for another. An
         open one is never forgotten (its copies still travelling would look new)."""
+        if len(self._votes) < self.config.max_elections:
+            return True
         for key in [k for k, v in self._votes.items() if v.done]:
             if len(self._votes) < self.config.max_elections:
                 break

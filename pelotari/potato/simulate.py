@@ -2,7 +2,7 @@
 latency; election time, messages per edge and whether every client was counted once.
 
 Each measurement is a JSON-lines record (kind "potato-sim-broadcast" or "potato-sim-election")
-that `pelotari trend` can load.
+(`pelotari trend` does not yet analyse potato records).
 """
 import random
 from statistics import median
@@ -11,7 +11,7 @@ from pelotari.potato.core import Config, Delivered, ElectionResult, PotatoNode
 from pelotari.sim import LinkSpec, Simulator
 
 
-class _SimCore:
+class SimCore:
     """A potato core behind the simulator's datagram interface: a peer is (name, 1)."""
 
     def __init__(self, core: PotatoNode):
@@ -60,7 +60,7 @@ def build(n: int, degree: float, seed: int, loss: float = 0.0, delay: float = 0.
     for k in range(n):
         name = f"c{k}"
         cores[name] = PotatoNode(name, 0.0, config)
-        sim.add((name, 1), lambda now, c=cores[name]: _SimCore(c))
+        sim.add((name, 1), lambda now, c=cores[name]: SimCore(c))
     for a, b in edges:
         cores[a].peer_up(b, 0.0)
         cores[b].peer_up(a, 0.0)
