@@ -191,3 +191,26 @@ def test_demo_shows_messages_flowing_to_every_subscriber():
     assert "sub-1 received 8/8 messages, in sequence order" in res.stdout
     assert "sub-2 received 8/8 messages, in sequence order" in res.stdout
     assert res.stdout.count("message 8 of 8") == 3  # both subscribers and the publisher
+
+
+@pytest.mark.parametrize("args", [
+    ["potato", "node", "--name", "a", "--transport", "tcp"],
+    ["bully", "start", "--bind", "127.0.0.1:0"],
+])
+def test_a_service_started_with_stdout_and_stdin_closed_runs_and_stops(args):
+    """`cmd <&- >&-`: Python leaves sys.stdout None; the service must neither crash nor
+    print a traceback (it did: AttributeError in the output's set-up)."""
+    import os
+
+    def close_in_out():
+        os.close(0)
+        os.close(1)
+
+    proc = subprocess.Popen(PELOTARI + args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=close_in_out)
+    time.sleep(1.5)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(5)
+    err = proc.stderr.read()
+    assert code == 0 and "Traceback" not in err, err

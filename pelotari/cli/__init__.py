@@ -19,6 +19,9 @@ def main():
     from each other. Start with `pelotari demo`, then run `pelotari backbone`, `pelotari sub`
     and `pelotari pub` in three terminals.
     """
+    from pelotari.cli.service import ensure_standard_fds
+
+    ensure_standard_fds()  # a command started with stdin/stdout/stderr closed still runs
 
 
 from pelotari.cli import fyrehose as _fyrehose  # noqa: E402,F401  (registers commands)

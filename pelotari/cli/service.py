@@ -26,6 +26,11 @@ def ensure_standard_fds():
             if new != fd:
                 os.dup2(new, fd)
                 os.close(new)
+    # Python leaves sys.stdin/stdout/stderr as None for an fd closed at start: give them the
+    # /dev/null now in its place, so that code writing to them needs no check.
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
 
 
 class Writer(threading.Thread):
@@ -91,7 +96,7 @@ class Output:
 
     def __init__(self, as_json, limit=OUTPUT_LIMIT):
         self.as_json = as_json
-        self.encoding = sys.stdout.encoding or "utf-8"
+        self.encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
         self.writers = {fd: Writer(fd, limit) for fd in (1, 2)}
         for w in self.writers.values():
             w.start()
