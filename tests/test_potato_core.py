@@ -278,3 +278,85 @@ def test_a_direct_participant_answers_before_the_originator_stops_waiting():
     sim.run(1.0)
     (result,) = sim.events(("A", 1), ElectionResult)
     assert (result.yes, result.abstained) == (2.5, ())
+
+
+def frame_broadcast(frame, parent, sender="Z"):
+    return wire.encode(wire.Message("broadcast", wire.new_identifier(), sender, (sender,), None,
+                                    {"frame": frame, "parent": parent}))
+
+
+def listener(frame="F0"):
+    """A client on `frame` with two peers: P hands it messages, Q shows what it relays."""
+    n = PotatoNode("A", 0.0, Config(), frame=frame)
+    n.peer_up("P", 0.0)
+    n.peer_up("Q", 0.0)
+    return n
+
+
+def frames_taken(n):
+    out = []
+    while (ev := n.next_event()) is not None:
+        if isinstance(ev, FrameChanged):
+            out.append(ev)
+    return out
+
+
+def test_a_frame_broadcast_with_no_election_before_it_moves_nobody_but_is_relayed():
+    n = listener()
+    n.receive("P", frame_broadcast("F1", "F0"), 0.0)
+    assert n.frame == "F0" and n.stats["frame_refused_no_election"] == 1
+    assert [p for p, _ in n.messages_to_send()] == ["Q"]  # relaying is the seed's rule
+
+
+def test_a_frame_is_taken_only_from_the_originator_of_the_election_heard():
+    n = listener()
+    n.receive("P", request("F0", "F1", origin="Z"), 0.0)
+    n.receive("P", frame_broadcast("F1", "F0", sender="Y"), 0.01)  # someone else claims it
+    assert n.frame == "F0" and n.stats["frame_refused_no_election"] == 1
+    n.receive("P", frame_broadcast("F1", "F0", sender="Z"), 0.02)
+    (ev,) = frames_taken(n)
+    assert (n.frame, ev.by, ev.via, ev.parent) == ("F1", "Z", "P", "F0")
+
+
+def test_an_old_frame_or_a_fork_of_our_history_is_never_taken():
+    n = listener()
+    for parent, nxt in (("F0", "F1"), ("F1", "F2"), ("F0", "X1")):
+        n.receive("P", request(parent, nxt), 0.0)  # (F0, X1): a rival that lost
+    n.handle_timer(1.0)
+    n.receive("P", frame_broadcast("F1", "F0"), 1.0)
+    n.receive("P", frame_broadcast("F2", "F1"), 1.0)
+    assert n.frame == "F2"
+    n.receive("P", frame_broadcast("F1", "F0"), 2.0)  # replayed under a new identifier
+    n.receive("P", frame_broadcast("X1", "F0"), 2.0)  # on F0, which we had: back in time
+    assert n.frame == "F2"
+    assert (n.stats["frame_refused_old"], n.stats["frame_refused_fork"]) == (1, 1)
+
+
+def test_a_client_that_missed_a_frame_catches_up_at_the_next_one():
+    n = listener(frame="F0")  # it never heard F1 (parent F0) being taken
+    n.receive("P", request("F1", "F2"), 0.0)  # votes NO: F1 is not its frame
+    n.handle_timer(1.0)
+    n.receive("P", frame_broadcast("F2", "F1"), 1.0)
+    assert n.frame == "F2" and frames_taken(n)[0].via == "P"
+
+
+def test_a_delivered_message_names_the_peer_that_handed_it_over():
+    n = listener()
+    n.receive("P", wire.encode(wire.Message("broadcast", "id1", "Forged", ("Forged",), None,
+                                            "hi")), 0.0)
+    (ev,) = [e for e in iter(n.next_event, None) if isinstance(e, Delivered)]
+    assert (ev.sender, ev.via) == ("Forged", "P")
+
+
+def test_seen_elections_and_frame_history_are_bounded():
+    n = PotatoNode("A", 0.0, Config(max_seen_elections=3, frame_history=2, request_burst=100))
+    n.peer_up("P", 0.0)
+    for k in range(5):
+        n.receive("P", request("F0", f"n{k}"), 0.0)
+    assert list(n._seen) == [("F0", "n2"), ("F0", "n3"), ("F0", "n4")]
+    n.receive("P", frame_broadcast("n3", "F0"), 1.0)
+    n.receive("P", request("n3", "n4"), 1.0)
+    n.receive("P", frame_broadcast("n4", "n3"), 2.0)
+    assert n.frame == "n4" and list(n._history) == ["n3", "n4"]
+    with pytest.raises(ValueError):
+        Config(max_seen_elections=0)

@@ -143,10 +143,10 @@ async def _run(name, listen, targets, transport, as_json):
         loop.add_signal_handler(sig, lambda s=sig: (why.append(s.name), stop.set()))
 
     def emit(event, text, **fields):
-        out.event(event, text, **fields)
+        out.event(event, escape_text(text), **fields)  # names and bodies are anybody's
 
     def show(body):
-        return escape_text(body if isinstance(body, str) else json.dumps(body))
+        return body if isinstance(body, str) else json.dumps(body)
 
     def on_event(ev):
         if isinstance(ev, c.PeerUp):
@@ -154,9 +154,10 @@ async def _run(name, listen, targets, transport, as_json):
         elif isinstance(ev, c.PeerDown):
             emit("peer_down", f"peer {ev.peer} gone", peer=ev.peer)
         elif isinstance(ev, c.Delivered):
-            emit("message", f"{ev.kind} from {ev.sender} ({ev.hops} hops): {show(ev.body)}",
-                 kind=ev.kind, sender=ev.sender, body=ev.body, hops=ev.hops,
-                 identifier=ev.identifier)
+            via = f" via {ev.via}" if ev.via and ev.via != ev.sender else ""
+            emit("message", f"{ev.kind} from {ev.sender}{via} ({ev.hops} hops): "
+                 f"{show(ev.body)}", kind=ev.kind, sender=ev.sender, via=ev.via, body=ev.body,
+                 hops=ev.hops, identifier=ev.identifier)
         elif isinstance(ev, c.Undeliverable):
             emit("undeliverable", f"no peer to send to {ev.to}", to=ev.to)
         elif isinstance(ev, c.ElectionStarted):
@@ -173,8 +174,9 @@ async def _run(name, listen, targets, transport, as_json):
                  won=ev.won, yes=ev.yes, no=ev.no, abstained=list(ev.abstained),
                  parent=ev.parent, next=ev.next)
         elif isinstance(ev, c.FrameChanged):
-            emit("frame", f"frame is now {ev.frame[:12]} (by {ev.by})", frame=ev.frame,
-                 parent=ev.parent, by=ev.by)
+            via = f" via {ev.via}" if ev.via and ev.via != ev.by else ""
+            emit("frame", f"frame is now {ev.frame[:12]} (by {ev.by}{via})", frame=ev.frame, parent=ev.parent, by=ev.by,
+                 via=ev.via)
 
     node = Node(name, listen[0], listen[1], transport=transport, on_event=on_event)
     try:

@@ -30,26 +30,33 @@ class Config:
     max_elections: int = 256  # elections (parent, next) remembered at once
     request_burst: int = 16  # election requests taken from one peer: a token bucket
     request_rate: float = 8.0  # per second (the seed: one direct election per client at once)
+    max_seen_elections: int = 4096  # (parent, next) -> originator heard, for taking frames
+    frame_history: int = 4096  # frames we had, so an old one is never taken again
     limits: wire.Limits = field(default_factory=wire.Limits)
 
     def __post_init__(self):
         if self.cache_lifetime <= 0 or self.direct_timeout <= 0:
             raise ValueError("cache_lifetime and direct_timeout must be positive")
-        if self.max_cache < 1 or self.max_elections < 1:
-            raise ValueError("max_cache and max_elections must be at least 1")
+        if min(self.max_cache, self.max_elections, self.max_seen_elections,
+               self.frame_history) < 1:
+            raise ValueError("max_cache, max_elections, max_seen_elections and frame_history "
+                             "must be at least 1")
 
 
 # ---- events ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Delivered:
-    """A direct message for us, or a broadcast (kind says which)."""
+    """A direct message for us, or a broadcast (kind says which). `sender` is the message's
+    `from`, which its originator wrote and nobody checks; `via` is the connected peer that
+    handed it to us (named by the transport's handshake)."""
 
     kind: str
     sender: str
     body: Any
     identifier: str
     hops: int = 0  # clients it went through (`visited` on arrival)
+    via: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,11 +110,13 @@ class ElectionResult:
 
 @dataclass(frozen=True)
 class FrameChanged:
-    """The mesh's frame moved on (a winner's broadcast, or our own win)."""
+    """The mesh's frame moved on (a winner's broadcast, or our own win): `by` is the election's
+    originator, `via` the peer that handed us the broadcast ("" for our own win)."""
 
     frame: str
     parent: str
     by: str
+    via: str = ""
 
 
 # ---- state -------------------------------------------------------------------------------
@@ -148,6 +157,10 @@ class PotatoNode:
         self._voted_on: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._mine: _Vote | None = None  # our own open election
         self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, when)
+        # Every election request heard, (parent, next) -> originator, and the frames we had:
+        # a frame broadcast is taken only for an election we heard, never an old frame.
+        self._seen: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._history: OrderedDict[str, None] = OrderedDict({frame: None})
 
     # ---- peers ---------------------------------------------------------------------------
 
@@ -246,17 +259,38 @@ class PotatoNode:
         if msg.type == "direct":
             if msg.to == self.name:
                 self._events.append(Delivered("direct", msg.sender, msg.body, msg.identifier,
-                                              len(msg.visited)))
+                                              len(msg.visited), peer))
                 return
             self._relay(msg, now, exclude=peer)
             return
         frame = msg.body.get("frame") if isinstance(msg.body, dict) else None
         if isinstance(frame, str) and frame:  # a winner's frame: FrameChanged tells it
-            self._take_frame(frame, str(msg.body.get("parent", "")), msg.sender)
+            parent = msg.body.get("parent")
+            why = self._frame_refused(frame, parent, msg.sender)
+            if why:
+                self.stats[f"frame_refused_{why}"] += 1
+            else:
+                self._take_frame(frame, parent, msg.sender, peer)
         else:
             self._events.append(Delivered("broadcast", msg.sender, msg.body, msg.identifier,
-                                          len(msg.visited)))
+                                          len(msg.visited), peer))
+        # Relayed whatever we make of it: relaying is the seed's rule, taking a frame our own.
         self._relay(msg, now, exclude=peer)
+
+    def _frame_refused(self, frame: str, parent, sender: str) -> str | None:
+        """Why a frame broadcast is not taken, or None. Taken: a frame we never had, on our
+        frame or on one we never had (we missed a frame: catch up), from the originator of an
+        election for it that we heard. So a broadcast alone, with no election before it, moves
+        nobody, an old frame is never taken back, and no frame forks our history."""
+        if not isinstance(parent, str):
+            return "malformed"
+        if frame in self._history:
+            return "old"
+        if parent != self.frame and parent in self._history:
+            return "fork"
+        if self._seen.get((parent, frame)) != sender:
+            return "no_election"
+        return None
 
     # ---- elections -------------------------------------------------------------------------
 
@@ -271,6 +305,7 @@ class PotatoNode:
                   waiting=set(req.direct_participants))
         self._mine = v
         self._track((req.parent, req.next), v)
+        self._heard(req)
         self._note_vote(req, now)
         self._events.append(ElectionStarted(req.parent, req.next, req.direct_participants))
         for p in req.direct_participants:
@@ -326,9 +361,17 @@ class PotatoNode:
         self._buckets[peer] = (tokens - 1 if ok else tokens, now)
         return ok
 
+    def _heard(self, req: Request) -> None:
+        key = (req.parent, req.next)
+        if key not in self._seen:  # the first originator named for it stands
+            self._seen[key] = req.originator
+            while len(self._seen) > self.config.max_seen_elections:
+                self._seen.popitem(last=False)
+
     def _on_request(self, peer: str, msg: Message, req: Request, now: float) -> None:
         kind = "direct" if msg.type.startswith("direct") else "indirect"
         key = (req.parent, req.next)
+        self._heard(req)
         if key not in self._votes and (not self._bucket_ok(peer, now) or not self._room()):
             # Too many new elections from this peer, or too many open at once: ABSTAIN, and
             # spread nothing (each request we spread costs the mesh a message per edge).
@@ -416,17 +459,20 @@ class PotatoNode:
             self.broadcast({"frame": req.next, "parent": req.parent}, now)
             self._take_frame(req.next, req.parent, self.name)
 
-    def _take_frame(self, frame: str, parent: str, by: str) -> None:
+    def _take_frame(self, frame: str, parent: str, by: str, via: str = "") -> None:
         """A frame was broadcast: every open election ends without a result (the seed)."""
         if frame == self.frame:
             return
         self.frame = frame
+        self._history[frame] = None
+        while len(self._history) > self.config.frame_history:
+            self._history.popitem(last=False)
         for v in self._votes.values():
             if not v.done:
                 v.done = True
                 self.stats["elections_ended_by_frame"] += 1
         self._mine = None
-        self._events.append(FrameChanged(frame, parent, by))
+        self._events.append(FrameChanged(frame, parent, by, via))
 
     # ---- timers --------------------------------------------------------------------------
 
