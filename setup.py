@@ -9,7 +9,7 @@ MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen"]
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
 PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.bully",
             "pelotari.cli", "pelotari.fyrehose", "pelotari.layers", "pelotari.potato",
-            "pelotari.prototari"]
+            "pelotari.prototari", "pelotari.swarm"]
 
 
 def extensions():
