@@ -108,13 +108,18 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
               help="Set any field of TYPE by its name (repeatable); for every protocol's layers.")
 @click.option("--send", "target", type=_Target(2323), default=None,
               help="Send the packet to HOST:PORT (a fyrehose backbone: 2323; prototari: 21451 "
-                   "for discovery, 21450 for the rest; bully: a TCP connection to 3333).")
+                   "for discovery, 21450 for the rest; bully: a TCP connection to 3333; potato: "
+                   "no default port, a TCP connection with the hello handshake first).")
+@click.option("--name", "client", default=None, metavar="NAME",
+              help="potato: the client name --send says hello with [default: the message's last "
+                   "`visited` name, else its `from`].")
 @click.option("--src", type=AddressType(0), default=None,
-              help="Send from this address (UDP: a raw socket, needs root; bully: the local "
-                   "address the TCP connection is bound to).")
+              help="Send from this address (UDP: a raw socket, needs root; bully, potato: the "
+                   "local address the TCP connection is bound to).")
 @click.option("--wait", type=click.FloatRange(0, 60), default=0.0,
               help="After sending, wait this many seconds for answers and dissect them (bully: "
-                   "up to this long for the answer on the same connection).")
+                   "up to this long for the answer on the same connection; potato: every line "
+                   "that comes in this long, pings counted, while we ping to stay a peer).")
 @click.option("--pack", type=click.IntRange(1, 7278), default=1, show_default=True,
               help="fyrehose packing extension: N copies of the DELIVER or PUSH frame back to "
                    "back in one datagram (a DELIVER's SEQUENCE counts up).")
@@ -125,7 +130,8 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
 @click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not show the packet; only send and answers.")
 @click.option("--list", "list_types", is_flag=True, help="List the packet types and their fields.")
-def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_types, **named):
+def craft(kind, fields, target, client, src, wait, pack, sign_on, hexdump, quiet, list_types,
+          **named):
     """Build any pelotari packet, show it, and optionally send it and dissect the answer.
 
     TYPE is a packet type of any of pelotari's scapy layers (see --list), e.g. keepalive,
@@ -140,6 +146,9 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
       pelotari craft NodeRequest -F ip=127.0.0.1 -F port=3334 -F id=2 \\
           --send 127.0.0.1:3333 --wait 2                          bully over TCP; prints the answer
       pelotari craft NodeResponse -F peers=2@127.0.0.2:3334,3@127.0.0.3:3335 --hexdump
+      pelotari craft direct -F from=A -F to=B -F body=hello --send 127.0.0.1:PORT
+                                  potato: hello as A, then the message (one JSON line)
+      pelotari craft potato -F type=broadcast -F body='{"frame": "f1", "parent": "INITIAL"}'
     """
     from scapy.all import hexdump as scapy_hexdump, raw
 
@@ -155,6 +164,7 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
         plain = ", ".join(n for n in types if "." not in n)
         raise click.BadParameter(f"unknown type {kind!r}; choose from {plain} (or PROTOCOL.TYPE)",
                                  param_hint="TYPE")
+    aliases = getattr(sys.modules[cls.__module__], "ALIASES", {})
     values = {}
     for name in FIELD_OPTIONS:
         if named.get(name) is not None:
@@ -163,7 +173,7 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
         name, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--field")
-        values[name.strip()] = value
+        values[aliases.get(name.strip(), name.strip())] = value
     converted = {name: _field_value(cls, name, text) for name, text in values.items()}
     if "token" in converted and len(converted["token"]) != 16:
         raise click.BadParameter(f"TOKEN must be 16 bytes, got {len(converted['token'])}",
@@ -190,15 +200,24 @@ def craft(kind, fields, target, src, wait, pack, sign_on, hexdump, quiet, list_t
     if not tcp and len(wire) > 65507:
         raise click.BadParameter(f"{len(wire)} bytes do not fit in one UDP datagram (65,507)",
                                  param_hint="--pack")
+    lines = getattr(module, "FRAMING", None) == "lines"
     if not quiet:
         if hexdump:
             scapy_hexdump(wire)
         else:
             cls(wire).show() if pack == 1 else module.dissect(wire).show()
+    if lines and module.problem(wire) is not None:  # a lie on purpose, or a slip: say so
+        click.echo(f"note: a receiver drops this line ({module.problem(wire)})", err=True)
     if target is None:
         return
     if target[1] is None:
         target = (target[0], getattr(module, "DEFAULT_PORT", 2323))
+        if target[1] is None:
+            raise click.BadParameter("this protocol has no default port: give HOST:PORT",
+                                     param_hint="--send")
+    if lines:
+        _line_exchange(target, pkt, wire, wait, module, src, client)
+        return
     if tcp:
         _tcp_exchange(target, wire, wait, module, src)
         return
@@ -276,6 +295,100 @@ def _tcp_exchange(target, wire, wait, module, src=None):
         sock.close()
 
 
+def _line_exchange(target, pkt, wire, wait, module, src=None, name=None):
+    """Potato over TCP: connect to target, say hello as `name` (a crafted hello is sent as the
+    handshake itself), send wire once the peer's hello came back, then for `wait` seconds print
+    every line that comes in (pings counted) while pinging it as a peer does (it drops a peer
+    silent for a second). Closes gracefully (our side first, then we read to its end), so the
+    peer has read the line before we leave. Returns the lines received (with newlines)."""
+    import time
+
+    where = f"{target[0]}:{target[1]}"
+    hello = isinstance(pkt, module.PotatoHello)
+    name = pkt.hello if hello else (name or module.client_name(pkt))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    got, pings = [], 0
+    try:
+        sock.settimeout(5.0)
+        try:
+            if src is not None:
+                sock.bind(src)
+            sock.connect(target)
+            sock.sendall(wire if hello else module.hello_line(name))
+            buf = b""
+            while module.EOL not in buf and len(buf) <= module.SIGNAL_MAX:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                buf += data
+        except socket.timeout:
+            raise click.ClickException(f"no hello from {where} within 5 s") from None
+        except OSError as exc:
+            raise click.ClickException(f"cannot send to {where} over TCP: "
+                                       f"{exc.strerror or exc}") from None
+        line, eol, buf = buf.partition(module.EOL)
+        answer = module.dissect(line + eol)
+        if not isinstance(answer, module.PotatoHello):
+            raise click.ClickException(f"{where} answered no hello: {answer.summary()}" if line
+                                       else f"{where} closed the connection without a hello")
+        if answer.refused is not None:
+            raise click.ClickException(f"{where} ({answer.hello}) refused {name!r}: "
+                                       f"{answer.refused}")
+        local = sock.getsockname()
+        click.echo(f"{where} is {answer.hello!r}; we are {name!r} (from {local[0]}:{local[1]})",
+                   err=True)
+        if not hello:
+            try:
+                sock.sendall(wire)
+            except OSError as exc:
+                raise click.ClickException(f"cannot send to {where} over TCP: "
+                                           f"{exc.strerror or exc}") from None
+            click.echo(f"sent {len(wire)} bytes to {where} over TCP", err=True)
+        deadline = last_tx = time.monotonic()
+        deadline += wait
+        closed = False
+        while not closed:
+            *lines, buf = buf.split(module.EOL)
+            for line in lines:
+                shown = module.dissect(line + module.EOL)
+                if isinstance(shown, module.PotatoPing):
+                    pings += 1
+                    continue
+                click.echo(f"answer from {where}: {shown.summary()}")
+                shown.show()
+                got.append(line + module.EOL)
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            try:
+                if now - last_tx >= 0.25:
+                    sock.sendall(module.PING + module.EOL)
+                    last_tx = now
+                sock.settimeout(max(0.01, min(deadline, last_tx + 0.25) - now))
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                click.echo(f"connection to {where} failed: {exc.strerror or exc}", err=True)
+                break
+            closed = not data
+            buf += data
+        if wait:
+            click.echo(f"{len(got)} lines and {pings} pings from {where} in {wait:g}s"
+                       + (" (it closed the connection)" if closed else ""), err=True)
+        if not closed:
+            try:  # our end first; the peer reads our line, then closes its end
+                sock.shutdown(socket.SHUT_WR)
+                sock.settimeout(2.0)
+                while sock.recv(65536):
+                    pass
+            except OSError:
+                pass
+        return got
+    finally:
+        sock.close()
+
+
 def _sender(src, target, wire, root=None, before=()):
     """Send wire to target; return the socket answers will come back to (None for raw sends).
     `root` says whether raw sockets are allowed (default: whether we run as root). Datagrams in
@@ -342,25 +455,71 @@ def _payload(layer) -> bytes:
     return data
 
 
-BAD = ("MALFORMED", "UNKNOWN")
+BAD = ("MALFORMED", "UNKNOWN", "PARTIAL")
 
 
-def _rows(pkt, ports):
+class Streams:
+    """What inspect remembers from packet to packet for line protocols (a layer whose FRAMING
+    is "lines": potato): TCP connections taken as the protocol's because their first payload
+    looked like it (`recognise`: a potato hello), on ports nobody named; and each direction's
+    unfinished last line, put in front of that direction's next segment (when its sequence
+    number follows on)."""
+
+    def __init__(self):
+        self.known = set()  # (protocol module name, frozenset of both ends)
+        self.pending = {}  # (module name, src, sport, dst, dport) -> (next seq, bytes)
+
+    def claims(self, module, pkt, layer, data) -> bool:
+        from scapy.layers.inet import IP
+
+        ends = frozenset({(pkt[IP].src, layer.sport), (pkt[IP].dst, layer.dport)})
+        key = (module.__name__, ends)
+        if key not in self.known and data and module.recognise(data):
+            self.known.add(key)
+        return key in self.known
+
+    def join(self, module, pkt, layer, data):
+        """(data with the direction's unfinished line in front, bytes taken from before)."""
+        from scapy.layers.inet import IP
+
+        if not data:  # an ACK, SYN or FIN: the line goes on in a later segment
+            return data, 0
+        flow = (module.__name__, pkt[IP].src, layer.sport, pkt[IP].dst, layer.dport)
+        seq, before = self.pending.pop(flow, (None, b""))
+        if seq != layer.seq:
+            before = b""
+        tail = module.unfinished(before + data)
+        if tail:
+            self.pending[flow] = ((layer.seq + len(data)) % (1 << 32), tail)
+        return before + data, len(before)
+
+
+def _rows(pkt, ports, streams=None):
     """A captured packet as rows. Every protocol bound to one of its ports (UDP, or TCP for a
     layer whose TRANSPORT is "tcp") tries to read it; the first that recognises it wins, else
     the first one's "malformed" reading is shown. A datagram or segment of several frames (a
-    packed or GSO fyrehose datagram, bully messages coalesced in one TCP segment) becomes one
-    row per frame. Segments without payload (SYN, ACK, FIN) are no rows."""
+    packed or GSO fyrehose datagram, bully messages coalesced in one TCP segment, potato lines)
+    becomes one row per frame. Segments without payload (SYN, ACK, FIN) are no rows. With
+    `streams` (a Streams), line protocols are also read on connections they recognise, and a
+    line split over segments is read whole (its row says how many bytes came before)."""
     from scapy.layers.inet import IP, TCP, UDP
 
     if not pkt.haslayer(IP):
         return []
     readings = []  # (protocol's rows) per protocol that read the packet
+    every = []  # per reading: whether each of its malformed rows is shown (a line protocol)
     for module, bound in ports:
         layer = pkt.getlayer(TCP if getattr(module, "TRANSPORT", "udp") == "tcp" else UDP)
-        if layer is None or not (layer.sport in bound or layer.dport in bound):
+        if layer is None:
             continue
+        lines = getattr(module, "FRAMING", None) == "lines" and isinstance(layer, TCP)
         data = _payload(layer)
+        if not (layer.sport in bound or layer.dport in bound or (
+                lines and streams is not None and streams.claims(module, pkt, layer, data))):
+            continue
+        before = 0
+        if lines and streams is not None:
+            data, before = streams.join(module, pkt, layer, data)
         if not data:
             continue
         frames = getattr(module, "split_frames", lambda _: None)(data)
@@ -376,14 +535,17 @@ def _rows(pkt, ports):
                     if gso:
                         described["gso"] = True
                 rows.append((layer, len(frame), described))
+        if before and rows:
+            rows[0][2]["continued"] = before  # bytes of the line from earlier segments
         if rows:
             readings.append(rows)
+            every.append(lines)
             if any(r[2]["type"] not in BAD for r in rows):
                 break
     if not readings:
         return []
     good = [rows for rows in readings if any(r[2]["type"] not in BAD for r in rows)]
-    chosen = good[0] if good else readings[0][:1]
+    chosen = good[0] if good else readings[0] if every[0] else readings[0][:1]
     return [{"time": float(pkt.time), "src": f"{pkt[IP].src}:{layer.sport}",
              "dst": f"{pkt[IP].dst}:{layer.dport}", "length": length, **described}
             for layer, length, described in chosen]
@@ -418,8 +580,10 @@ class GapFollower:
                    '2323 or tcp port 3333", and any --port; on lo add "and inbound": loopback '
                    'shows every packet twice].')
 @click.option("-p", "--port", "ports", multiple=True, metavar="[PROTOCOL:]PORT",
-              help="Also decode this port, as PROTOCOL (fyrehose, prototari: UDP; bully: TCP) or "
-                   "as whichever recognises each packet (repeatable; default ports always are).")
+              help="Also decode this port, as PROTOCOL (fyrehose, prototari: UDP; bully, potato: "
+                   "TCP) or as whichever recognises each packet (repeatable; default ports always "
+                   "are). potato has no default port: name each client's, e.g. -p potato:34440; "
+                   "a connection whose first line is a potato hello is read as potato anyway.")
 @click.option("-c", "--count", type=click.IntRange(1), default=None, help="Stop after this many packets.")
 @click.option("-t", "--timeout", type=click.FloatRange(0.1), default=None, help="Stop live capture after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per packet, then a summary object.")
@@ -430,13 +594,15 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     """Decode pelotari traffic from a pcap file or a live interface, one line per packet.
 
     Each line: time, source → destination, type, sequence (DELIVER) or range (REQUEST/FORWARD),
-    length and summary; malformed datagrams say why. bully (TCP) shows one line per message,
-    several for a segment that carries several. A per-type count closes the output.
+    length and summary; malformed datagrams say why. bully and potato (TCP) show one line per
+    message, several for a segment that carries several; a potato line split over segments is
+    read whole. A per-type count closes the output.
 
     \b
       pelotari inspect capture.pcap --follow-gaps
       sudo pelotari inspect -i lo -f "udp port 2323 and inbound" --json
       pelotari inspect bully.pcap -p bully:3334
+      pelotari inspect mesh.pcap -p potato:34440     potato: its type, from→to, id, hops, vote
     """
     import json
 
@@ -464,6 +630,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
             modules[name].bind_port(number)
     layer_ports = [(modules[name], ports_) for name, ports_ in bound.items()]
     counts = {}
+    streams = Streams()
     follower = GapFollower()
     writer = PcapWriter(out, sync=True) if out else None
     shown = 0
@@ -471,7 +638,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
 
     def handle(pkt):
         wrote = False
-        for row in _rows(pkt, layer_ports):
+        for row in _rows(pkt, layer_ports, streams):
             show(pkt, row, write=not wrote)
             wrote = True
 

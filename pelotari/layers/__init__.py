@@ -6,8 +6,13 @@ Packet classes, `CRAFT` (type name -> Packet class, for `pelotari craft`), `diss
 `DEFAULT_PORTS`, `bind_port(port)` and `describe(layer) -> dict | None` (what
 `pelotari inspect` prints of a dissected payload: protocol, type, summary and any sequence
 fields). Optional: `TRANSPORT` ("udp" unless it says "tcp": where inspect reads the protocol and
-how craft sends it), `DEFAULT_PORT` (craft's port when --send names only a host) and
-`split_frames(payload)` (the frames of a payload that holds several, one inspect row each).
+how craft sends it), `DEFAULT_PORT` (craft's port when --send names only a host; None: it
+must name one) and `split_frames(payload)` (the frames of a payload that holds several, one
+inspect row each), `ALIASES` (craft -F names for fields scapy cannot have, e.g. potato's
+`from`). A TCP protocol of newline-delimited lines says `FRAMING = "lines"` and provides
+`problem(line)`, `recognise(payload)` (inspect takes a connection that starts so as this
+protocol's on any port), `unfinished(payload)` (a last line to join to the next segment) and
+what craft's handshake needs (potato: `hello_line`, `client_name`, PotatoHello, PING).
 """
 import importlib
 from typing import Dict, List
@@ -17,6 +22,7 @@ LAYERS: Dict[str, str] = {
     "fyrehose": "pelotari.layers.fyrehose",
     "prototari": "pelotari.layers.prototari",
     "bully": "pelotari.layers.bully",
+    "potato": "pelotari.layers.potato",
 }
 
 
