@@ -427,3 +427,219 @@ def test_report_on_fyrehose_and_bully_records(spark, tmp_path):
     assert "| test_fanout[16-4] | 64000 | 20.0 | 15625 |" in summary
     assert "| 5 | processes | SIGKILL | 3200 ms | 200 ms | 3400 ms | 6 / 10 | 3 | 67% |" in summary  # NaN sorts last
     assert "| processes | Berkeley | 25 | 19 s | 0.90 ms | 0.30 ms | — | — | 1 / 0 | 1 |" in summary
+
+
+# ---- potato's records (pelotari/potato/simulate.py and bench.py) -------------------------------
+
+def sim_broadcast(loss, partition, seed, reached, rmr, hops, p50, p99, commit="aaa",
+                  time="2026-11-01T10:00:00+00:00", nodes=10, degree=4.0):
+    return {"kind": "potato-sim-broadcast", "where": "simulator", "nodes": nodes,
+            "degree": degree, "loss": loss, "partition": partition, "seed": seed,
+            "reached": reached / 2 if partition else reached, "reached_of_reachable": reached,
+            "messages": round((rmr + 1) * (nodes - 1)), "rmr": rmr, "last_hops": hops,
+            "latency_p50_ms": p50, "latency_p99_ms": p99, "env": bully_env(commit, time)}
+
+
+def sim_election(loss, partition, seed, elected, counted, messages, won=True, commit="aaa",
+                 time="2026-11-01T10:00:00+00:00", nodes=10, degree=4.0, reachable=9):
+    return {"kind": "potato-sim-election", "where": "simulator", "nodes": nodes,
+            "degree": degree, "loss": loss, "partition": partition, "seed": seed,
+            "elected_ms": elected, "won": won, "yes": counted + 1.5 if won else 1.5,
+            "no": 0 if won else counted, "counted": counted, "reachable_others": reachable,
+            "counted_once": counted == reachable, "messages": messages,
+            "messages_per_edge": messages / (nodes * degree / 2), "env": bully_env(commit, time)}
+
+
+def mesh_run(mesh, transport, setup, p50, p99, cpu, nodes=7, edges=9, commit="aaa"):
+    return {"kind": "potato-mesh", "where": "processes", "mesh": mesh, "transport": transport,
+            "nodes": nodes, "edges": edges, "setup_s": setup, "elections": 20,
+            "election_p50_ms": p50, "election_p99_ms": p99, "broadcasts": 200,
+            "cpu_us_per_delivery": cpu, "env": bully_env(commit)}
+
+
+POTATO_RECORDS = [
+    # 10 clients, degree 4 (20 edges); no loss, three seeds
+    sim_broadcast(0.0, False, 0, 1.0, 2.0, 3, 4.0, 6.0),
+    sim_broadcast(0.0, False, 1, 1.0, 3.0, 4, 5.0, 9.0),
+    sim_broadcast(0.0, False, 2, 1.0, 2.5, 4, 6.0, 7.0),
+    sim_election(0.0, False, 0, 10.0, 9, 60),
+    sim_election(0.0, False, 1, 20.0, 9, 64),
+    sim_election(0.0, False, 2, 12.0, 9, 62),
+    # 1 % loss, two seeds: one broadcast reached 8 of the 9, one election counted 6 of 9 and lost
+    sim_broadcast(0.01, False, 0, 1.0, 2.0, 3, 4.0, 6.0),
+    sim_broadcast(0.01, False, 1, 8 / 9, 2.2, 5, 4.0, 8.0),
+    sim_election(0.01, False, 0, 300.0, 9, 60),
+    sim_election(0.01, False, 1, 290.0, 6, 56, won=False),
+    # cut in two: 4 other clients reachable
+    sim_broadcast(0.0, True, 0, 1.0, 1.0, 2, 3.0, 3.5),
+    sim_election(0.0, True, 0, 15.0, 4, 16, reachable=4),
+    # a newer commit, no loss
+    sim_election(0.0, False, 0, 8.0, 9, 40, commit="bbb", time="2026-11-02T10:00:00+00:00"),
+    # real processes: A-G over WebRTC twice, over TCP once; 20 clients over TCP once
+    mesh_run("A-G", "webrtc", 2.0, 6.0, 9.0, 500.0),
+    mesh_run("A-G", "webrtc", 4.0, 10.0, 15.0, 600.0),
+    mesh_run("A-G", "tcp", 1.0, 3.0, 5.0, 200.0),
+    mesh_run("20 clients", "tcp", 3.0, 10.0, 16.0, 170.0, nodes=20, edges=40),
+]
+
+
+@pytest.fixture(scope="session")
+def potato_raw(spark):
+    """potato, bully and fyrehose records, one table as report.load reads them."""
+    return spark.createDataFrame(POTATO_RECORDS + BULLY_RECORDS + RECORDS,
+                                 schema=trend.POTATO_SCHEMA)
+
+
+def test_potato_broadcasts_are_medians_per_condition_and_commit(potato_raw):
+    rows = collect(trend.potato_broadcasts(potato_raw), "partition", "loss")
+    assert [(r["loss"], r["partition"], r["nodes"], r["degree"], r["commit"], r["runs"])
+            for r in rows] == [(0.0, False, 10, 4.0, "aaa", 3), (0.01, False, 10, 4.0, "aaa", 2),
+                               (0.0, True, 10, 4.0, "aaa", 1)]
+    clean, lossy, cut = rows
+    assert clean["time"] == ts("2026-11-01T10:00:00")
+    assert (clean["rmr"], clean["rmr_goal"], clean["last_hops"]) == (2.5, 3.0, 4.0)
+    assert (clean["latency_p50_ms"], clean["latency_p99_ms"]) == (5.0, 7.0)  # medians
+    assert (clean["reached_of_reachable"], clean["worst_reached_of_reachable"]) == (1.0, 1.0)
+    assert clean["messages"] == 32.0  # (rmr + 1) * 9: 27, 36 and 31.5, rounded to even: 32
+    assert lossy["reached_of_reachable"] == pytest.approx((1 + 8 / 9) / 2)
+    assert lossy["worst_reached_of_reachable"] == pytest.approx(8 / 9)
+    assert lossy["rmr"] == pytest.approx(2.1) and lossy["latency_p99_ms"] == 7.0
+    assert (cut["reached"], cut["reached_of_reachable"], cut["rmr"]) == (0.5, 1.0, 1.0)
+
+
+def test_potato_elections_time_messages_per_edge_and_clients_counted(potato_raw):
+    rows = collect(trend.potato_elections(potato_raw), "commit", "partition", "loss")
+    assert [(r["loss"], r["partition"], r["commit"], r["runs"]) for r in rows] == [
+        (0.0, False, "aaa", 3), (0.01, False, "aaa", 2), (0.0, True, "aaa", 1),
+        (0.0, False, "bbb", 1)]
+    clean, lossy, cut, newer = rows
+    assert (clean["elected_ms"], clean["slowest_elected_ms"], clean["messages"]) == (12.0, 20.0, 62.0)
+    assert clean["messages_per_edge"] == pytest.approx(3.1)  # 62 messages over 20 edges
+    assert (clean["counted_share"], clean["worst_counted_share"], clean["counted_once"],
+            clean["won"]) == (1.0, 1.0, 1.0, 1.0)
+    assert (lossy["elected_ms"], lossy["slowest_elected_ms"]) == (295.0, 300.0)
+    assert lossy["counted_share"] == pytest.approx((1 + 6 / 9) / 2)
+    assert lossy["worst_counted_share"] == pytest.approx(6 / 9)
+    assert (lossy["counted_once"], lossy["won"]) == (0.5, 0.5)
+    assert lossy["messages_per_edge"] == pytest.approx(2.9)  # 60 and 56 over 20 edges
+    assert (cut["counted_share"], cut["counted_once"], cut["messages_per_edge"]) == (1.0, 1.0, 0.8)
+    assert (newer["time"], newer["elected_ms"]) == (ts("2026-11-02T10:00:00"), 8.0)
+
+
+def test_potato_meshes_medians_per_mesh_and_transport(potato_raw):
+    rows = collect(trend.potato_meshes(potato_raw), "nodes", "transport")
+    assert [(r["mesh"], r["transport"], r["nodes"], r["edges"], r["runs"], r["elections"])
+            for r in rows] == [("A-G", "tcp", 7, 9, 1, 20), ("A-G", "webrtc", 7, 9, 2, 40),
+                               ("20 clients", "tcp", 20, 40, 1, 20)]
+    webrtc = rows[1]
+    assert (webrtc["setup_s"], webrtc["election_p50_ms"], webrtc["election_p99_ms"],
+            webrtc["cpu_us_per_delivery"]) == (3.0, 8.0, 12.0, 550.0)
+    assert (rows[0]["setup_s"], rows[0]["election_p99_ms"]) == (1.0, 5.0)
+
+
+def test_potato_functions_ignore_other_kinds(spark, raw, bully_raw):
+    others = spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=trend.POTATO_SCHEMA)
+    for f in (trend.potato_broadcasts, trend.potato_elections, trend.potato_meshes):
+        assert f(others).count() == 0
+    meshes_only = spark.createDataFrame([r for r in POTATO_RECORDS if r["kind"] == "potato-mesh"],
+                                        schema=trend.POTATO_SCHEMA)
+    assert trend.potato_broadcasts(meshes_only).count() == 0
+    assert trend.potato_elections(meshes_only).count() == 0
+    # ... and the fyrehose and bully tables are the same with potato records in the same files
+    mixed = POTATO_RECORDS + BULLY_RECORDS + RECORDS
+    assert (collect(trend.throughput_trend(trend.bench_runs(
+        spark.createDataFrame(mixed, schema=trend.BENCH_SCHEMA))), "system", "commit")
+        == collect(trend.throughput_trend(trend.bench_runs(raw)), "system", "commit"))
+    assert (collect(trend.bully_elections(spark.createDataFrame(mixed, schema=trend.BULLY_SCHEMA)),
+                    "where", "how", "commit")
+            == collect(trend.bully_elections(bully_raw), "where", "how", "commit"))
+
+
+def test_potato_conditions_read_as_words():
+    assert [report.potato_condition({"loss": loss, "partition": part})
+            for loss, part in ((0.0, False), (0.01, False), (0.0, True), (0.005, True))] == [
+        "no loss", "1 % of messages lost", "cut in two halves",
+        "cut in two halves, 0.5 % of messages lost"]
+
+
+def write_potato_results(folder):
+    """Records from the potato simulator itself (30 clients, one seed: fast) and hand-made
+    ones in the shape of `pelotari potato bench`'s."""
+    from pelotari.bench.results import environment
+    from pelotari.potato import simulate
+
+    folder.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    recs = [{**r, "env": env} for r in simulate.run(30, 4, 1)]
+    recs += [{**r, "env": env} for r in POTATO_RECORDS if r["kind"] == "potato-mesh"]
+    with open(folder / "potato.jsonl", "w") as f:
+        for rec in recs:
+            f.write(json.dumps(rec) + "\n")
+    return recs
+
+
+def test_report_on_potato_records_only(spark, tmp_path):
+    recs = write_potato_results(tmp_path / "results")
+    frames = report.load(spark, report.find(tmp_path / "results"))
+    assert set(frames) == {"potato"}  # no empty fyrehose or bully tables
+    tables = report.analyse(frames, 0.1)
+    assert set(tables) == {"potato_broadcasts", "potato_elections", "potato_meshes"}
+    out = tmp_path / "trend"
+    written = report.write(tables, out, 0.1)
+    assert {p.name for p in written} == {"potato_broadcasts", "potato_elections",
+                                         "potato_meshes", "potato.png", "potato-mesh.png",
+                                         "summary.md"}
+    for name, count in (("potato_broadcasts", 3), ("potato_elections", 3), ("potato_meshes", 3)):
+        assert spark.read.parquet(str(out / "parquet" / name)).count() == count
+    for png in ("potato.png", "potato-mesh.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    summary = (out / "summary.md").read_text()
+    assert "## potato" in summary and "Regressions" not in summary and "## bully" not in summary
+    b, e = (next(r for r in recs if r["kind"] == k and r["loss"] == 0 and not r["partition"])
+            for k in ("potato-sim-broadcast", "potato-sim-election"))
+    once = "1 of 1" if e["counted_once"] else "0 of 1"
+    assert (f"| 30 | 4 | no loss | {b['reached_of_reachable']:.1%} | {b['rmr']:.2f} ✓ | "
+            f"{b['last_hops']} | {report._ms(b['latency_p50_ms'])} / "
+            f"{report._ms(b['latency_p99_ms'])} | {report._ms(e['elected_ms'])} | "
+            f"{e['messages_per_edge']:.2f} ✓ | {once}") in summary
+    assert "| the seed's A–G example | 7 | 9 | WebRTC | 3.00 s | 8.00 ms / 12.0 ms | 550 µs | 2 |" in summary
+    assert "| a random mesh | 20 | 40 | TCP | 3.00 s | 10.0 ms / 16.0 ms | 170 µs | 1 |" in summary
+    assert "![potato.png](potato.png)" in summary and "![potato-mesh.png](potato-mesh.png)" in summary
+
+
+def test_potato_summary_marks_the_goals_and_the_runs_that_miscounted():
+    rows = {"potato_broadcasts": [], "potato_elections": [], "potato_meshes": []}
+    base = {"nodes": 10, "degree": 4.0, "commit": "aaa", "time": 1, "runs": 2}
+    rows["potato_broadcasts"].append({**base, "loss": 0.01, "partition": False,
+                                      "reached_of_reachable": 0.95,
+                                      "worst_reached_of_reachable": 0.9, "rmr": 3.5,
+                                      "rmr_goal": 3.0, "last_hops": 4.0,
+                                      "latency_p50_ms": 5.0, "latency_p99_ms": 7.5})
+    rows["potato_elections"].append({**base, "loss": 0.01, "partition": False,
+                                     "elected_ms": 295.0, "messages_per_edge": 4.5,
+                                     "counted_share": 0.9, "worst_counted_share": 0.8,
+                                     "counted_once": 0.5})
+    lines = report._potato_markdown(rows)
+    assert ("| 10 | 4 | 1 % of messages lost | 95.0% (worst 90.0%) | 3.50 ✗ | 4 | 5.00 ms / "
+            "7.50 ms | 295 ms | 4.50 ✗ | 1 of 2 (worst run counted 80.0%, median 90.0%) | 2 | "
+            "`aaa` |") in lines
+    assert not any(line.startswith("### Real processes") for line in lines)
+
+
+def test_report_on_every_kind_together(spark, tmp_path):
+    write_results(tmp_path / "results")
+    write_bully_results(tmp_path / "results")
+    write_potato_results(tmp_path / "results")
+    frames = report.load(spark, report.find(tmp_path / "results"))
+    assert set(frames) == {"bench", "bully", "potato", "micro"}
+    out = tmp_path / "trend"
+    report.write(report.analyse(frames, 0.1), out, 0.1)
+    assert spark.read.parquet(str(out / "parquet" / "throughput")).count() == 6  # as alone
+    assert spark.read.parquet(str(out / "parquet" / "bully_elections")).count() == 2
+    assert spark.read.parquet(str(out / "parquet" / "potato_meshes")).count() == 3
+    for png in ("throughput.png", "ratios.png", "bully.png", "bully-sync.png", "potato.png",
+                "potato-mesh.png"):
+        assert (out / png).stat().st_size > 1000
+    summary = (out / "summary.md").read_text()
+    assert "| S=16 N=4 | pelotari | `aaa` | `bbb` | 0.2k | 0.1k | -25.0% |" in summary
+    assert summary.index("## bully") < summary.index("## potato") < summary.index("## Micro")

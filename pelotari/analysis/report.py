@@ -8,7 +8,7 @@ from pelotari.analysis import trend
 
 
 def find(folder: pathlib.Path) -> Dict[str, List[str]]:
-    """The bench records (*.jsonl: `pelotari bench`'s and the bully benchmark's) and
+    """The bench records (*.jsonl: `pelotari bench`'s, the bully benchmark's, potato's) and
     pytest-benchmark files (*.json) under folder."""
     found = {"bench": sorted(str(p) for p in folder.rglob("*.jsonl")),
              "micro": sorted(str(p) for p in folder.rglob("*.json") if _is_pytest_benchmark(p))}
@@ -17,18 +17,22 @@ def find(folder: pathlib.Path) -> Dict[str, List[str]]:
 
 def load(spark, files: Dict[str, List[str]]) -> Dict[str, object]:
     """Spark DataFrames of the files find() returned: "bench" (`pelotari bench` records),
-    "bully" (the bully benchmark's, when there are any) and "micro". The JSON-lines files are
-    read once per schema; "bench" is left out when they hold nothing but bully records."""
+    "bully" (the bully benchmark's, when there are any), "potato" (potato's: the simulator's
+    and real meshes', when there are any) and "micro". The JSON-lines files are read once per
+    schema; "bench" is left out when they hold nothing but bully and potato records."""
     jsonl, bench_json = files.get("bench"), files.get("micro")
     frames = {}
     if jsonl:
         kinds = {r["kind"] for r in spark.read.schema("kind string").json(jsonl)
                  .select("kind").distinct().collect()}
         bully = kinds & set(trend.BULLY_KINDS)
-        if kinds - bully or not bully:
+        potato = kinds & set(trend.POTATO_KINDS)
+        if kinds - bully - potato or not (bully or potato):
             frames["bench"] = spark.read.schema(trend.BENCH_SCHEMA).json(jsonl)
         if bully:
             frames["bully"] = spark.read.schema(trend.BULLY_SCHEMA).json(jsonl)
+        if potato:
+            frames["potato"] = spark.read.schema(trend.POTATO_SCHEMA).json(jsonl)
     if bench_json:
         frames["micro"] = spark.read.option("multiLine", True).json(bench_json)
     return frames
@@ -56,6 +60,10 @@ def analyse(frames: Dict[str, object], threshold: float) -> Dict[str, object]:
     if "bully" in frames:
         out.update(bully_elections=trend.bully_elections(frames["bully"]),
                    bully_sync=trend.bully_sync(frames["bully"]))
+    if "potato" in frames:
+        out.update(potato_broadcasts=trend.potato_broadcasts(frames["potato"]),
+                   potato_elections=trend.potato_elections(frames["potato"]),
+                   potato_meshes=trend.potato_meshes(frames["potato"]))
     if "micro" in frames:
         out["micro"] = trend.micro_benchmarks(frames["micro"])
     return out
@@ -86,7 +94,8 @@ def _short(commit: str) -> str:
 
 
 def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]:
-    if not any(data.get(t) for t in ("throughput", "bully_elections", "bully_sync")):
+    if not any(data.get(t) for t in ("throughput", "bully_elections", "bully_sync",
+                                     "potato_broadcasts", "potato_elections", "potato_meshes")):
         return []
     import matplotlib
 
@@ -100,6 +109,11 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
         written.append(_bully_plot(data["bully_elections"], out / "bully.png", plt))
     if data.get("bully_sync"):
         written.append(_bully_sync_plot(data["bully_sync"], out / "bully-sync.png", plt))
+    if data.get("potato_broadcasts") or data.get("potato_elections"):
+        written.append(_potato_plot(data.get("potato_broadcasts", []),
+                                    data.get("potato_elections", []), out / "potato.png", plt))
+    if data.get("potato_meshes"):
+        written.append(_potato_mesh_plot(data["potato_meshes"], out / "potato-mesh.png", plt))
     return written
 
 
@@ -419,6 +433,338 @@ def _bully_markdown(data: Dict[str, List[dict]]) -> List[str]:
     return lines
 
 
+# ---- potato -------------------------------------------------------------------------------------
+
+POTATO_MESSAGES_PER_EDGE_GOAL = 4  # election messages per edge of the mesh, at most
+POTATO_DEADLINE_MS = 300  # the seed's: an originator counts the answers it has after 300 ms
+TRANSPORTS = {"webrtc": "WebRTC", "tcp": "TCP"}
+MESH_NAMES = {"A-G": "the seed's A–G example"}
+
+
+def potato_condition(r: dict) -> str:
+    """A simulator row's network conditions, in words."""
+    parts = ["cut in two halves"] if r["partition"] else []
+    if _number(r["loss"]) and r["loss"] > 0:
+        parts.append(f"{r['loss'] * 100:g} % of messages lost")
+    return ", ".join(parts) or "no loss"
+
+
+def _condition_order(r: dict):
+    return (bool(r["partition"]), r["loss"] or 0.0)
+
+
+def _config(r: dict) -> str:
+    return f"{r['nodes']:,} clients, average degree {r['degree']:g}"
+
+
+def _mesh_name(r: dict) -> str:
+    name = MESH_NAMES.get(r["mesh"])
+    if name is None:
+        name = "a random mesh" if r["mesh"] == f"{r['nodes']} clients" else r["mesh"]
+    return f"{name}\n({r['nodes']} clients, {r['edges']} links)"
+
+
+def _bars(ax, series, fmt, width: float = 0.8) -> None:
+    """Grouped bars: series are (label, values per category (None: not measured), style[,
+    notes per category]), side by side within each category, each bar labelled with
+    fmt(value) and its note below that."""
+    w = width / len(series)
+    for j, (label, values, style, *notes) in enumerate(series):
+        first = True
+        for i, v in enumerate(values):
+            if not _number(v):
+                continue
+            x = i + (j - (len(series) - 1) / 2) * w
+            ax.bar(x, v, w * 0.95, label=label if first else None, **style)
+            first = False
+            text = fmt(v) + (f"\n{notes[0][i]}" if notes and notes[0][i] else "")
+            ax.annotate(text, (x, v), ha="center", va="bottom", fontsize=8, xytext=(0, 2),
+                        textcoords="offset points",
+                        bbox=dict(fc="white", ec="none", alpha=0.8, pad=0.3))
+
+
+def _goal(ax, y: float, label: str, color: str = "black", side: str = "right",
+          written: bool = True) -> None:
+    """A dashed goal line, its label written on it at the right (or left), or only in the
+    legend."""
+    ax.axhline(y, color=color, lw=1, ls="--", label=label)
+    if written:
+            ax.annotate(label, (1 if side == "right" else 0, y), xycoords=("axes fraction", "data"),
+                    xytext=(-4 if side == "right" else 4, 3), textcoords="offset points", ha=side,
+                    va="bottom", fontsize=8, color=color,
+                    bbox=dict(fc="white", ec="none", alpha=0.8, pad=0.3))
+
+
+def _categories(ax, names: List[str]) -> None:
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, fontsize=8)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.grid(alpha=0.3, axis="y", which="both")
+
+
+def _figure_legend(fig, axes, ncol: int = 2) -> None:
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+
+
+def _potato_plot(broadcasts: List[dict], elections: List[dict], path: pathlib.Path,
+                 plt) -> pathlib.Path:
+    """The simulator's mesh, per network condition (x) and mesh configuration (bars): a
+    broadcast's reach, redundancy (goal: degree − 1) and latency; an election's time to the
+    result (against the 300 ms deadline), messages per edge (goal: 4) and clients counted."""
+    broadcasts = latest_per(broadcasts, *trend.POTATO_SIM_KEY)
+    elections = latest_per(elections, *trend.POTATO_SIM_KEY)
+    rows = broadcasts + elections
+    conditions = []
+    for r in sorted(rows, key=_condition_order):
+        if potato_condition(r) not in conditions:
+            conditions.append(potato_condition(r))
+    configs = sorted({(r["nodes"], r["degree"]) for r in rows})
+    several = len(configs) > 1
+
+    def values(table, field, config, scale=1.0):
+        cell = {potato_condition(r): r for r in table if (r["nodes"], r["degree"]) == config}
+        return [cell[c][field] * scale if c in cell and _number(cell[c][field]) else None
+                for c in conditions]
+
+    def label(config, what=""):
+        name = _config(dict(nodes=config[0], degree=config[1])) if several else ""
+        return ", ".join(x for x in (name, what) if x) or None
+
+    def colour(k, shade=0):
+        return dict(color=f"C{(2 * k + shade) % 10}" if several else f"C{shade}")
+
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9.2))
+    (reach, rmr, lat), (took, per_edge, counted) = axes
+    pct = lambda v: f"{v:.1f} %" if v < 99.95 else "100 %"  # noqa: E731
+    _bars(reach, [(label(c), values(broadcasts, "reached_of_reachable", c, 100), colour(k))
+                  for k, c in enumerate(configs)], pct)
+    reach.set_ylim(0, 135)
+    reach.set_ylabel("clients reached (% of those reachable)")
+    reach.set_title("Broadcast: share of the clients it could reach\n"
+                    "that it reached (higher is better)", fontsize=10)
+    _bars(rmr, [(None, values(broadcasts, "rmr", c), colour(k))
+                for k, c in enumerate(configs)], lambda v: f"{v:.2f}")
+    for k, c in enumerate(configs):
+        _goal(rmr, c[1] - 1, f"goal: RMR ≤ degree − 1 = {c[1] - 1:g}"
+              + (f" ({c[0]:,} clients, degree {c[1]:g})" if several else ""),
+              colour(k)["color"] if several else "black", written=not several)
+    rmr.set_ylim(0, max([c[1] - 1 for c in configs] + [r["rmr"] for r in broadcasts
+                                                        if _number(r["rmr"])]) * 1.25)
+    rmr.set_ylabel("RMR = copies sent / (clients reachable − 1) − 1")
+    rmr.set_title("Broadcast: relative message redundancy\n"
+                  "(extra copies per client reached; lower is better)", fontsize=10)
+    _bars(lat, [s for k, c in enumerate(configs) for s in (
+        (label(c, "median client (p50)"), values(broadcasts, "latency_p50_ms", c), colour(k)),
+        (label(c, "99th percentile (p99)"), values(broadcasts, "latency_p99_ms", c),
+         dict(colour(k), alpha=0.55, hatch="//")))], (lambda v: f"{v:.1f}") if several else _ms)
+    lat.set_ylim(0, max([r["latency_p99_ms"] for r in broadcasts
+                         if _number(r["latency_p99_ms"])] + [1]) * 1.2)
+    lat.set_ylabel("delivery latency (ms)")
+    if broadcasts and not several:
+        lat.legend(fontsize=8, loc="upper left")
+    lat.set_title("Broadcast: time from sending to delivery\n"
+                  "(solid: median client, hatched: 99th percentile)", fontsize=10)
+    _bars(took, [(label(c), values(elections, "elected_ms", c), colour(k))
+                 for k, c in enumerate(configs)], _ms)
+    _goal(took, POTATO_DEADLINE_MS, f"{POTATO_DEADLINE_MS} ms deadline: the originator\n"
+                                    "waits this long for lost answers", "dimgrey")
+    took.set_ylabel("time to the result (log scale)")
+    _log_axis(took, _ms_tick)
+    lo, hi = took.get_ylim()
+    took.set_ylim(lo, max(hi, POTATO_DEADLINE_MS * 3))
+    took.set_title("Election: from `propose` until the originator\n"
+                   "has its result (lower is better)", fontsize=10)
+    _bars(per_edge, [(label(c), values(elections, "messages_per_edge", c), colour(k))
+                     for k, c in enumerate(configs)], lambda v: f"{v:.2f}")
+    _goal(per_edge, POTATO_MESSAGES_PER_EDGE_GOAL,
+          f"goal: ≤ {POTATO_MESSAGES_PER_EDGE_GOAL} election messages per edge")
+    per_edge.set_ylim(0, POTATO_MESSAGES_PER_EDGE_GOAL * 1.3)
+    per_edge.set_ylabel("election messages / edges in the mesh")
+    per_edge.set_title("Election: messages per edge (requests and answers;\n"
+                       "a cut mesh's edges all count, the cut ones too)", fontsize=10)
+    def exact(config):  # how many runs counted everybody exactly once, above each bar
+        cell = {potato_condition(r): r for r in elections if (r["nodes"], r["degree"]) == config}
+        notes = []
+        for cond in conditions:
+            r = cell.get(cond)
+            note = None
+            if r and several:  # narrow bars
+                note = f"{round(r['counted_once'] * r['runs'])}/{r['runs']}\nexact"
+            elif r:
+                note = f"exact in {round(r['counted_once'] * r['runs'])} of {r['runs']} runs"
+                if r["worst_counted_share"] < r["counted_share"]:
+                    note += f"\n(worst run {r['worst_counted_share']:.1%})"
+            notes.append(note)
+        return notes
+    _bars(counted, [(label(c), values(elections, "counted_share", c, 100), colour(k), exact(c))
+                    for k, c in enumerate(configs)], pct)
+    counted.set_ylim(0, 135)
+    counted.set_ylabel("clients counted (% of those reachable)")
+    counted.set_title("Election: reachable clients the result counted\n"
+                      "(the goal: all of them, each counted exactly once)", fontsize=10)
+    for ax in axes.flat:
+        _categories(ax, conditions)
+    for table, kind, row in ((broadcasts, "broadcast", axes[0]), (elections, "election", axes[1])):
+        for ax in row if not table else ():
+            ax.text(0.5, 0.5, f"no {kind} records", transform=ax.transAxes, ha="center",
+                    color="grey")
+    if several:  # the configurations' colours and their RMR goals under the plots
+        _figure_legend(fig, [lat, rmr], ncol=2)
+    what = "" if several else f"{_config(rows[0])}, "
+    fig.suptitle(f"potato in the simulator: {what}one broadcast and one election from a random "
+                 f"client per run (median of {_runs_note(rows)} per bar, one seed each; "
+                 f"{_commits_note(rows)})", fontsize=11)
+    fig.tight_layout(rect=(0, 0.03 + 0.022 * len(configs) if several else 0, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _potato_mesh_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
+    """Real processes, per mesh (x) and transport (bars): set-up time, election p50/p99 and CPU
+    per delivered broadcast."""
+    rows = latest_per(rows, "mesh", "transport", "nodes", "edges")
+    meshes = sorted({(r["nodes"], r["edges"], r["mesh"]) for r in rows})
+    transports = sorted({r["transport"] for r in rows},
+                        key=lambda t: (list(TRANSPORTS).index(t) if t in TRANSPORTS
+                                       else len(TRANSPORTS), t))
+    cell = {((r["nodes"], r["edges"], r["mesh"]), r["transport"]): r for r in rows}
+
+    def values(t, field):
+        return [cell[(m, t)][field] if (m, t) in cell else None for m in meshes]
+
+    def name(t):
+        return TRANSPORTS.get(t, t)
+
+    def colour(t):  # the same colour for a transport in every plot, whichever ran
+        known = list(TRANSPORTS)
+        return f"C{known.index(t) if t in known else len(known) + transports.index(t)}"
+
+    fig, (setup, took, cpu) = plt.subplots(1, 3, figsize=(16, 5.8))
+    _bars(setup, [(name(t), values(t, "setup_s"), dict(color=colour(t))) for t in transports],
+          lambda v: f"{v:.2f} s")
+    setup.set_ylabel("set-up time (s)")
+    setup.set_title("Set-up: from starting the first client until\n"
+                    "every client has all its peers (lower is better)", fontsize=10)
+    _bars(took, [s for t in transports for s in (
+        (None, values(t, "election_p50_ms"), dict(color=colour(t))),
+        (None, values(t, "election_p99_ms"), dict(color=colour(t), alpha=0.55, hatch="//")))],
+          lambda v: f"{v:.1f}")
+    took.set_ylabel("election time (ms)")
+    took.set_title("Election: from `propose` until the originator has its result\n"
+                   "(solid: median, hatched: p99, here the slowest of a run's elections)",
+                   fontsize=10)
+    _bars(cpu, [(name(t), values(t, "cpu_us_per_delivery"), dict(color=colour(t)))
+                for t in transports], lambda v: f"{v:.0f} µs")
+    cpu.set_ylabel("CPU time of all clients per delivery (µs)")
+    cpu.set_title("CPU cost: all clients' CPU time per broadcast\n"
+                  "delivered to one client (lower is better)", fontsize=10)
+    for ax in (setup, took, cpu):
+        _categories(ax, [_mesh_name(dict(zip(("nodes", "edges", "mesh"), m))) for m in meshes])
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.12)  # room for the value labels
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour(t), label=name(t)) for t in transports]
+    handles += [Patch(facecolor="white", edgecolor="black", hatch="//",
+                      label="hatched: a run's p99 election time (solid: its p50)")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8,
+               frameon=False)
+    fig.suptitle(f"potato with real processes on one machine (clients on 127.0.0.k): median of "
+                 f"{_runs_note(rows)} per bar; {_commits_note(rows)}", fontsize=11)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _check(ok: bool) -> str:
+    return " ✓" if ok else " ✗"
+
+
+def _potato_markdown(data: Dict[str, List[dict]]) -> List[str]:
+    broadcasts = data.get("potato_broadcasts", [])
+    elections = data.get("potato_elections", [])
+    meshes = data.get("potato_meshes", [])
+    if not (broadcasts or elections or meshes):
+        return []
+    lines = ["## potato", "",
+             "Potato's latest figures per configuration (medians over its runs).", ""]
+    if broadcasts or elections:
+        key = trend.POTATO_SIM_KEY
+        cells = {}
+        for kind, rows in (("b", latest_per(broadcasts, *key)), ("e", latest_per(elections, *key))):
+            for r in rows:
+                cells.setdefault(tuple(r[k] for k in key), {})[kind] = r
+        lines += ["### Simulator", "",
+                  "A broadcast and an election from a random client per run (one seed each). "
+                  "reached: of the clients the origin could reach; RMR: copies sent / (clients "
+                  "reachable − 1) − 1, goal ≤ degree − 1; election: until the originator has its "
+                  f"result (deadline {POTATO_DEADLINE_MS} ms); messages per edge: over all the "
+                  f"mesh's edges, goal ≤ {POTATO_MESSAGES_PER_EDGE_GOAL}; counted once: runs "
+                  "whose result counted every reachable client exactly once.", "",
+                  "| clients | degree | conditions | reached | RMR | last hops | latency p50 / p99 "
+                  "| election | messages per edge | counted once | runs (broadcasts / elections) "
+                  "| commit |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for k in sorted(cells, key=lambda k: (k[0], k[1], _condition_order(dict(zip(key, k))))):
+            b, e = cells[k].get("b"), cells[k].get("e")
+            any_row = b or e
+            if b:
+                reached = f"{b['reached_of_reachable']:.1%}"
+                if b["worst_reached_of_reachable"] < b["reached_of_reachable"]:
+                    reached += f" (worst {b['worst_reached_of_reachable']:.1%})"
+                rmr = f"{b['rmr']:.2f}{_check(b['rmr'] <= b['rmr_goal'])}"
+                hops = f"{b['last_hops']:g}"
+                lat = f"{_ms(b['latency_p50_ms'])} / {_ms(b['latency_p99_ms'])}"
+            else:
+                reached = rmr = hops = lat = "—"
+            if e:
+                took = _ms(e["elected_ms"])
+                per_edge = (f"{e['messages_per_edge']:.2f}"
+                            f"{_check(e['messages_per_edge'] <= POTATO_MESSAGES_PER_EDGE_GOAL)}")
+                once = f"{round(e['counted_once'] * e['runs'])} of {e['runs']}"
+                if e["worst_counted_share"] < 1:
+                    once += (f" (worst run counted {e['worst_counted_share']:.1%}, median "
+                             f"{e['counted_share']:.1%})")
+            else:
+                took = per_edge = once = "—"
+            runs = sorted({r["runs"] for r in (b, e) if r})
+            runs = f"{runs[0]}" if len(runs) == 1 else f"{b['runs']} / {e['runs']}"
+            commits = sorted({_short(r["commit"]) for r in (b, e) if r})
+            lines.append(f"| {any_row['nodes']} | {any_row['degree']:g} | "
+                         f"{potato_condition(any_row)} | {reached} | {rmr} | {hops} | {lat} | "
+                         f"{took} | {per_edge} | {once} | {runs} | "
+                         f"{', '.join(f'`{c}`' for c in commits)} |")
+        lines.append("")
+    if meshes:
+        rows = sorted(latest_per(meshes, "mesh", "transport", "nodes", "edges"),
+                      key=lambda r: (r["nodes"], r["mesh"], list(TRANSPORTS).index(r["transport"])
+                                     if r["transport"] in TRANSPORTS else len(TRANSPORTS),
+                                     r["transport"]))
+        lines += ["### Real processes", "",
+                  "set-up: from the first client's start until every client has all its peers; "
+                  "election: from `propose` until the originator has its result (each run's "
+                  "p50 and p99); CPU: all clients' CPU time per broadcast delivered to one "
+                  "client.", "",
+                  "| mesh | clients | links | transport | set-up | election p50 / p99 | "
+                  "CPU per delivery | runs | commit |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {_mesh_name(r).split(chr(10))[0]} | {r['nodes']} | "
+                         f"{r['edges']} | {TRANSPORTS.get(r['transport'], r['transport'])} | "
+                         f"{r['setup_s']:.2f} s | {_ms(r['election_p50_ms'])} / "
+                         f"{_ms(r['election_p99_ms'])} | {r['cpu_us_per_delivery']:.0f} µs | "
+                         f"{r['runs']} | `{_short(r['commit'])}` |")
+        lines.append("")
+    return lines
+
+
 def _rate(v) -> str:
     if v is None:
         return "—"
@@ -479,6 +825,7 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
             lines.append(f"| {r['scenario']} | {r['system']} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | {r['p99_us']:.0f} |")
         lines.append("")
     lines += _bully_markdown(data)
+    lines += _potato_markdown(data)
     micro = data.get("micro", [])
     if micro:
         lines += ["## Micro-benchmarks (latest file)", "",

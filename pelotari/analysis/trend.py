@@ -2,7 +2,8 @@
 
 Input rows come from `pelotari bench` JSON lines (one record per system and scenario of a run),
 from the bully benchmark's JSON lines (pelotari/bully/bench.py: one record per election or sync
-round) and from pytest-benchmark JSON files. Nothing here reads or writes files; see report.py.
+round), from potato's (pelotari/potato/simulate.py and bench.py: one record per simulated
+broadcast or election, or per real mesh) and from pytest-benchmark JSON files. Nothing here reads or writes files; see report.py.
 """
 from typing import Iterable
 
@@ -223,4 +224,109 @@ def bully_sync(raw: DataFrame) -> DataFrame:
                  F.median("spread_right_after_ms").alias("spread_right_after_ms"),
                  F.max("outliers").alias("outliers"),
                  F.max("unanswered").alias("unanswered"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+# ---- potato: the simulator (pelotari/potato/simulate.py) and real meshes (bench.py) ------------
+
+POTATO_KINDS = ("potato-sim-broadcast", "potato-sim-election", "potato-mesh")
+
+POTATO_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("where", StringType()),  # "simulator" or "processes"
+    StructField("nodes", LongType()),
+    StructField("seed", LongType()),
+    # the simulator: a random mesh of `nodes` clients, `degree` peers each on average (measured)
+    StructField("degree", DoubleType()),
+    StructField("loss", DoubleType()),  # share of messages the links drop
+    StructField("partition", BooleanType()),  # a random half cut off from the other
+    # potato-sim-broadcast: one broadcast from a random client
+    StructField("reached", DoubleType()),  # share of the other clients it reached
+    StructField("reached_of_reachable", DoubleType()),  # ... of those a partition left reachable
+    StructField("messages", LongType()),  # broadcast copies sent; election messages
+    StructField("rmr", DoubleType()),  # relative message redundancy m / (r - 1) - 1
+    StructField("last_hops", LongType()),
+    StructField("latency_p50_ms", DoubleType()),
+    StructField("latency_p99_ms", DoubleType()),
+    # potato-sim-election: one election from a random client
+    StructField("elected_ms", DoubleType()),
+    StructField("won", BooleanType()),
+    StructField("yes", DoubleType()),
+    StructField("no", LongType()),
+    StructField("counted", LongType()),  # other clients the result counted
+    StructField("reachable_others", LongType()),
+    StructField("counted_once", BooleanType()),
+    StructField("messages_per_edge", DoubleType()),  # over every edge of the mesh
+    # potato-mesh: real processes
+    StructField("mesh", StringType()),  # "A-G" (the seed's example), "20 clients"
+    StructField("transport", StringType()),  # "webrtc", "tcp"
+    StructField("edges", LongType()),
+    StructField("setup_s", DoubleType()),
+    StructField("elections", LongType()),
+    StructField("election_p50_ms", DoubleType()),
+    StructField("election_p99_ms", DoubleType()),
+    StructField("broadcasts", LongType()),
+    StructField("cpu_us_per_delivery", DoubleType()),
+    StructField("env", BENCH_SCHEMA["env"].dataType),
+])
+
+POTATO_SIM_KEY = ("nodes", "degree", "loss", "partition")
+
+
+def potato_broadcasts(raw: DataFrame) -> DataFrame:
+    """potato-sim-broadcast records → medians per (nodes, degree, loss, partition, commit) over
+    the seeds, dated by the commit's first run: the share of the clients the origin could reach
+    that the broadcast reached (and the worst run's), relative message redundancy (RMR) and its
+    goal, degree − 1 (every client forwards once to every peer but the one it heard from), the
+    hops of the last delivery, delivery latency p50/p99 and `runs`."""
+    return (raw.where(F.col("kind") == "potato-sim-broadcast")
+            .groupBy(*POTATO_SIM_KEY, F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("reached").alias("reached"),
+                 F.median("reached_of_reachable").alias("reached_of_reachable"),
+                 F.min("reached_of_reachable").alias("worst_reached_of_reachable"),
+                 F.median("messages").alias("messages"),
+                 F.median("rmr").alias("rmr"),
+                 F.median("last_hops").alias("last_hops"),
+                 F.median("latency_p50_ms").alias("latency_p50_ms"),
+                 F.median("latency_p99_ms").alias("latency_p99_ms"),
+                 F.count(F.lit(1)).alias("runs"))
+            .withColumn("rmr_goal", F.col("degree") - 1))
+
+
+def potato_elections(raw: DataFrame) -> DataFrame:
+    """potato-sim-election records → per (nodes, degree, loss, partition, commit): the median
+    and slowest time to the originator's result, median election messages and messages per
+    edge (over every edge of the mesh, those a partition cut included), the median and
+    smallest share of the reachable clients the result counted, and the fractions of runs where
+    every reachable client was counted exactly once and where YES won; `runs`."""
+    counted = F.col("counted") / F.col("reachable_others")
+    return (raw.where(F.col("kind") == "potato-sim-election")
+            .groupBy(*POTATO_SIM_KEY, F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("elected_ms").alias("elected_ms"),
+                 F.max("elected_ms").alias("slowest_elected_ms"),
+                 F.median("messages").alias("messages"),
+                 F.median("messages_per_edge").alias("messages_per_edge"),
+                 F.median(counted).alias("counted_share"),
+                 F.min(counted).alias("worst_counted_share"),
+                 F.avg(F.coalesce("counted_once", F.lit(False)).cast("double"))
+                 .alias("counted_once"),
+                 F.avg(F.coalesce("won", F.lit(False)).cast("double")).alias("won"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def potato_meshes(raw: DataFrame) -> DataFrame:
+    """potato-mesh records (real processes) → medians per (mesh, transport, nodes, edges,
+    commit) over the runs: set-up time (first start until every client has all its peers),
+    each run's election p50 and p99, CPU of all clients per broadcast delivered; `runs` and the
+    elections they timed in all."""
+    return (raw.where(F.col("kind") == "potato-mesh")
+            .groupBy("mesh", "transport", "nodes", "edges", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("setup_s").alias("setup_s"),
+                 F.median("election_p50_ms").alias("election_p50_ms"),
+                 F.median("election_p99_ms").alias("election_p99_ms"),
+                 F.median("cpu_us_per_delivery").alias("cpu_us_per_delivery"),
+                 F.sum("elections").alias("elections"),
                  F.count(F.lit(1)).alias("runs")))

@@ -20,11 +20,14 @@ from pelotari.cli import main
 def trend(results, out, master, threshold):
     """Analyse every bench result under RESULTS in Spark.
 
-    Loads every JSON-lines file (`pelotari bench` records and the bully benchmark's) and
-    pytest-benchmark JSON file under the folder, and writes: throughput per scenario and system
-    over commits, pelotari's ratios to the reference and the peers, regressions, latency
-    percentiles, micro-benchmarks, and bully election times, election messages and clock-sync
-    spreads — as Parquet tables, PNG plots and summary.md.
+    Loads every JSON-lines file (`pelotari bench` records, the bully benchmark's, and `pelotari
+    potato simulate` and `potato bench` records) and pytest-benchmark JSON file under the
+    folder, and writes: throughput per scenario and system over commits, pelotari's ratios to
+    the reference and the peers, regressions, latency percentiles, micro-benchmarks, bully
+    election times, election messages and clock-sync spreads, and potato's simulated broadcast
+    reach, redundancy and latency, election times, messages per edge and clients counted, and
+    its real meshes' set-up and election times and CPU per delivery — as Parquet tables, PNG
+    plots and summary.md.
     """
     try:
         from pelotari.analysis import report

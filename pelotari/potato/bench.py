@@ -1,8 +1,8 @@
 """Measuring potato with real processes: the seed's A-G mesh and a 20-client mesh, over WebRTC
 and TCP — set-up time, election time (p50/p99), and the CPU cost of relaying a message.
 
-Each measurement is a JSON-lines record (kind "potato-mesh"); `pelotari trend` does not yet
-analyse potato records.
+Each measurement is a JSON-lines record (kind "potato-mesh"); `pelotari trend` plots them
+(potato-mesh.png) and sums them up per mesh and transport.
 Clients listen on 127.0.0.k (k = 1, 2, ...), one port for all.
 """
 import random

@@ -1,8 +1,8 @@
 """Potato meshes too large for processes, in pelotari.sim: broadcast reach, redundancy, hops and
 latency; election time, messages per edge and whether every client was counted once.
 
-Each measurement is a JSON-lines record (kind "potato-sim-broadcast" or "potato-sim-election")
-(`pelotari trend` does not yet analyse potato records).
+Each measurement is a JSON-lines record (kind "potato-sim-broadcast" or "potato-sim-election");
+`pelotari trend` plots them (potato.png) and sums them up per network condition.
 """
 import random
 from statistics import median
