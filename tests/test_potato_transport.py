@@ -612,3 +612,202 @@ def test_tcp_malformed_hellos_are_counted_not_tracebacks(capfd):
 
     run(scenario())
     assert "Traceback" not in capfd.readouterr().err
+
+
+# -- the attack review: floods, crowds, reflection -----------------------------------------------
+
+
+def test_tcp_rate_limit_pauses_reading_and_loses_nothing():
+    """A peer sending faster than recv_rate is read no faster (reading paused: TCP pushes back
+    on it), every line still arrives in order, and it is not judged silent meanwhile."""
+    async def scenario():
+        a, = await started("tcp", "a", recv_rate=1000, recv_burst=0.1)
+        reader, writer = await asyncio.open_connection(*a.address, local_addr=("127.0.0.9", 0))
+        writer.write(b'{"hello": "z"}\n')
+        assert json.loads(await reader.readline()) == {"hello": "a"}
+        lines = [b'{"n": %d}' % i for i in range(3000)]
+        t0 = time.monotonic()
+        writer.write(b"\n".join(lines) + b"\n")
+        await asyncio.sleep(0.5)
+        took = len(a.messages("z"))
+        assert took <= 100 + 1000 * (time.monotonic() - t0) + 50, took
+        assert await until(lambda: len(a.messages("z")) == 3000, timeout=6)
+        assert 2.5 < time.monotonic() - t0 < 4.5
+        assert a.messages("z") == lines
+        assert a.stats["recv_held"] > 0 and not a.got("down")
+        writer.close()
+        await a.close()
+
+    run(scenario())
+
+
+def test_webrtc_rate_limit_drops_the_excess_and_keeps_the_peer():
+    async def scenario():
+        a, b = await started("webrtc", "a", "b", recv_rate=200, recv_burst=0.5)
+        await b.connect(*a.address)
+        t0 = time.monotonic()
+        for i in range(2000):
+            assert b.send("a", b'{"n": %d}' % i)
+        await asyncio.sleep(1.5)
+        assert await until(lambda: a.stats["messages_received"] + a.stats["recv_dropped_rate"]
+                           == 2000, timeout=10)
+        assert a.stats["messages_received"] <= 100 + 200 * (time.monotonic() - t0) + 20
+        assert a.stats["recv_dropped_rate"] > 1000
+        assert a.peers() == ["b"] and not a.got("down") and not b.got("down")
+        await close_all(a, b)
+
+    run(scenario())
+
+
+def _silent(host, port, local):
+    s = socket.socket()
+    s.bind((local, 0))
+    s.connect((host, port))
+    s.settimeout(0.5)
+    return s
+
+
+def test_connections_per_address_at_the_limit_and_one_past(kind):
+    """max_per_host (4): four connections from one address that say nothing are held (until
+    hello_timeout); the fifth is closed at once without a byte; others are not affected."""
+    async def scenario():
+        a, b = await started(kind, "a", "b")
+        held = [_silent(*a.address, "127.0.0.9") for _ in range(4)]
+        await asyncio.sleep(0.2)
+        extra = _silent(*a.address, "127.0.0.9")
+        t0 = time.monotonic()
+        assert await asyncio.to_thread(extra.recv, 100) == b""  # closed, nothing sent
+        assert time.monotonic() - t0 < 0.4
+        assert a.stats["refused_per_host"] == 1
+        for s in held:  # still open: no EOF within the timeout
+            with pytest.raises(socket.timeout):
+                s.settimeout(0.01)
+                s.recv(100)
+        assert await b.connect(*a.address) == "a"  # another address: welcome
+        held.pop().close()
+        await asyncio.sleep(0.1)
+        again = _silent(*a.address, "127.0.0.9")  # a place came free
+        with pytest.raises(socket.timeout):
+            again.settimeout(0.2)
+            again.recv(100)
+        assert a.stats["refused_per_host"] == 1
+        for s in held + [extra, again]:
+            s.close()
+        await asyncio.sleep(0.1)
+        # peers that finish their handshake count too: four names from one address, not five
+        zs = [Rec(kind, f"z{i}", "127.0.0.10") for i in range(5)]
+        for z in zs[:4]:
+            assert await z.connect(*a.address) == "a"
+        with pytest.raises((ConnectionError, OSError, ValueError)):
+            await zs[4].connect(*a.address)
+        assert a.stats["refused_per_host"] == 2
+        assert sorted(a.peers()) == ["b", "z0", "z1", "z2", "z3"]
+        await close_all(a, b, *zs)
+
+    run(scenario())
+
+
+def test_a_silent_stranger_is_closed_after_hello_timeout(kind):
+    async def scenario():
+        a, = await started(kind, "a", hello_timeout=0.3)
+        s = _silent(*a.address, "127.0.0.9")
+        s.settimeout(3)
+        t0 = time.monotonic()
+        assert await asyncio.to_thread(s.recv, 100) == b""
+        assert 0.25 < time.monotonic() - t0 < 1.0
+        s.close()
+        await a.close()
+
+    run(scenario())
+
+
+def test_outgoing_connections_are_never_refused_for_max_peers(kind):
+    """Strangers that took every incoming place (max_peers) do not keep us from the peers we
+    connect to ourselves (--connect)."""
+    async def scenario():
+        a, b = await started(kind, "a", "b", max_peers=2)
+        strangers = [Rec(kind, f"s{i}", f"127.0.0.{10 + i}") for i in range(3)]
+        for s in strangers[:2]:
+            assert await s.connect(*a.address) == "a"
+        with pytest.raises(PeerRefused, match="max_peers"):
+            await strangers[2].connect(*a.address)
+        assert await a.connect(*b.address) == "b"
+        assert sorted(a.peers()) == ["b", "s0", "s1"]
+        await close_all(a, b, *strangers)
+
+    run(scenario())
+
+
+def _stun_listener(host):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((host, 0))
+    s.settimeout(0.05)
+    return s
+
+
+def _received(sock, seconds):
+    got, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            got += len(sock.recv(2048))
+        except socket.timeout:
+            pass
+    return got
+
+
+async def _offer_from(host):
+    """A real aiortc offer from `host` (its candidate lines, and the pc to close)."""
+    m = Rec("webrtc", "mallory", host)
+    pc = m._new_pc()
+    pc.createDataChannel("potato")
+    sdp = await m._describe(pc, offer=True)
+    lines = sdp.splitlines(keepends=True)
+    cand = [i for i, line in enumerate(lines) if line.startswith("a=candidate:")]
+    return m, pc, lines, cand
+
+
+async def _signal_raw(address, local, name, sdp):
+    reader, writer = await asyncio.open_connection(*address, local_addr=(local, 0))
+    writer.write(json.dumps({"hello": name, "offer": sdp}).encode() + b"\n")
+    line = await reader.readline()
+    writer.close()
+    return json.loads(line)
+
+
+def test_webrtc_offer_candidates_at_a_third_party_are_dropped():
+    """The attack review: an offer naming ICE candidates at a third party made us send it
+    connectivity checks (x4.3 the offer's bytes). Only the signaling address's candidates are
+    used, at most max_candidates (8); the third party gets nothing."""
+    async def scenario():
+        victim = _stun_listener("127.0.0.7")
+        vhost, vport = victim.getsockname()
+        a, = await started("webrtc", "a")
+        m, pc, lines, cand = await _offer_from("127.0.0.9")
+        (i,) = cand
+
+        def candidate(host, port):
+            fields = lines[i].split(" ")
+            fields[4], fields[5] = host, str(port)
+            return " ".join(fields)
+
+        # only the third party: refused, nothing sent there
+        only = lines[:i] + [candidate(vhost, vport)] + lines[i + 1:]
+        reply = await _signal_raw(a.address, "127.0.0.9", "m1", "".join(only))
+        assert await asyncio.to_thread(_received, victim, 1.5) == 0  # was: 264 bytes of checks
+        assert reply == {"hello": "a", "refused": "no_candidate"}
+        # ours plus the third party's, and more of ours than the cap
+        mixed = (lines[:i + 1] + [candidate(vhost, vport)]
+                 + [candidate("127.0.0.9", 40000 + k) for k in range(10)] + lines[i + 1:])
+        reply = await _signal_raw(a.address, "127.0.0.9", "m2", "".join(mixed))
+        assert "answer" in reply
+        (link,) = [x for x in a._links if x.name == "m2"]
+        kept = [line.split()[4:6] for line in link.pc.remoteDescription.sdp.splitlines()
+                if line.startswith("a=candidate:")]
+        assert len(kept) == 8 and all(host == "127.0.0.9" for host, _ in kept)
+        assert a.stats["ice_candidates_dropped"] == 1 + 1 + 3
+        assert await asyncio.to_thread(_received, victim, 1.5) == 0
+        await pc.close()
+        await close_all(a, m)
+        victim.close()
+
+    run(scenario())

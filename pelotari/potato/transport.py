@@ -45,11 +45,33 @@ losing connection in that moment may be lost. Callbacks run in the event loop; a
 one is logged and counted (`callback_errors`). `close()` reports every peer down, then closes
 every connection. A transport is created inside a running event loop.
 
+Limits on what strangers and peers can do (all constructor arguments):
+  * `max_per_host` (4): connections one address has opened to us, handshaking or open; one
+    more is closed at once without a byte (`refused_per_host`). An incoming handshake line
+    must come within `hello_timeout` (2 s; the whole handshake within `handshake_timeout`).
+  * `max_peers` (64) bounds the peers that connected to us (and the handshakes under way);
+    the connections we open ourselves are never refused for it.
+  * Receiving: a token bucket per peer, `recv_rate` (2,000) messages and `recv_byte_rate`
+    (4 MiB) a second, holding `recv_burst` (0.5) seconds of either (at least one message).
+    TCP: over it, reading that connection pauses until the bucket refills (`recv_held`), so
+    TCP pushes back on the sender and nothing is lost; at most RECV_BATCH (256) lines are
+    taken from one connection before the loop runs other work (`recv_yielded`). WebRTC
+    (aiortc cannot push back): over it, the message is dropped (`recv_dropped_rate`); pings
+    never wait for the bucket.
+  * Liveness: any bytes count (TCP), any SCTP packet (WebRTC, even one aiortc holds until a
+    lost one is retransmitted); a connection we hold back is not judged silent, nor is
+    anyone when the ping task itself ran late (`ping_loop_stalled`).
+  * WebRTC SDP (offer and answer): one m=application section (`refused_bad_sdp`), and only
+    ICE candidates on the address that signaled it, at most `max_candidates` (8); the others
+    are removed (`ice_candidates_dropped`) so we never send checks to a third party; none
+    left: refused (`refused_no_candidate`).
+
 `stats` counts: messages_sent, messages_received, pings_sent, peers_up, peers_down;
 send_dropped_<why> (unknown_peer, oversize, newline, reserved, empty, not_bytes, buffer_full,
 closing); refused_<why> (own_name, duplicate, crossed, bad_name, bad_hello, max_peers, busy,
-by_peer); closed_<why> (dead, lost, oversize, crossed); handshake_timeout,
-recv_dropped_oversize, replaced_crossed, callback_errors.
+by_peer, per_host, bad_sdp, no_candidate); closed_<why> (dead, lost, oversize, crossed);
+handshake_timeout, recv_dropped_oversize, recv_dropped_rate, recv_held, recv_yielded,
+ping_loop_stalled, ice_candidates_dropped, replaced_crossed, callback_errors.
 """
 import asyncio
 import contextvars
@@ -70,14 +92,17 @@ SIGNAL_MAX = 65536  # bytes in a WebRTC signaling line (an SDP is about 1 KB)
 CHANNEL = "potato"
 CLOSE_TIMEOUT = 2.0  # seconds an aiortc close() may take before it is given up
 DEFAULT_MAX_BUFFER = 1 << 20  # unsent bytes per peer before send() refuses
+RECV_BATCH = 256  # TCP lines taken from one connection before the loop runs other work
 
 
 class PeerRefused(ValueError):
-    """A handshake was refused (by us or by the peer); `reason` names why."""
+    """A handshake was refused (by us or by the peer); `reason` names why, `peer` is the name
+    the other side gave (None if it gave none)."""
 
-    def __init__(self, message: str, reason: str):
+    def __init__(self, message: str, reason: str, peer: str | None = None):
         super().__init__(message)
         self.reason = reason
+        self.peer = peer if _valid_name(peer) else None
 
 
 def _valid_name(name) -> bool:
@@ -107,6 +132,10 @@ class _Link:
     remote_host: str | None = None  # the other end's IP address
     last_rx = 0.0
     last_tx = 0.0
+    held = False  # we stopped taking its messages for now (rate limit): not judged silent
+    tokens = 0.0  # the receive token bucket: messages,
+    token_bytes = 0.0  # bytes,
+    tokens_at = 0.0  # as of this loop time
 
     def write(self, data: bytes) -> None:
         raise NotImplementedError
@@ -125,18 +154,30 @@ class Transport:
                  on_peer_down: Callable[[str], None],
                  on_message: Callable[[str, bytes], None], max_message: int = 65536,
                  max_peers: int = 64, ping_interval: float = 0.25, dead_after: float = 1.0,
-                 handshake_timeout: float = 5.0, max_buffer: int = DEFAULT_MAX_BUFFER):
+                 handshake_timeout: float = 5.0, max_buffer: int = DEFAULT_MAX_BUFFER,
+                 max_per_host: int = 4, hello_timeout: float = 2.0,
+                 recv_rate: float = 2000.0, recv_byte_rate: float = 4 << 20,
+                 recv_burst: float = 0.5):
         if not _valid_name(name):
             raise ValueError(f"a node name is 1 to {NAME_MAX} characters, not {name!r}")
-        if max_message < len(PING) or max_peers < 1 or max_buffer < 1:
-            raise ValueError("max_message, max_peers and max_buffer must be positive")
-        if not 0 < ping_interval < dead_after or handshake_timeout <= 0:
-            raise ValueError("need 0 < ping_interval < dead_after and handshake_timeout > 0")
+        if max_message < len(PING) or max_peers < 1 or max_buffer < 1 or max_per_host < 1:
+            raise ValueError("max_message, max_peers, max_buffer and max_per_host must be "
+                             "positive")
+        if not 0 < ping_interval < dead_after or handshake_timeout <= 0 or hello_timeout <= 0:
+            raise ValueError("need 0 < ping_interval < dead_after, handshake_timeout > 0 and "
+                             "hello_timeout > 0")
+        if recv_rate <= 0 or recv_byte_rate <= 0 or recv_burst <= 0:
+            raise ValueError("recv_rate, recv_byte_rate and recv_burst must be positive")
         self.name, self.host, self.port = name, host, port
         self.on_peer_up, self.on_peer_down, self.on_message = on_peer_up, on_peer_down, on_message
         self.max_message, self.max_peers, self.max_buffer = max_message, max_peers, max_buffer
+        self.max_per_host = max_per_host
         self.ping_interval, self.dead_after = ping_interval, dead_after
         self.handshake_timeout = handshake_timeout
+        self.hello_timeout = min(hello_timeout, handshake_timeout)
+        self.recv_rate, self.recv_byte_rate = recv_rate, recv_byte_rate
+        self._burst = max(1.0, recv_rate * recv_burst)  # the bucket's size: messages,
+        self._burst_bytes = max(float(max_message + 1), recv_byte_rate * recv_burst)  # bytes
         self.stats: Counter = Counter()
         self._loop = asyncio.get_running_loop()
         self._peers: dict[str, _Link] = {}  # name -> its connection (open or opening)
@@ -212,7 +253,12 @@ class Transport:
             return "closing"
         old = self._peers.get(name)
         if old is None:
-            return "max_peers" if len(self._peers) >= self.max_peers else ""
+            # Only connections peers opened count: the ones we open (--connect) are never
+            # refused because strangers took the incoming places.
+            if not outgoing and sum(not link.outgoing for link in self._peers.values()) >= \
+                    self.max_peers:
+                return "max_peers"
+            return ""
         if (old.outgoing != outgoing and host is not None and old.remote_host == host
                 and self._loop.time() - old.claimed_at < self.handshake_timeout):
             # (Only from the host we know that name at: a stranger elsewhere claiming a peer's
@@ -225,7 +271,8 @@ class Transport:
     def _claim(self, link: _Link, name: str, swap: bool) -> None:
         """Make `link` the connection of peer `name` (replacing the current one if swap)."""
         link.name = name
-        link.claimed_at = link.last_rx = link.last_tx = self._loop.time()
+        link.claimed_at = link.last_rx = link.last_tx = link.tokens_at = self._loop.time()
+        link.tokens, link.token_bytes = self._burst, self._burst_bytes
         old = self._peers.get(name)
         self._peers[name] = link
         if name in self._crossing:
@@ -292,6 +339,24 @@ class Transport:
         self.stats["messages_received"] += 1
         self._call(self.on_message, link.name, data)
 
+    def _admit(self, link: _Link, size: int) -> float:
+        """Take one message of `size` bytes from the link's token bucket: 0.0 if taken, else
+        the seconds until it could be."""
+        now = self._loop.time()
+        elapsed, link.tokens_at = now - link.tokens_at, now
+        link.tokens = min(self._burst, link.tokens + elapsed * self.recv_rate)
+        link.token_bytes = min(self._burst_bytes, link.token_bytes + elapsed * self.recv_byte_rate)
+        if link.tokens >= 1.0 and link.token_bytes >= size:
+            link.tokens -= 1.0
+            link.token_bytes -= size
+            return 0.0
+        return max((1.0 - link.tokens) / self.recv_rate,
+                   (size - link.token_bytes) / self.recv_byte_rate, 0.001)
+
+    def _incoming_from(self, host: str | None) -> int:
+        """Connections (handshaking or open) that `host` opened to us."""
+        raise NotImplementedError
+
     def _call(self, callback, *args) -> None:
         try:
             callback(*args)
@@ -301,13 +366,19 @@ class Transport:
 
     async def _ping_loop(self) -> None:
         tick = min(self.ping_interval, self.dead_after) / 2
+        last = self._loop.time()
         while True:
             await asyncio.sleep(tick)
             now = self._loop.time()
+            # A tick this late means the loop itself was busy: what peers sent meanwhile may
+            # be waiting unread, so nobody is judged silent until we have listened again.
+            stalled, last = now - last > 2 * tick, now
+            if stalled:
+                self.stats["ping_loop_stalled"] += 1
             for link in list(self._peers.values()):
                 if not link.is_open or link.retired:
                     continue
-                if now - link.last_rx > self.dead_after:
+                if not (link.held or stalled) and now - link.last_rx > self.dead_after:
                     log.info("%s: peer %s silent for %.2f s: down", self.name, link.name,
                              now - link.last_rx)
                     self._drop(link, "dead")
@@ -356,6 +427,9 @@ class _TcpLink(asyncio.Protocol, _Link):
         self.result = self.loop.create_future()  # the handshake: the peer's name or an error
         self.lost = self.loop.create_future()
         self.timer: asyncio.TimerHandle | None = None
+        self.hold_timer: asyncio.Handle | None = None
+        self.paused = False  # reading paused by us (see _hold)
+        self.eof = False  # the peer closed its side while we held lines
         self.peer_address = ""
 
     # asyncio.Protocol
@@ -367,6 +441,14 @@ class _TcpLink(asyncio.Protocol, _Link):
         peer = transport.get_extra_info("peername")
         self.peer_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.remote_host = peer[0] if peer else None
+        if not self.outgoing and not owner._closed and \
+                owner._incoming_from(self.remote_host) >= owner.max_per_host:
+            # Closed without a byte: it sent nothing, it gets nothing.
+            owner.stats["refused_per_host"] += 1
+            self.retired = True
+            self._fail(ConnectionError("too many connections from that address"))
+            transport.abort()
+            return
         owner._links.add(self)
         if owner._closed or (not self.outgoing and len(owner._handshakes) >= owner.max_peers):
             owner.stats["refused_busy"] += 1
@@ -374,39 +456,84 @@ class _TcpLink(asyncio.Protocol, _Link):
             transport.abort()
             return
         owner._handshakes.add(self)
-        self.timer = self.loop.call_later(owner.handshake_timeout, self._handshake_timeout)
+        self.timer = self.loop.call_later(
+            owner.handshake_timeout if self.outgoing else owner.hello_timeout,
+            self._handshake_timeout)
         if self.outgoing:
             self._line_out({"hello": owner.name})
 
     def data_received(self, data: bytes) -> None:
         if self.retired and self.result.done():
             return
-        self.last_rx = self.loop.time()
-        buf = self.buf
-        if b"\n" not in data:
-            buf += data
-            if len(buf) > self.limit:
-                self._oversize()
-            return
-        buf += data
-        lines = buf.split(b"\n")
-        self.buf = bytearray(lines.pop())
-        for line in lines:
-            if len(line) > self.limit:
+        self.last_rx = self.loop.time()  # any bytes: the peer is alive
+        self.buf += data
+        if not self.held:
+            self._process()
+
+    def _process(self) -> None:
+        """Take the complete lines in buf: at most RECV_BATCH per call and, once open, as many
+        as the token bucket allows. What is left waits with reading paused (TCP pushes back
+        on the peer), so what we hold is at most one read."""
+        owner, buf, pos, batch = self.owner, self.buf, 0, RECV_BATCH
+        while True:
+            end = buf.find(b"\n", pos)
+            if end < 0:
+                break
+            if end - pos > self.limit:
                 self._oversize()
                 return
+            if self.is_open:
+                wait = 0.0 if batch else -1.0
+                if batch:
+                    wait = owner._admit(self, end - pos)
+                if wait:
+                    self._hold(wait)
+                    break
+                batch -= 1
+            line = bytes(buf[pos:end])
+            pos = end + 1
             if not self.is_open:
                 self._hello(line)
             elif line.startswith(HELLO):
                 self._late_hello(line)
             else:
-                self.owner._received(self, bytes(line))
+                owner._received(self, line)
             if self.retired or self.transport.is_closing():
                 return
-        if len(self.buf) > self.limit:
-            self._oversize()
+        del buf[:pos]
+        if not self.held:
+            if len(buf) > self.limit:
+                self._oversize()
+            elif self.eof:
+                self.transport.close()
+
+    def _hold(self, wait: float) -> None:
+        """Stop taking lines for `wait` seconds (< 0: until the loop has run once)."""
+        self.held = True
+        self.owner.stats["recv_held" if wait > 0 else "recv_yielded"] += 1
+        if not self.paused and not self.transport.is_closing():
+            self.transport.pause_reading()
+            self.paused = True
+        if wait > 0:
+            self.hold_timer = self.loop.call_later(wait, self._release)
+        else:
+            self.hold_timer = self.loop.call_soon(self._release)
+
+    def _release(self) -> None:
+        self.held = False
+        self.hold_timer = None
+        if self.retired or self.transport.is_closing():
+            return
+        self.last_rx = self.loop.time()  # the time we did not listen does not count
+        self._process()
+        if not self.held and self.paused and not self.transport.is_closing():
+            self.paused = False
+            self.transport.resume_reading()
 
     def eof_received(self):
+        if self.held:  # lines still to take: close once they are taken
+            self.eof = True
+            return True
         return False
 
     def connection_lost(self, exc) -> None:
@@ -415,6 +542,8 @@ class _TcpLink(asyncio.Protocol, _Link):
         owner._handshakes.discard(self)
         if self.timer:
             self.timer.cancel()
+        if self.hold_timer:
+            self.hold_timer.cancel()
         self._fail(ConnectionError(f"{self.peer_address} closed the connection during the "
                                    "handshake"))
         owner._drop(self, "lost" if self.is_open else "")
@@ -459,7 +588,7 @@ class _TcpLink(asyncio.Protocol, _Link):
             self.result.set_result(name)
         else:
             self._fail(PeerRefused(f"refused {self.peer_address} claiming {name!r}: {reason}",
-                                   reason))
+                                   reason, name))
         self.shutdown()
 
     def _hello(self, line: bytes) -> None:
@@ -484,7 +613,8 @@ class _TcpLink(asyncio.Protocol, _Link):
                 self.result.set_result(name)
             else:
                 self._fail(PeerRefused(f"{self.peer_address} ({str(name)[:NAME_MAX]!r}) "
-                                       f"refused us: {str(refused)[:100]}", "refused_by_peer"))
+                                       f"refused us: {str(refused)[:100]}", "refused_by_peer",
+                                       name))
             self.shutdown()
             return
         reason = owner._decide(name, self.outgoing, self.remote_host)
@@ -519,8 +649,8 @@ class _TcpLink(asyncio.Protocol, _Link):
             return
         self.owner.stats["handshake_timeout"] += 1
         self.owner._handshakes.discard(self)
-        self._fail(TimeoutError(f"no hello from {self.peer_address} within "
-                                f"{self.owner.handshake_timeout} s"))
+        timeout = self.owner.handshake_timeout if self.outgoing else self.owner.hello_timeout
+        self._fail(TimeoutError(f"no hello from {self.peer_address} within {timeout} s"))
         self.shutdown()
 
     def _oversize(self) -> None:
@@ -549,6 +679,10 @@ class TcpTransport(Transport):
 
     def _refuse_data(self, data) -> str:
         return super()._refuse_data(data) or ("newline" if b"\n" in data else "")
+
+    def _incoming_from(self, host: str | None) -> int:
+        return sum(1 for link in self._links
+                   if not link.outgoing and not link.retired and link.remote_host == host)
 
     async def start(self) -> None:
         """Listen on host:port (port 0: any; self.port is set to the port taken)."""
@@ -628,6 +762,40 @@ def _aiortc():
     return aiortc
 
 
+def _ip(text) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(str(text).split("%", 1)[0])
+    except ValueError:
+        return None
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped or address
+
+
+def _screen_sdp(sdp: str, host: str, cap: int) -> tuple[str, int, int]:
+    """The SDP with only its ICE candidates on `host` (the address that signaled it), at most
+    `cap` of them: (sdp, kept, dropped). Anything else could make us send connectivity checks
+    to a third party. ValueError unless it has exactly one media section, m=application (a
+    data channel is all potato uses)."""
+    want = _ip(host)
+    out, kept, dropped, media = [], 0, 0, 0
+    for line in sdp.splitlines(keepends=True):
+        text = line.rstrip("\r\n")
+        if text.startswith("m="):
+            media += 1
+            if media > 1 or not text.startswith("m=application "):
+                raise ValueError("one m=application section only")
+        elif text.startswith("a=candidate:"):
+            fields = text.split()
+            if want is None or kept >= cap or len(fields) < 8 or _ip(fields[4]) != want:
+                dropped += 1
+                continue
+            kept += 1
+        out.append(line)
+    if not media:
+        raise ValueError("no m=application section")
+    return "".join(out), kept, dropped
+
+
 class _RtcLink(_Link):
     """One RTCPeerConnection and its "potato" data channel."""
 
@@ -655,9 +823,26 @@ class _RtcLink(_Link):
 
     def _attach(self, channel) -> None:
         self.channel = channel
+        self._watch(getattr(channel, "transport", None))
         channel.on("open", self._open)
         channel.on("close", lambda: self.owner._drop(self, "lost" if self.is_open else ""))
         channel.on("message", self._message)
+
+    def _watch(self, sctp) -> None:
+        """Any SCTP packet from the peer (decrypted by DTLS: it is the peer's) is a sign of
+        life, even one aiortc holds back: a lost ping waits for its retransmission (1 s or
+        more) before the data channel gives it to us, while later packets keep arriving."""
+        handle = getattr(sctp, "_handle_data", None)
+        if handle is None or getattr(sctp, "_potato_watched", False):
+            return
+        link, loop = self, self.owner._loop
+
+        async def handle_data(data: bytes) -> None:
+            link.last_rx = loop.time()
+            await handle(data)
+
+        sctp._handle_data = handle_data
+        sctp._potato_watched = True
 
     def _open(self) -> None:
         if self.retired or self.is_open:
@@ -677,10 +862,16 @@ class _RtcLink(_Link):
         if self.retired:
             return
         owner = self.owner
-        self.last_rx = owner._loop.time()
+        self.last_rx = owner._loop.time()  # any message, even one dropped: the peer is alive
         data = message.encode() if isinstance(message, str) else message
+        if data == PING:  # liveness first: never behind the rate limit
+            return
         if len(data) > owner.max_message:
             owner.stats["recv_dropped_oversize"] += 1
+            return
+        if owner._admit(self, len(data)):
+            # No way to push back on an SCTP stream from aiortc: over the rate, dropped.
+            owner.stats["recv_dropped_rate"] += 1
             return
         owner._received(self, data)
 
@@ -725,8 +916,11 @@ class _RtcLink(_Link):
 class WebRtcTransport(Transport):
     """Potato over WebRTC data channels (aiortc), signaled over one short TCP exchange."""
 
-    def __init__(self, name: str, host: str, port: int, **kwargs):
+    def __init__(self, name: str, host: str, port: int, *, max_candidates: int = 8, **kwargs):
         super().__init__(name, host, port, **kwargs)
+        if max_candidates < 1:
+            raise ValueError("max_candidates must be at least 1")
+        self.max_candidates = max_candidates
         if _wildcard(host):
             self._ice_hosts = None
         else:
@@ -738,7 +932,29 @@ class WebRtcTransport(Transport):
         self._rtc = _aiortc()
         self._server: asyncio.AbstractServer | None = None
         self._links: set[_RtcLink] = set()  # every RTCPeerConnection until it is closed
-        self._answering: set[asyncio.Task] = set()  # incoming signaling connections
+        # incoming signaling connections -> the address they came from (None once it has a
+        # link, which counts for that address instead)
+        self._answering: dict[asyncio.Task, str | None] = {}
+
+    def _incoming_from(self, host: str | None) -> int:
+        return (sum(1 for h in self._answering.values() if h == host)
+                + sum(1 for link in self._links
+                      if not link.outgoing and not link.retired and link.remote_host == host))
+
+    def _screen(self, sdp: str, host: str) -> str:
+        """_screen_sdp, counted; PeerRefused if nothing usable is left."""
+        try:
+            sdp, kept, dropped = _screen_sdp(sdp, host, self.max_candidates)
+        except ValueError:
+            self.stats["refused_bad_sdp"] += 1
+            raise PeerRefused(f"{host}: the SDP is not one data channel section",
+                              "bad_sdp") from None
+        self.stats["ice_candidates_dropped"] += dropped
+        if not kept:
+            self.stats["refused_no_candidate"] += 1
+            raise PeerRefused(f"{host}: no ICE candidate on the address that signaled",
+                              "no_candidate")
+        return sdp
 
     async def start(self) -> None:
         """Listen for signaling on TCP host:port (port 0: any; self.port is set)."""
@@ -777,8 +993,8 @@ class WebRtcTransport(Transport):
         self._handshakes.add(link)
         try:
             try:
-                reply = await asyncio.wait_for(self._signal(link, host, port),
-                                               self.handshake_timeout)
+                reply, signaled = await asyncio.wait_for(self._signal(link, host, port),
+                                                         self.handshake_timeout)
             except asyncio.TimeoutError:
                 self.stats["handshake_timeout"] += 1
                 raise TimeoutError(f"no signaling answer from {host}:{port} within "
@@ -793,7 +1009,7 @@ class WebRtcTransport(Transport):
                 if refused == "crossed" and name in self._peers:
                     return await self._await_open(self._peers[name], deadline, host, port)
                 raise PeerRefused(f"{host}:{port} ({str(name)[:NAME_MAX]!r}) refused us: "
-                                  f"{str(refused)[:100]}", "refused_by_peer")
+                                  f"{str(refused)[:100]}", "refused_by_peer", name)
             link.remote_host = host
             reason = self._decide(name, outgoing=True, host=host)
             if reason == "crossed":
@@ -801,11 +1017,13 @@ class WebRtcTransport(Transport):
                 return await self._await_open(self._peers[name], deadline, host, port)
             if reason not in ("", "swap"):
                 self.stats[f"refused_{reason}"] += 1
-                raise PeerRefused(f"refused {host}:{port} claiming {name!r}: {reason}", reason)
+                raise PeerRefused(f"refused {host}:{port} claiming {name!r}: {reason}", reason,
+                                  name)
             answer = reply.get("answer")
             if not isinstance(answer, str):
                 self.stats["refused_bad_hello"] += 1
                 raise PeerRefused(f"{host}:{port} sent no answer", "bad_hello")
+            answer = self._screen(answer, signaled)
             self._handshakes.discard(link)
             self._claim(link, name, swap=reason == "swap")
             await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(answer,
@@ -833,6 +1051,7 @@ class WebRtcTransport(Transport):
         local = None if _wildcard(self.host) else (self.host, 0)
         reader, writer = await asyncio.open_connection(host, port, limit=SIGNAL_MAX,
                                                        local_addr=local)
+        peer = writer.get_extra_info("peername")
         try:
             writer.write(json.dumps({"hello": self.name, "offer": offer}).encode() + b"\n")
             line = await reader.readline()
@@ -850,25 +1069,31 @@ class WebRtcTransport(Transport):
             self.stats["refused_bad_hello"] += 1
             raise PeerRefused(f"{host}:{port} answered no hello: {line[:80]!r}",
                               "bad_hello") from None
-        return reply
+        return reply, (peer[0] if peer else host)
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One incoming signaling connection: an offer in, an answer (or a refusal) out."""
         task = asyncio.current_task()
-        self._answering.add(task)
+        peer = writer.get_extra_info("peername")
+        source = peer[0] if peer else None
         link = None
 
         def reply(obj):
             writer.write(json.dumps({"hello": self.name, **obj}).encode() + b"\n")
 
+        self._answering[task] = None
         try:
+            if not self._closed and self._incoming_from(source) >= self.max_per_host:
+                self.stats["refused_per_host"] += 1  # closed without a byte
+                return
+            self._answering[task] = source
             if self._closed or len(self._handshakes) >= self.max_peers:
                 self.stats["refused_busy"] += 1
                 return
             marker = object()
             self._handshakes.add(marker)
             try:
-                line = await asyncio.wait_for(reader.readline(), self.handshake_timeout)
+                line = await asyncio.wait_for(reader.readline(), self.hello_timeout)
                 hello = json.loads(line)
                 name, offer = hello["hello"], hello["offer"]
                 if not isinstance(offer, str) or not isinstance(name, str):
@@ -881,14 +1106,19 @@ class WebRtcTransport(Transport):
                 return
             finally:
                 self._handshakes.discard(marker)
-            peer = writer.get_extra_info("peername")
-            reason = self._decide(name, outgoing=False, host=peer[0] if peer else None)
+            reason = self._decide(name, outgoing=False, host=source)
             if reason not in ("", "swap"):
                 self.stats[f"refused_{reason}"] += 1
                 reply({"refused": reason})
                 return
+            try:
+                offer = self._screen(offer, source)
+            except PeerRefused as exc:
+                reply({"refused": exc.reason})
+                return
             link = _RtcLink(self, False, self._new_pc())
-            link.remote_host = peer[0] if peer else None
+            link.remote_host = source
+            self._answering[task] = None  # the link counts for `source` from now on
             self._claim(link, name, swap=reason == "swap")
             link.timer = self._loop.call_later(self.handshake_timeout, link.open_timeout)
             await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(offer, "offer"))
@@ -907,7 +1137,7 @@ class WebRtcTransport(Transport):
                     self._drop(link, "")
                     reply({"refused": "error"})
         finally:
-            self._answering.discard(task)
+            self._answering.pop(task, None)
             writer.close()
             try:
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
