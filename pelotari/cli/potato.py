@@ -95,7 +95,8 @@ event is one JSON object per line.""")
 @click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
               help="Where peers connect to us (port 0: any free port; printed at start).")
 @click.option("--connect", "connect", multiple=True, metavar="HOST:PORT",
-              help="A client to become peers with (repeat for several).")
+              help="A client to become peers with (repeat for several); tried again, with "
+                   "backoff (0.5 s doubling to 10 s), whenever it is unreachable or goes away.")
 @click.option("--transport", type=click.Choice(["webrtc", "tcp"]), default="webrtc",
               show_default=True, help="WebRTC data channels (aiortc; host candidates only, no "
                                       "STUN), or plain TCP with one JSON message per line.")
@@ -187,13 +188,17 @@ async def _run(name, listen, targets, transport, as_json):
         host, port = listen[0], node.transport.port  # the port taken, when asked for 0
         emit("listening", f"{name} listening on {host}:{port} ({transport})", name=name,
              host=host, port=port, transport=transport)
-        for h, p in targets:
-            try:
-                peer = await node.connect(h, p)
+        for h, p in targets:  # each its own task, retried with backoff; close() cancels them
+            def connected(peer, h=h, p=p):
                 emit("connected", f"connected to {peer} at {h}:{p}", peer=peer, host=h, port=p)
-            except (OSError, ValueError, asyncio.TimeoutError) as exc:
-                emit("error", f"cannot connect to {h}:{p}: {exc or type(exc).__name__}",
-                     message=f"cannot connect to {h}:{p}")
+
+            def failed(exc, retry_in, h=h, p=p):
+                again = f"; again in {retry_in:.1f} s" if retry_in is not None else ""
+                emit("error", f"cannot connect to {h}:{p}: {exc or type(exc).__name__}{again}",
+                     message=f"cannot connect to {h}:{p}", retry_in=retry_in)
+
+            node.keep_connected(h, p, on_connected=connected, on_failed=failed)
+
         def command(text):
             words = text.split(None, 2)
             cmd = words[0].lower()

@@ -3,8 +3,15 @@
 The transport carries whole messages between named peers (TCP or WebRTC data channels); this
 adapter hands them to the core, sends what the core queues, keeps one loop timer at the core's
 get_timer(), and delivers the core's events to a callback.
+
+`keep_connected(host, port)` stays peers with a client for good: it connects, waits for that
+peer to go down, and connects again; a failed attempt is retried after a delay that doubles
+from `reconnect_min` (0.5 s) up to `reconnect_max` (10 s), each wait randomized by ±25 %. The
+delay starts again from `reconnect_min` once a connection has lasted `reconnect_max`. Every
+attempt is a task of its own: `close()` cancels them at once.
 """
 import asyncio
+import random
 import time
 from collections.abc import Callable
 
@@ -19,10 +26,14 @@ class Node:
 
     def __init__(self, name: str, host: str, port: int, *, transport: str = "tcp",
                  config: Config | None = None, frame: str = INITIAL,
-                 on_event: Callable[[object], None] = lambda ev: None, **transport_args):
+                 on_event: Callable[[object], None] = lambda ev: None,
+                 reconnect_min: float = 0.5, reconnect_max: float = 10.0, **transport_args):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport is one of {', '.join(TRANSPORTS)}")
+        if not 0 < reconnect_min <= reconnect_max:
+            raise ValueError("need 0 < reconnect_min <= reconnect_max")
         self.name = name
+        self.reconnect_min, self.reconnect_max = reconnect_min, reconnect_max
         self.on_event = on_event
         self.core = PotatoNode(name, time.monotonic(), config, frame)
         from pelotari.potato import transport as tr
@@ -32,6 +43,8 @@ class Node:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._closed = False
+        self._keepers: set[asyncio.Task] = set()  # keep_connected tasks
+        self._gone: dict[str, list[asyncio.Future]] = {}  # peer -> waiting for its down
 
     # ---- life ----------------------------------------------------------------------------
 
@@ -44,9 +57,69 @@ class Node:
         """Become peers with the client at host:port; its name."""
         return await self.transport.connect(host, port)
 
+    def keep_connected(self, host: str, port: int, *,
+                       on_connected: Callable[[str], None] = lambda peer: None,
+                       on_failed: Callable[[Exception, float | None], None] =
+                       lambda exc, retry_in: None) -> asyncio.Task:
+        """Be peers with the client at host:port until close(): connect now, and again (with
+        backoff) whenever it goes down or an attempt fails. on_connected(name) after each
+        connection; on_failed(error, seconds until the next attempt, None: no more)."""
+        task = asyncio.get_running_loop().create_task(
+            self._keep(host, port, on_connected, on_failed))
+        self._keepers.add(task)
+        task.add_done_callback(self._keepers.discard)
+        return task
+
+    async def _keep(self, host, port, on_connected, on_failed) -> None:
+        from pelotari.potato.transport import PeerRefused
+
+        loop = asyncio.get_running_loop()
+        delay = self.reconnect_min
+        while not self._closed:
+            try:
+                peer = await self.transport.connect(host, port)
+            except Exception as exc:  # refused, unreachable, timed out, or aiortc failing
+                if isinstance(exc, PeerRefused) and exc.peer in self.transport.peers():
+                    peer = exc.peer  # connected already (it connected to us): wait for its down
+                elif isinstance(exc, PeerRefused) and exc.reason == "own_name":
+                    on_failed(exc, None)  # ourselves: no use trying again
+                    return
+                else:
+                    wait = delay * random.uniform(0.75, 1.25)
+                    on_failed(exc, wait)
+                    delay = min(delay * 2, self.reconnect_max)
+                    await asyncio.sleep(wait)
+                    continue
+            else:
+                on_connected(peer)
+            since = loop.time()
+            await self._until_down(peer)
+            if loop.time() - since >= self.reconnect_max:
+                delay = self.reconnect_min
+            wait = delay * random.uniform(0.75, 1.25)
+            delay = min(delay * 2, self.reconnect_max)
+            await asyncio.sleep(wait)
+
+    async def _until_down(self, peer: str) -> None:
+        if peer not in self.transport.peers():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._gone.setdefault(peer, []).append(waiter)
+        try:
+            await waiter
+        finally:
+            waiters = self._gone.get(peer, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._gone.pop(peer, None)
+
     async def close(self) -> None:
-        """Stop the timer and the transport."""
+        """Stop the connection attempts, the timer and the transport."""
         self._closed = True
+        for task in list(self._keepers):
+            task.cancel()
+        await asyncio.gather(*self._keepers, return_exceptions=True)
         if self._timer is not None:
             self._timer.cancel()
         await self.transport.close()
@@ -78,6 +151,9 @@ class Node:
         self._call(lambda now: self.core.peer_up(peer, now))
 
     def _down(self, peer: str) -> None:
+        for waiter in self._gone.pop(peer, []):
+            if not waiter.done():
+                waiter.set_result(None)
         self._call(lambda now: self.core.peer_down(peer, now))
 
     def _message(self, peer: str, data: bytes) -> None:
