@@ -441,8 +441,10 @@ def sim_broadcast(loss, partition, seed, reached, rmr, hops, p50, p99, commit="a
 
 
 def sim_election(loss, partition, seed, elected, counted, messages, won=True, commit="aaa",
-                 time="2026-11-01T10:00:00+00:00", nodes=10, degree=4.0, reachable=9):
-    return {"kind": "potato-sim-election", "where": "simulator", "nodes": nodes,
+                 time="2026-11-01T10:00:00+00:00", nodes=10, degree=4.0, reachable=9,
+                 took=None):
+    extra = {} if took is None else {"took_frame": took}  # older records have no took_frame
+    return {**extra, "kind": "potato-sim-election", "where": "simulator", "nodes": nodes,
             "degree": degree, "loss": loss, "partition": partition, "seed": seed,
             "elected_ms": elected, "won": won, "yes": counted + 1.5 if won else 1.5,
             "no": 0 if won else counted, "counted": counted, "reachable_others": reachable,
@@ -468,8 +470,8 @@ POTATO_RECORDS = [
     # 1 % loss, two seeds: one broadcast reached 8 of the 9, one election counted 6 of 9 and lost
     sim_broadcast(0.01, False, 0, 1.0, 2.0, 3, 4.0, 6.0),
     sim_broadcast(0.01, False, 1, 8 / 9, 2.2, 5, 4.0, 8.0),
-    sim_election(0.01, False, 0, 300.0, 9, 60),
-    sim_election(0.01, False, 1, 290.0, 6, 56, won=False),
+    sim_election(0.01, False, 0, 300.0, 9, 60, took=1.0),
+    sim_election(0.01, False, 1, 290.0, 6, 56, won=False, took=0.9),
     # cut in two: 4 other clients reachable
     sim_broadcast(0.0, True, 0, 1.0, 1.0, 2, 3.0, 3.5),
     sim_election(0.0, True, 0, 15.0, 4, 16, reachable=4),
@@ -522,6 +524,7 @@ def test_potato_elections_time_messages_per_edge_and_clients_counted(potato_raw)
     assert lossy["worst_counted_share"] == pytest.approx(6 / 9)
     assert (lossy["counted_once"], lossy["won"]) == (0.5, 0.5)
     assert lossy["messages_per_edge"] == pytest.approx(2.9)  # 60 and 56 over 20 edges
+    assert (lossy["took_frame"], clean["took_frame"]) == (0.9, None)  # the worst run's
     assert (cut["counted_share"], cut["counted_once"], cut["messages_per_edge"]) == (1.0, 1.0, 0.8)
     assert (newer["time"], newer["elected_ms"]) == (ts("2026-11-02T10:00:00"), 8.0)
 
@@ -618,11 +621,11 @@ def test_potato_summary_marks_the_goals_and_the_runs_that_miscounted():
     rows["potato_elections"].append({**base, "loss": 0.01, "partition": False,
                                      "elected_ms": 295.0, "messages_per_edge": 4.5,
                                      "counted_share": 0.9, "worst_counted_share": 0.8,
-                                     "counted_once": 0.5})
+                                     "counted_once": 0.5, "took_frame": 0.875})
     lines = report._potato_markdown(rows)
     assert ("| 10 | 4 | 1 % of messages lost | 95.0% (worst 90.0%) | 3.50 ✗ | 4 | 5.00 ms / "
-            "7.50 ms | 295 ms | 4.50 ✗ | 1 of 2 (worst run counted 80.0%, median 90.0%) | 2 | "
-            "`aaa` |") in lines
+            "7.50 ms | 295 ms | 4.50 ✗ | 1 of 2 (worst run counted 80.0%, median 90.0%) | "
+            "87.5% | 2 | `aaa` |") in lines
     assert not any(line.startswith("### Real processes") for line in lines)
 
 

@@ -585,9 +585,9 @@ def _potato_plot(broadcasts: List[dict], elections: List[dict], path: pathlib.Pa
     _goal(per_edge, POTATO_MESSAGES_PER_EDGE_GOAL,
           f"goal: ≤ {POTATO_MESSAGES_PER_EDGE_GOAL} election messages per edge")
     per_edge.set_ylim(0, POTATO_MESSAGES_PER_EDGE_GOAL * 1.3)
-    per_edge.set_ylabel("election messages / edges in the mesh")
+    per_edge.set_ylabel("election messages / edges the originator reaches")
     per_edge.set_title("Election: messages per edge (requests and answers;\n"
-                       "a cut mesh's edges all count, the cut ones too)", fontsize=10)
+                       "in a cut mesh, over the originator's side)", fontsize=10)
     def exact(config):  # how many runs counted everybody exactly once, above each bar
         cell = {potato_condition(r): r for r in elections if (r["nodes"], r["degree"]) == config}
         notes = []
@@ -705,13 +705,14 @@ def _potato_markdown(data: Dict[str, List[dict]]) -> List[str]:
                   "A broadcast and an election from a random client per run (one seed each). "
                   "reached: of the clients the origin could reach; RMR: copies sent / (clients "
                   "reachable − 1) − 1, goal ≤ degree − 1; election: until the originator has its "
-                  f"result (deadline {POTATO_DEADLINE_MS} ms); messages per edge: over all the "
-                  f"mesh's edges, goal ≤ {POTATO_MESSAGES_PER_EDGE_GOAL}; counted once: runs "
-                  "whose result counted every reachable client exactly once.", "",
+                  f"result (deadline {POTATO_DEADLINE_MS} ms); messages per edge: over the edges "
+                  f"the originator can reach, goal ≤ {POTATO_MESSAGES_PER_EDGE_GOAL}; counted "
+                  "once: runs whose result counted every reachable client exactly once; took the "
+                  "frame: share of the reachable clients on the winner's frame afterwards.", "",
                   "| clients | degree | conditions | reached | RMR | last hops | latency p50 / p99 "
-                  "| election | messages per edge | counted once | runs (broadcasts / elections) "
-                  "| commit |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| election | messages per edge | counted once | took the frame "
+                  "| runs (broadcasts / elections) | commit |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for k in sorted(cells, key=lambda k: (k[0], k[1], _condition_order(dict(zip(key, k))))):
             b, e = cells[k].get("b"), cells[k].get("e")
             any_row = b or e
@@ -732,14 +733,15 @@ def _potato_markdown(data: Dict[str, List[dict]]) -> List[str]:
                 if e["worst_counted_share"] < 1:
                     once += (f" (worst run counted {e['worst_counted_share']:.1%}, median "
                              f"{e['counted_share']:.1%})")
+                frame = "—" if e.get("took_frame") is None else f"{e['took_frame']:.1%}"
             else:
-                took = per_edge = once = "—"
+                took = per_edge = once = frame = "—"
             runs = sorted({r["runs"] for r in (b, e) if r})
             runs = f"{runs[0]}" if len(runs) == 1 else f"{b['runs']} / {e['runs']}"
             commits = sorted({_short(r["commit"]) for r in (b, e) if r})
             lines.append(f"| {any_row['nodes']} | {any_row['degree']:g} | "
                          f"{potato_condition(any_row)} | {reached} | {rmr} | {hops} | {lat} | "
-                         f"{took} | {per_edge} | {once} | {runs} | "
+                         f"{took} | {per_edge} | {once} | {frame} | {runs} | "
                          f"{', '.join(f'`{c}`' for c in commits)} |")
         lines.append("")
     if meshes:

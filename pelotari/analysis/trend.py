@@ -256,7 +256,8 @@ POTATO_SCHEMA = StructType([
     StructField("counted", LongType()),  # other clients the result counted
     StructField("reachable_others", LongType()),
     StructField("counted_once", BooleanType()),
-    StructField("messages_per_edge", DoubleType()),  # over every edge of the mesh
+    StructField("messages_per_edge", DoubleType()),  # over the edges the originator reaches
+    StructField("took_frame", DoubleType()),  # share of the reachable clients on the new frame
     # potato-mesh: real processes
     StructField("mesh", StringType()),  # "A-G" (the seed's example), "20 clients"
     StructField("transport", StringType()),  # "webrtc", "tcp"
@@ -297,9 +298,10 @@ def potato_broadcasts(raw: DataFrame) -> DataFrame:
 def potato_elections(raw: DataFrame) -> DataFrame:
     """potato-sim-election records → per (nodes, degree, loss, partition, commit): the median
     and slowest time to the originator's result, median election messages and messages per
-    edge (over every edge of the mesh, those a partition cut included), the median and
-    smallest share of the reachable clients the result counted, and the fractions of runs where
-    every reachable client was counted exactly once and where YES won; `runs`."""
+    edge (over the edges the originator can reach), the median and smallest share of the
+    reachable clients the result counted, the fractions of runs where every reachable client
+    was counted exactly once and where YES won, the smallest share of the reachable clients
+    that took the new frame (null for records without it); `runs`."""
     counted = F.col("counted") / F.col("reachable_others")
     return (raw.where(F.col("kind") == "potato-sim-election")
             .groupBy(*POTATO_SIM_KEY, F.col("env.commit").alias("commit"))
@@ -313,6 +315,7 @@ def potato_elections(raw: DataFrame) -> DataFrame:
                  F.avg(F.coalesce("counted_once", F.lit(False)).cast("double"))
                  .alias("counted_once"),
                  F.avg(F.coalesce("won", F.lit(False)).cast("double")).alias("won"),
+                 F.min("took_frame").alias("took_frame"),
                  F.count(F.lit(1)).alias("runs")))
 
 

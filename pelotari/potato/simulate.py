@@ -71,7 +71,7 @@ def build(n: int, degree: float, seed: int, loss: float = 0.0, delay: float = 0.
     return sim, edges, cores
 
 
-def _component(origin: str, edges, side: set[str] | None) -> int:
+def _component(origin: str, edges, side: set[str] | None) -> set[str]:
     """Clients the origin can reach (itself included), over edges a partition left."""
     adj: dict[str, list[str]] = {}
     for a, b in edges:
@@ -84,7 +84,7 @@ def _component(origin: str, edges, side: set[str] | None) -> int:
             if nb not in seen:
                 seen.add(nb)
                 todo.append(nb)
-    return len(seen)
+    return seen
 
 
 def _cut(sim: Simulator, edges, cores, rng: random.Random) -> set[str]:
@@ -110,7 +110,7 @@ def broadcast(n: int = 1000, degree: float = 6, loss: float = 0.0, partition: bo
     origin = f"c{rng.randrange(n)}"
     if partition:
         side = _cut(sim, edges, cores, rng)
-        reachable = _component(origin, edges, side)
+        reachable = len(_component(origin, edges, side))
     before = sum(c.stats["sent_broadcast"] for c in cores.values())
     t0 = sim.now
     ident = sim.do((origin, 1), lambda c, now: c.core.broadcast({"x": 1}, now))
@@ -141,10 +141,12 @@ def election(n: int = 1000, degree: float = 6, loss: float = 0.0, partition: boo
     sim, edges, cores = build(n, degree, seed, loss)
     rng = random.Random(seed + 2)
     origin = f"c{rng.randrange(n)}"
-    reachable = n
+    component, live_edges = set(cores), edges
     if partition:
         side = _cut(sim, edges, cores, rng)
-        reachable = _component(origin, edges, side)
+        component = _component(origin, edges, side)
+        live_edges = [(a, b) for a, b in edges if a in component and b in component]
+    reachable = len(component)
     t0 = sim.now
     sim.do((origin, 1), lambda c, now: c.core.propose(now))
     sim.run_until(lambda: bool([e for _, e in sim.nodes[(origin, 1)].events
@@ -152,6 +154,7 @@ def election(n: int = 1000, degree: float = 6, loss: float = 0.0, partition: boo
     took = sim.now - t0
     sim.run(sim.now + 1)
     (result,) = [e for _, e in sim.nodes[(origin, 1)].events if isinstance(e, ElectionResult)]
+    taken = sum(cores[c].frame == result.next for c in component if c != origin)
     msgs = sum(c.stats[f"sent_{t}"] for c in cores.values() for t in ELECTION_TYPES)
     counted = int(result.yes - 1.5) + result.no
     return {"kind": "potato-sim-election", "where": "simulator", "nodes": n,
@@ -159,7 +162,9 @@ def election(n: int = 1000, degree: float = 6, loss: float = 0.0, partition: boo
             "elected_ms": took * 1000, "won": result.won, "yes": result.yes, "no": result.no,
             "counted": counted, "reachable_others": reachable - 1,
             "counted_once": counted == reachable - 1,
-            "messages": msgs, "messages_per_edge": msgs / len(edges)}
+            "messages": msgs, "edges": len(live_edges),
+            "messages_per_edge": msgs / len(live_edges),  # over the edges the origin reaches
+            "took_frame": taken / max(1, reachable - 1)}
 
 
 def run(n: int = 1000, degree: float = 6, seeds: int = 3, progress=lambda s: None) -> list[dict]:
