@@ -5,7 +5,10 @@ from setuptools import Extension, setup
 
 # PELOTARI_DEBUG=1 builds with line tracing (for coverage/profilers) and no optimisation.
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
-MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen"]
+MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen", "swarmmac"]
+# swarm's MACs: OpenSSL's SHA-256 through its low-level API (libssl-dev; tools/run installs it)
+LIBRARIES = {"swarmmac": ["crypto"]}
+MACROS = {"swarmmac": [("OPENSSL_SUPPRESS_DEPRECATED", "1")]}
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
 PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.bully",
             "pelotari.cli", "pelotari.fyrehose", "pelotari.layers", "pelotari.potato",
@@ -21,7 +24,9 @@ def extensions():
         macros += [("CYTHON_TRACE_NOGIL", "1")]
         directives["linetrace"] = True
     exts = [
-        Extension(f"fastpath.{name}", [f"fastpath/{name}.pyx"], define_macros=macros,
+        Extension(f"fastpath.{name}", [f"fastpath/{name}.pyx"],
+                  define_macros=macros + MACROS.get(name, []),
+                  libraries=LIBRARIES.get(name, []),
                   extra_compile_args=["-O0", "-g"] if DEBUG else ["-O2"])
         for name in MODULES
     ]
