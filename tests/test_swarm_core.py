@@ -679,3 +679,14 @@ def test_a_table_full_of_direct_connections_refuses_new_ones():
     (m, _, _), = sent(a, 1.0)
     a.receive_datagram(dg(wire.connect(0, 4, ack=True, echo=m.token)), C, 1.0)
     assert a.stats["refused_full"] == 1 and a.direct() == [B] and len(a.table) == 1
+
+
+def test_the_swarm_simulation_records():
+    from pelotari.swarm import simulate
+
+    join, crash = simulate.run_one(120, seed=1, limit=120)
+    assert join["kind"] == crash["kind"] == "swarm-sim"
+    assert join["converged"] and join["direct_min"] >= 16 and join["seconds"] < 30
+    assert crash["converged"] and crash["crashed"] == 24 and crash["direct_to_crashed"] == 0
+    import json
+    json.dumps([join, crash])
