@@ -113,7 +113,8 @@ def node(name, listen, connect, transport, as_json):
     from pelotari.potato.wire import is_name
 
     if not is_name(name):
-        raise click.BadParameter("a name is 1 to 100 characters", param_hint="--name")
+        raise click.BadParameter("a name is 1 to 100 characters of valid UTF-8",
+                                 param_hint="--name")
     listen = _address(listen)
     targets = [_address(c) for c in connect]
     ensure_standard_fds()

@@ -106,7 +106,13 @@ class PeerRefused(ValueError):
 
 
 def _valid_name(name) -> bool:
-    return isinstance(name, str) and 1 <= len(name) <= NAME_MAX
+    if not (isinstance(name, str) and 1 <= len(name) <= NAME_MAX):
+        return False
+    try:
+        name.encode()  # no lone surrogate ("\\ud800" in a hello): it could be sent nowhere
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _wildcard(host: str) -> bool:

@@ -7,6 +7,8 @@ docs/protocols/potato.md.
 """
 import hashlib
 import json
+import math
+import re
 import secrets
 import time
 import uuid
@@ -139,8 +141,34 @@ class Response:
 
 
 def is_name(value) -> bool:
-    """A client name: a string of 1..100 characters."""
-    return isinstance(value, str) and 1 <= len(value) <= MAX_NAME
+    """A client name: a string of 1..100 characters (valid Unicode: no lone surrogate)."""
+    return isinstance(value, str) and 1 <= len(value) <= MAX_NAME and _encodable(value)
+
+
+def _encodable(text: str) -> bool:
+    """Whether text is valid Unicode (UTF-8 can carry it): json.loads turns an escaped lone
+    surrogate such as \\ud800 into a str that no UTF-8 encoder takes."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# An escaped UTF-16 surrogate (\\uD800..\\uDFFF): a pair is one character, a lone one no
+# character at all.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: Python reads inf, and would relay it as Infinity
+        raise ValueError(f"{text[:20]} is out of range")
+    return value
 
 
 def _names(value, limit: int, what: str) -> tuple[str, ...]:
@@ -221,7 +249,14 @@ def decode(data: bytes, limits: Limits = Limits()) -> Message:
     if len(data) > limits.max_message:
         raise TooLarge(f"{len(data)} bytes; at most {limits.max_message}")
     try:
-        obj = json.loads(data)
+        # Strict UTF-8 and strict JSON: json.loads alone takes surrogates (raw or escaped),
+        # NaN, Infinity and numbers that overflow to inf; we would relay them as text no
+        # encoder or seed peer's JSON.parse takes.
+        obj = json.loads(bytes(data).decode("utf-8"), parse_constant=_no_constant,
+                         parse_float=_finite)
+        if _SURROGATE_ESCAPE.search(data) and not _encodable(
+                json.dumps(obj, ensure_ascii=False)):
+            raise ValueError("a lone UTF-16 surrogate")
     except (ValueError, RecursionError) as e:  # RecursionError: absurd nesting
         raise NotJson(f"not JSON: {e}") from None
     if not isinstance(obj, dict):

@@ -1,0 +1,93 @@
+"""potato under a second attack review: what a stranger (any connected peer: nothing is
+authenticated) sends that is JSON to Python but not valid JSON text, and what it costs us.
+Real sockets on 127.0.0.18x only."""
+import asyncio
+import json
+import socket
+
+import pytest
+
+from pelotari.potato import wire
+from pelotari.potato.core import PotatoNode
+from pelotari.potato.transport import TcpTransport
+
+
+def _broadcast(sender='"Z"', body='"hi"', identifier='"x"') -> bytes:
+    return (f'{{"type":"broadcast","identifier":{identifier},"from":{sender},"visited":[],'
+            f'"body":{body}}}').encode()
+
+
+BAD_TEXT = [
+    ("lone surrogate in from", _broadcast(sender='"\\ud800"')),
+    ("lone low surrogate in body", _broadcast(body='"\\uDC00 x"')),
+    ("lone surrogate in identifier", _broadcast(identifier='"\\udbff"')),
+    ("lone surrogate as a key", _broadcast(body='{"\\ud800": 1}')),
+    ("raw surrogate bytes (CESU-8)", _broadcast().replace(b'"Z"', b'"\xed\xa0\x80"')),
+    ("not UTF-8 at all", _broadcast().replace(b'"hi"', b'"\xff\xfe"')),
+    ("NaN", _broadcast(body="NaN")),
+    ("Infinity", _broadcast(body="[Infinity]")),
+    ("-Infinity", _broadcast(body='{"a": -Infinity}')),
+    ("a number that overflows to inf", _broadcast(body="1e400")),
+]
+
+
+@pytest.mark.parametrize("what,data", BAD_TEXT, ids=[w for w, _ in BAD_TEXT])
+def test_text_no_encoder_takes_is_dropped_not_relayed(what, data):
+    # Python's json.loads takes all of these; relayed, they raised UnicodeEncodeError in
+    # wire.encode halfway through a relay (a traceback per message), or went to seed peers as
+    # NaN/Infinity, which JSON.parse refuses.
+    with pytest.raises(wire.NotJson):
+        wire.decode(data)
+    node = PotatoNode("A", 0.0)
+    node.peer_up("S", 0.0)
+    node.peer_up("B", 0.0)
+    node.receive("S", data, 0.0)  # no exception
+    assert node.stats["dropped_not_json"] == 1
+    assert node.messages_to_send() == []
+
+
+def test_valid_text_still_passes():
+    pair = _broadcast(body='"\\ud83d\\ude00 \\u00e9 ok"', sender='"\\u00e9"')
+    msg = wire.decode(pair)
+    assert msg.body == "\U0001F600 \u00e9 ok" and msg.sender == "\u00e9"
+    assert wire.decode(wire.encode(msg)) == msg
+    assert wire.decode(_broadcast(body="[1.5, -0.0, 1e300, 12345678901234567890]")).body == \
+        [1.5, -0.0, 1e300, 12345678901234567890]
+
+
+def test_a_name_with_a_lone_surrogate_is_no_name():
+    assert not wire.is_name("\ud800")
+    assert not wire.is_name("a\udcff")
+    assert wire.is_name("\u00e9\U0001F600")
+
+
+def _hello(address, local, line: bytes) -> bytes:
+    s = socket.create_connection(address, timeout=2, source_address=(local, 0))
+    try:
+        s.sendall(line + b"\n")
+        got = b""
+        while b"\n" not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        return got
+    finally:
+        s.close()
+
+
+def test_tcp_hello_with_a_lone_surrogate_is_refused():
+    # The name was taken: every election response to that peer then raised in wire.encode.
+    async def main():
+        t = TcpTransport("A", "127.0.0.181", 0, on_peer_up=lambda n: None,
+                         on_peer_down=lambda n: None, on_message=lambda n, d: None)
+        await t.start()
+        try:
+            reply = await asyncio.to_thread(_hello, ("127.0.0.181", t.port), "127.0.0.182",
+                                            b'{"hello": "\\ud800"}')
+            assert json.loads(reply)["refused"] == "bad_name"
+            assert t.peers() == [] and t.stats["refused_bad_name"] == 1
+        finally:
+            await t.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
