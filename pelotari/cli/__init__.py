@@ -33,3 +33,4 @@ from pelotari.cli import prototari as _prototari  # noqa: E402,F401
 from pelotari.cli import lan_demo as _lan_demo  # noqa: E402,F401
 from pelotari.cli import bully as _bully  # noqa: E402,F401
 from pelotari.cli import potato as _potato  # noqa: E402,F401
+from pelotari.cli import swarm as _swarm  # noqa: E402,F401

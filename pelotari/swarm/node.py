@@ -1,0 +1,337 @@
+"""asyncio adapter for the swarm core (pelotari.swarm.core.SwarmNode): one UDP socket, the
+core's timer, its datagrams and its events.
+
+    node = await Node.start("127.0.0.1", 21452, Keyring.from_file("swarm.key"))
+    node.connect(("127.0.0.2", 21452))
+    while (ev := await node.next_event(timeout=1.0)) is not None: ...
+    await node.close()
+
+How it drives the core (aioquic's asyncio/protocol.py shape):
+
+* `now` is the event loop's monotonic clock (loop.time()), never going back between calls; the
+  MAC's wall clock is time.time(), given to the core as `wall_offset` before every call, so a
+  stepped system clock is followed at once.
+* The timer is re-armed only when the core's get_timer() changes (one TimerHandle at a time).
+* The socket is non-blocking and read directly (loop.add_reader): up to READ_BATCH datagrams per
+  wake-up, each read into max_datagram + 1 bytes (so a datagram past the limit is told from one
+  at it), then one flush: datagrams out, events queued, timer re-armed.
+* Sends never block and never queue: a full socket send buffer drops the datagram (UDP loses it
+  on the wire as well), counted in `send_dropped`.
+* Socket errors are counted (`send_errors`, `receive_errors`) and each kind (direction and errno)
+  is reported once, as a NodeWarning event and a log warning.
+* Events wait in a bounded queue (`max_events`); when the consumer falls behind, new events are
+  dropped and counted (`events_dropped`), so a slow consumer costs memory up to that bound only.
+"""
+import asyncio
+import errno
+import logging
+import socket
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+from pelotari.swarm import wire
+from pelotari.swarm.core import Address, Config, ConnectionInfo, SwarmNode
+
+log = logging.getLogger("pelotari.swarm")
+
+READ_BATCH = 64  # datagrams read per wake-up before the loop gets a turn
+MAX_EVENTS = 4096  # events waiting for the consumer; past it, new ones are dropped and counted
+PING_TIMEOUT = 2.0  # s: ping()'s future gives None when no Pong came by then
+RECEIVE_BUFFER = 4 << 20  # SO_RCVBUF asked for (the kernel caps it at net.core.rmem_max)
+
+
+@dataclass(frozen=True)
+class NodeWarning:
+    """A socket error of a kind not seen before: each kind (direction and errno) is reported
+    once; every occurrence is counted in stats (`send_errors`, `receive_errors`,
+    `send_dropped`)."""
+
+    kind: str  # e.g. "send ENETUNREACH"
+    message: str
+
+
+class _Closed:
+    """The end of the event stream (put in the queue by close())."""
+
+
+_CLOSED = _Closed()
+
+
+def _address(address) -> Address:
+    return (str(address[0]), int(address[1]))
+
+
+class Node:
+    """A running swarm node. Use `await Node.start(...)`; then connect(), ping(), send(),
+    connections(), next_event() or events(), stats; and `await close()`."""
+
+    def __init__(self, sock: socket.socket, keyring: wire.Keyring,
+                 config: Optional[Config] = None, max_events: int = MAX_EVENTS):
+        self._loop = asyncio.get_running_loop()
+        self._sock = sock
+        bound = sock.getsockname()
+        self.address: Address = (bound[0], bound[1])
+        self._last = self._loop.time()
+        self.core = SwarmNode(self.address, keyring, self._last, config,
+                              wall_offset=time.time() - self._last)
+        self._read_size = self.core.config.limits.max_datagram + 1
+        self._events: asyncio.Queue = asyncio.Queue(max_events)
+        self._own: Counter = Counter()  # the adapter's counters (the core keeps its own)
+        self._reported: set = set()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at: Optional[float] = None
+        self._pings: List[list] = []  # [address, mark, sent at, future, timeout handle]
+        self._closed = False
+        self._loop.add_reader(sock.fileno(), self._readable)
+        self._flush(self._last)
+
+    @classmethod
+    async def start(cls, host: str, port: int, keyring: wire.Keyring,
+                    config: Optional[Config] = None, *, max_events: int = MAX_EVENTS) -> "Node":
+        """Bind a UDP socket to (host, port) — port 0 takes a free one, see `address` — and run
+        the node on the running loop. OSError if the address cannot be bound.
+
+        Bind a specific address: the core knows itself by it, and leaves it out of what it
+        learns; with a wildcard address (0.0.0.0) it cannot tell its own address in a peer's
+        Connections from another node's."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            except OSError:
+                pass
+            sock.bind((host, port))
+            return cls(sock, keyring, config, max_events)
+        except BaseException:
+            sock.close()
+            raise
+
+    # ---- clock ---------------------------------------------------------------------------------
+
+    def _live(self) -> float:
+        """_now() for a command; RuntimeError once closed."""
+        if self._closed:
+            raise RuntimeError("the node is closed")
+        return self._now()
+
+    def _now(self) -> float:
+        """The loop's monotonic time, never earlier than the last one given to the core; and the
+        core's wall clock set from time.time() for it."""
+        now = self._loop.time()
+        if now < self._last:
+            now = self._last
+        self._last = now
+        self.core.wall_offset = time.time() - now
+        return now
+
+    # ---- the socket ----------------------------------------------------------------------------
+
+    def _readable(self) -> None:
+        sock = self._sock
+        core = self.core
+        now = self._now()
+        for _ in range(READ_BATCH):
+            try:
+                data, source = sock.recvfrom(self._read_size)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:  # an ICMP error for an earlier send (ECONNREFUSED...)
+                self._socket_error("receive", exc)
+                continue
+            core.receive_datagram(data, source[:2], now)
+        self._flush(now)
+
+    def _socket_error(self, direction: str, exc: OSError, to: Optional[Address] = None,
+                      counter: Optional[str] = None) -> None:
+        self._own[counter or f"{direction}_errors"] += 1
+        name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        kind = f"{direction} {name}"
+        if kind in self._reported:
+            return
+        self._reported.add(kind)
+        where = f" to {to[0]}:{to[1]}" if to is not None else ""
+        if counter == "send_dropped":
+            message = (f"cannot send{where}: the socket's send buffer is full; datagrams are "
+                       "dropped (counted in send_dropped; not reported again)")
+        else:
+            late = " (an ICMP error for an earlier datagram)" if direction == "receive" else ""
+            message = (f"cannot {direction}{where}: {exc.strerror or exc}{late} (counted in "
+                       f"{direction}_errors; further {name} errors are not reported)")
+        log.warning("%s", message)
+        self._put(NodeWarning(kind, message))
+
+    def _flush(self, now: float) -> None:
+        """After any call into the core: send what it queued, take its events, check pings, and
+        re-arm the timer if its time changed."""
+        core = self.core
+        sock = self._sock
+        for data, to in core.datagrams_to_send():
+            try:
+                sock.sendto(data, to)
+            except (BlockingIOError, InterruptedError) as exc:
+                self._socket_error("send", exc, to, "send_dropped")
+            except OSError as exc:
+                self._socket_error("send", exc, to)
+        while (ev := core.next_event()) is not None:
+            self._put(ev)
+        if self._pings:
+            self._check_pings(now)
+        when = core.get_timer()
+        if when != self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = None if when is None else self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        when = self._timer_at
+        self._timer_at = None
+        now = self._now()
+        if when is not None and when > now:  # the loop woke a hair early: take the due time
+            now = self._last = when
+            self.core.wall_offset = time.time() - now
+        self.core.handle_timer(now)
+        self._flush(now)
+
+    # ---- events --------------------------------------------------------------------------------
+
+    def _put(self, event: Any) -> None:
+        try:
+            self._events.put_nowait(event)
+        except asyncio.QueueFull:
+            self._own["events_dropped"] += 1
+
+    async def next_event(self, timeout: Optional[float] = None) -> Any:
+        """The next event — Connected, Promoted, Demoted, Reset, ConnectionsLearned, UserMessage,
+        Forgotten (pelotari.swarm.core) or NodeWarning — or None after timeout or close()."""
+        try:
+            ev = await asyncio.wait_for(self._events.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+        if ev is _CLOSED:
+            self._events.put_nowait(ev)  # every later call ends too
+            return None
+        return ev
+
+    async def events(self) -> AsyncIterator[Any]:
+        """Every event as it happens, until close()."""
+        while True:
+            ev = await self._events.get()
+            if ev is _CLOSED:
+                self._events.put_nowait(ev)
+                return
+            yield ev
+
+    # ---- commands ------------------------------------------------------------------------------
+
+    def connect(self, address: Address) -> None:
+        """Dial address and keep it as a direct connection (redialled until it answers).
+        ValueError for our own address."""
+        now = self._live()
+        self.core.connect(_address(address), now)
+        self._flush(now)
+
+    def ping(self, address: Address, timeout: float = PING_TIMEOUT) -> "asyncio.Future":
+        """Ping an established connection now (KeyError otherwise). The future gives the round
+        trip in seconds when its Pong (or a later one) has counted, or None after timeout."""
+        address = _address(address)
+        now = self._live()
+        self.core.ping(address, now)
+        fut = self._loop.create_future()
+        entry = [address, self._ping_marks(address)[0], now, fut, None]
+        entry[4] = self._loop.call_later(timeout, self._ping_timeout, entry)
+        self._pings.append(entry)
+        self._flush(now)
+        return fut
+
+    def _ping_marks(self, address: Address):
+        """(time of our last Ping, time of the last Ping whose Pong counted) for address, as the
+        core's table holds them; (None, None) without a record. The core has no Pong event:
+        this reads the table's pinged/ponged fields (docs/protocols/swarm.md, "State per
+        connection")."""
+        table = self.core.table
+        try:
+            slot = table.lookup(address)
+            if slot < 0:
+                return None, None
+            return table.pinged[slot], table.ponged[slot]
+        except (AttributeError, IndexError, TypeError):
+            return None, None
+
+    def _check_pings(self, now: float) -> None:
+        left = []
+        for entry in self._pings:
+            address, mark, sent, fut, handle = entry
+            ponged = self._ping_marks(address)[1]
+            if fut.done():
+                handle.cancel()
+            elif mark is not None and ponged is not None and ponged >= mark:
+                handle.cancel()
+                fut.set_result(now - sent)
+            else:
+                left.append(entry)
+        self._pings = left
+
+    def _ping_timeout(self, entry: list) -> None:
+        if entry in self._pings:
+            self._pings.remove(entry)
+        if not entry[3].done():
+            entry[3].set_result(None)
+
+    def send(self, address: Address, type_: int, data: bytes, flags: int = 0) -> None:
+        """A user-defined datagram (type 6..65535, at most 988 bytes of data) to an established
+        connection: KeyError if there is none, ValueError for a bad type or size."""
+        now = self._live()
+        self.core.send(_address(address), type_, bytes(data), now, flags)
+        self._flush(now)
+
+    def connections(self) -> List[ConnectionInfo]:
+        """Every connection in the table: address, status (direct, vague, connecting,
+        half_open), rtt, missed."""
+        return self.core.connections()
+
+    def direct(self) -> List[Address]:
+        return self.core.direct()
+
+    def known(self) -> List[Address]:
+        """Peers heard of in Connections and not contacted yet."""
+        return self.core.known()
+
+    @property
+    def stats(self) -> Counter:
+        """The core's counters (docs/protocols/swarm.md, "Events") and the adapter's:
+        send_errors, receive_errors, send_dropped, events_dropped."""
+        out = Counter(self.core.stats)
+        out.update(self._own)
+        return out
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self) -> None:
+        """Stop reading, cancel the timer, close the socket; next_event() gives None and
+        events() ends from now on. Peers notice by their unanswered Pings."""
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._sock.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, _, _, fut, handle in self._pings:
+            handle.cancel()
+            if not fut.done():
+                fut.set_result(None)
+        self._pings = []
+        self._sock.close()
+        if self._events.full():  # make room for the end marker: the oldest event goes
+            self._events.get_nowait()
+            self._own["events_dropped"] += 1
+        self._events.put_nowait(_CLOSED)
