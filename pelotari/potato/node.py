@@ -19,6 +19,7 @@ from pelotari.potato.core import Config, PotatoNode
 from pelotari.potato.wire import INITIAL
 
 TRANSPORTS = ("tcp", "webrtc")
+REPLIES = (b'{"type":"direct_election_response"', b'{"type":"indirect_election_response"')
 
 
 class Node:
@@ -170,7 +171,9 @@ class Node:
         if self._closed:
             return
         for peer, data in self.core.messages_to_send():
-            if not self.transport.send(peer, data):
+            # An election response answers that peer's request: the transport sends it only
+            # within what the peer sent us (wire.encode puts `type` first).
+            if not self.transport.send(peer, data, reply=data.startswith(REPLIES)):
                 self.core.stats["send_dropped"] += 1
         while (ev := self.core.next_event()) is not None:
             self.on_event(ev)

@@ -71,7 +71,7 @@ send_dropped_<why> (unknown_peer, oversize, newline, reserved, empty, not_bytes,
 closing); refused_<why> (own_name, duplicate, crossed, bad_name, bad_hello, max_peers, busy,
 by_peer, per_host, bad_sdp, no_candidate); closed_<why> (dead, lost, oversize, crossed);
 handshake_timeout, recv_dropped_oversize, recv_dropped_rate, recv_held, recv_yielded,
-ping_loop_stalled, ice_candidates_dropped, replaced_crossed, callback_errors.
+ping_loop_stalled, pings_withheld, ice_candidates_dropped, replaced_crossed, callback_errors.
 """
 import asyncio
 import contextvars
@@ -142,6 +142,8 @@ class _Link:
     tokens = 0.0  # the receive token bucket: messages,
     token_bytes = 0.0  # bytes,
     tokens_at = 0.0  # as of this loop time
+    rx_bytes = 0  # bytes it sent us (since the handshake; WebRTC: its offer or answer too)
+    spent = 0  # bytes it made us send it: replies (send(reply=True)) and TCP pings to it
 
     def write(self, data: bytes) -> None:
         raise NotImplementedError
@@ -206,8 +208,11 @@ class Transport:
         """The names of the peers messages can be sent to now."""
         return [name for name, link in self._peers.items() if link.is_open]
 
-    def send(self, peer: str, data: bytes) -> bool:
-        """Queue one message to a peer without blocking; False (counted) if it cannot be."""
+    def send(self, peer: str, data: bytes, reply: bool = False) -> bool:
+        """Queue one message to a peer without blocking; False (counted) if it cannot be.
+        reply=True: the message answers that peer (an election response); it is sent only
+        while what the peer made us send stays within what it sent us (`send_dropped_credit`
+        otherwise), so no stranger gets more bytes out of us than it put in."""
         link = self._peers.get(peer)
         if link is None or not link.is_open or self._closed:
             self.stats["send_dropped_unknown_peer"] += 1
@@ -219,6 +224,9 @@ class Transport:
         if link.buffered() > self.max_buffer:
             self.stats["send_dropped_buffer_full"] += 1
             return False
+        if reply and link.spent + len(data) + 1 > link.rx_bytes:
+            self.stats["send_dropped_credit"] += 1
+            return False
         try:
             link.write(data)
         except ValueError:  # over what the peer's SCTP takes (its a=max-message-size)
@@ -228,6 +236,8 @@ class Transport:
             log.debug("send to %s failed: %r", peer, exc)
             self.stats["send_dropped_closing"] += 1
             return False
+        if reply:
+            link.spent += len(data) + 1
         self.stats["messages_sent"] += 1
         return True
 
@@ -389,11 +399,21 @@ class Transport:
                              now - link.last_rx)
                     self._drop(link, "dead")
                 elif now - link.last_tx >= self.ping_interval:
+                    budgeted = self._ping_budgeted(link)
+                    if budgeted and link.rx_bytes < link.spent + len(PING) + 1:
+                        self.stats["pings_withheld"] += 1
+                        continue
                     try:
                         link.write(PING)
+                        if budgeted:
+                            link.spent += len(PING) + 1
                         self.stats["pings_sent"] += 1
                     except Exception as exc:
                         log.debug("ping to %s failed: %r", link.name, exc)
+
+    def _ping_budgeted(self, link: _Link) -> bool:
+        """Whether pings to this peer count against what it sent us (see TcpTransport)."""
+        return False
 
     def _spawn(self, coro) -> asyncio.Task:
         task = self._loop.create_task(coro)
@@ -472,6 +492,8 @@ class _TcpLink(asyncio.Protocol, _Link):
         if self.retired and self.result.done():
             return
         self.last_rx = self.loop.time()  # any bytes: the peer is alive
+        if self.is_open:
+            self.rx_bytes += len(data)
         self.buf += data
         if not self.held:
             self._process()
@@ -686,6 +708,15 @@ class TcpTransport(Transport):
     def _refuse_data(self, data) -> str:
         return super()._refuse_data(data) or ("newline" if b"\n" in data else "")
 
+    def _ping_budgeted(self, link: _Link) -> bool:
+        # To a peer that connected to us, pings never total more bytes than it sent since the
+        # handshake: a stranger sending one byte a second ("\n") to stay alive got 48 bytes
+        # of pings for it. A pelotari peer pings us as often as we ping it (the side that
+        # connected pings freely), so this waits at most for its first ping. (WebRTC: not
+        # budgeted; a peer that never pings, as a seed client, answers each with an SCTP SACK
+        # of about the same size, and that is how we know it is alive.)
+        return not link.outgoing
+
     def _incoming_from(self, host: str | None) -> int:
         return sum(1 for link in self._links
                    if not link.outgoing and not link.retired and link.remote_host == host)
@@ -870,6 +901,7 @@ class _RtcLink(_Link):
         owner = self.owner
         self.last_rx = owner._loop.time()  # any message, even one dropped: the peer is alive
         data = message.encode() if isinstance(message, str) else message
+        self.rx_bytes += len(data)
         if data == PING:  # liveness first: never behind the rate limit
             return
         if len(data) > owner.max_message:
