@@ -196,3 +196,33 @@ def test_election_responses_to_a_stranger_cost_no_more_than_its_requests():
 
     asyncio.run(asyncio.wait_for(main(), 20))
 
+
+# ---- the command as a new user meets it ---------------------------------------------------
+
+def test_node_help_explains_the_commands():
+    # The help was a docstring built with `+`, which Python does not keep: `potato node --help`
+    # showed the options alone and `potato --help` listed `node` with no summary.
+    from click.testing import CliRunner
+
+    from pelotari.cli import main
+
+    text = CliRunner().invoke(main, ["potato", "node", "--help"]).output
+    assert "Run a potato client" in text and "send NAME TEXT" in text and "propose" in text
+    listing = CliRunner().invoke(main, ["potato", "--help"]).output
+    assert any(line.split()[:2] == ["node", "Run"] for line in listing.splitlines())
+
+
+def test_node_address_errors_name_the_option_and_connect_needs_a_port():
+    # `--connect 127.0.0.1` (no port) was taken as port 0 and tried again every 10 s for good;
+    # a bad --listen said "Invalid value:" without saying which option.
+    from click.testing import CliRunner
+
+    from pelotari.cli import main
+
+    for args, option in ((["--connect", "127.0.0.194"], "--connect"),
+                         (["--connect", "127.0.0.194:0"], "--connect"),
+                         (["--listen", "no-such-host.invalid:1"], "--listen")):
+        res = CliRunner().invoke(main, ["potato", "node", "--name", "A", *args])
+        assert res.exit_code == 2, res.output
+        assert f"Invalid value for {option}" in res.output, res.output
+        assert "Traceback" not in res.output

@@ -83,15 +83,28 @@ quit             stop (as Ctrl-C, SIGTERM and SIGHUP do)"""
 HELP_LINE = "commands: send NAME TEXT, broadcast TEXT, propose, frame, peers, stats, help, quit"
 
 
-def _address(text):
+def _address(text, option):
     from pelotari.cli.common import AddressType
-    return AddressType(0).convert(text, None, None)
+    try:
+        return AddressType(0).convert(text, None, None)
+    except click.BadParameter as exc:  # (named: "Invalid value:" alone did not say which)
+        raise click.BadParameter(exc.message, param_hint=option) from None
 
 
-@potato.command(epilog="""stdin may be a terminal, a pipe, /dev/null or closed: the end of input
+NODE_HELP = """Run a potato client: relay, deliver and vote.
+
+\b
+Once running, it reads these commands on stdin, one per line:
+""" + "\n".join("  " + line for line in COMMANDS.splitlines())
+
+
+# (help= and not a docstring: a docstring built with + is no docstring, and --help was empty)
+@potato.command(help=NODE_HELP, short_help="Run a potato client: relay, deliver and vote.",
+                epilog="""stdin may be a terminal, a pipe, /dev/null or closed: the end of input
 does not stop the client; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP. With --json every
 event is one JSON object per line.""")
-@click.option("--name", required=True, help="This client's name (1 to 100 characters).")
+@click.option("--name", required=True, help="This client's name (1 to 100 characters of "
+                                            "valid UTF-8).")
 @click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
               help="Where peers connect to us (port 0: any free port; printed at start).")
 @click.option("--connect", "connect", multiple=True, metavar="HOST:PORT",
@@ -102,11 +115,6 @@ event is one JSON object per line.""")
                                       "STUN), or plain TCP with one JSON message per line.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
 def node(name, listen, connect, transport, as_json):
-    """Run a potato client: relay, deliver and vote.
-
-    \b
-    Once running, it reads these commands on stdin, one per line:
-    """ + "\n".join("    " + line for line in COMMANDS.splitlines())
     import asyncio
 
     from pelotari.cli.service import ensure_standard_fds
@@ -115,8 +123,12 @@ def node(name, listen, connect, transport, as_json):
     if not is_name(name):
         raise click.BadParameter("a name is 1 to 100 characters of valid UTF-8",
                                  param_hint="--name")
-    listen = _address(listen)
-    targets = [_address(c) for c in connect]
+    listen = _address(listen, "--listen")
+    targets = [_address(c, "--connect") for c in connect]
+    for (host, port), text in zip(targets, connect):
+        if port == 0:  # (was tried again every 10 s for good: nothing listens on port 0)
+            raise click.BadParameter(f"{text!r} has no port: HOST:PORT, PORT 1..65535",
+                                     param_hint="--connect")
     ensure_standard_fds()
     try:
         failure = asyncio.run(_run(name, listen, targets, transport, as_json))
