@@ -91,8 +91,32 @@ def _check_range(field, name, value):
 FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_seq", "flags", "token")
 
 
+def _swarm_keyring(key_file, sign_at=None):
+    """The swarm layer's keyring from --key-file, else from PELOTARI_SWARM_KEYS (None when
+    neither is given), installed in the layer (set_keyring) with the time it signs at."""
+    from pelotari.layers import swarm as swarm_layer
+    from pelotari.swarm import wire as swarm_wire
+
+    try:
+        if key_file is not None:
+            ring = swarm_wire.Keyring.from_file(key_file)
+        elif os.environ.get(swarm_wire.ENV_KEYS, "").strip():
+            ring = swarm_wire.Keyring.from_env()
+        else:
+            ring = None
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {key_file}: {exc.strerror or exc}",
+                                 param_hint="--key-file") from None
+    except swarm_wire.SwarmError as exc:
+        where = "--key-file" if key_file is not None else swarm_wire.ENV_KEYS
+        raise click.BadParameter(str(exc), param_hint=where) from None
+    swarm_layer.set_keyring(ring, now=sign_at)
+    return ring
+
+
 @main.command()
 @click.argument("kind", metavar="TYPE")
+@click.argument("subtype", metavar="[SUBTYPE]", required=False)
 @click.option("--sequence", help="SEQUENCE (DELIVER).")
 @click.option("--data", help="DATA (DELIVER, PUSH): text, or hex:... for bytes.")
 @click.option("--length", help="Force LENGTH (default: computed from DATA, or a bully Text's msg; "
@@ -109,7 +133,8 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
 @click.option("--send", "target", type=_Target(2323), default=None,
               help="Send the packet to HOST:PORT (a fyrehose backbone: 2323; prototari: 21451 "
                    "for discovery, 21450 for the rest; bully: a TCP connection to 3333; potato: "
-                   "no default port, a TCP connection with the hello handshake first).")
+                   "no default port, a TCP connection with the hello handshake first; swarm: "
+                   "21452, answers' MACs checked with the --key-file keys).")
 @click.option("--name", "client", default=None, metavar="NAME",
               help="potato: the client name --send says hello with [default: the message's last "
                    "`visited` name, else its `from`].")
@@ -127,15 +152,23 @@ FIELD_OPTIONS = ("sequence", "data", "length", "addr", "port", "from_seq", "to_s
               help="With --send and a packed PUSH: first sign on from the same socket as a "
                    "NOSUBSCRIBE NOJOURNAL PACKED client, since a backbone takes packs only from "
                    "such clients (--no-sign-on sends the pack alone, as a stranger would).")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="swarm: sign with this key file's first key (64 hex digits a line) and check "
+                   "the answers' MACs with all its keys [default: $PELOTARI_SWARM_KEYS; without "
+                   "either the MAC is left zero, or as -F mac= gives it].")
+@click.option("--sign-at", type=click.FloatRange(0), default=None, metavar="UNIX_TIME",
+              help="swarm: sign as at this Unix time (default: now), e.g. to craft a datagram "
+                   "from a past epoch.")
 @click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not show the packet; only send and answers.")
 @click.option("--list", "list_types", is_flag=True, help="List the packet types and their fields.")
-def craft(kind, fields, target, client, src, wait, pack, sign_on, hexdump, quiet, list_types,
-          **named):
+def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_file, sign_at,
+          hexdump, quiet, list_types, **named):
     """Build any pelotari packet, show it, and optionally send it and dissect the answer.
 
     TYPE is a packet type of any of pelotari's scapy layers (see --list), e.g. keepalive,
-    push, request, NodeRequest. Unset fields keep the protocol's defaults; lengths are computed.
+    push, request, NodeRequest; PROTOCOL.TYPE or PROTOCOL TYPE (swarm ping) names one
+    protocol's. Unset fields keep the protocol's defaults; lengths are computed.
 
     \b
       pelotari craft keepalive --send 127.0.0.1:2323 --wait 1     sign on; prints the ACK
@@ -149,6 +182,11 @@ def craft(kind, fields, target, client, src, wait, pack, sign_on, hexdump, quiet
       pelotari craft direct -F from=A -F to=B -F body=hello --send 127.0.0.1:PORT
                                   potato: hello as A, then the message (one JSON line)
       pelotari craft potato -F type=broadcast -F body='{"frame": "f1", "parent": "INITIAL"}'
+      pelotari craft swarm ping -F token=random --key-file swarm.keys \\
+          --send 127.0.0.1:21452 --wait 1         swarm: a signed Ping; the Pong, MAC checked
+      pelotari craft swarm connect -F attempt=3 -F ack=1 -F token=7 -F echo=9 --hexdump
+      pelotari craft swarm connections -F entries=10.0.0.1:21452,vague:[2001:db8::1]:21452
+      pelotari craft swarm user -F type=100 -F flags=0x8000 -F data=hello
     """
     from scapy.all import hexdump as scapy_hexdump, raw
 
@@ -159,7 +197,15 @@ def craft(kind, fields, target, client, src, wait, pack, sign_on, hexdump, quiet
         for name, cls in types.items():
             click.echo(f"{name:<24} {', '.join(f.name for f in cls.fields_desc)}")
         return
+    if subtype is not None:  # `pelotari craft swarm ping`: PROTOCOL TYPE
+        if kind.lower() not in registry.LAYERS:
+            raise click.BadParameter(f"{kind!r} is not a protocol ({', '.join(registry.LAYERS)}); "
+                                     f"give TYPE, PROTOCOL.TYPE or PROTOCOL TYPE", param_hint="TYPE")
+        kind = f"{kind}.{subtype}"
     cls = types.get(kind.lower())
+    if cls is None and kind.lower() in registry.LAYERS:
+        own = ", ".join(n.split(".", 1)[1] for n in types if n.startswith(kind.lower() + "."))
+        raise click.BadParameter(f"{kind}: give a type too ({own})", param_hint="TYPE")
     if cls is None:
         plain = ", ".join(n for n in types if "." not in n)
         raise click.BadParameter(f"unknown type {kind!r}; choose from {plain} (or PROTOCOL.TYPE)",
@@ -175,11 +221,20 @@ def craft(kind, fields, target, client, src, wait, pack, sign_on, hexdump, quiet
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--field")
         values[aliases.get(name.strip(), name.strip())] = value
     converted = {name: _field_value(cls, name, text) for name, text in values.items()}
-    if "token" in converted and len(converted["token"]) != 16:
+    if isinstance(converted.get("token"), bytes) and len(converted["token"]) != 16:
         raise click.BadParameter(f"TOKEN must be 16 bytes, got {len(converted['token'])}",
                                  param_hint="--token")
     module = sys.modules[cls.__module__]
     tcp = getattr(module, "TRANSPORT", "udp") == "tcp"
+    swarm = module.__name__ == registry.LAYERS["swarm"]
+    if (key_file is not None or sign_at is not None) and not swarm:
+        raise click.BadParameter("only swarm datagrams are signed",
+                                 param_hint="--key-file" if key_file is not None else "--sign-at")
+    if swarm:
+        ring = _swarm_keyring(key_file, sign_at)
+        if ring is None and converted.get("mac") is None:
+            click.echo("note: unsigned (no --key-file or $PELOTARI_SWARM_KEYS): the MAC is 32 "
+                       "zero bytes; a swarm node drops it (bad_mac)", err=True)
     pkt = cls(**converted)
     if pack > 1:
         from pelotari.layers.fyrehose import FyrehoseDeliver, FyrehosePush
@@ -208,6 +263,11 @@ def craft(kind, fields, target, client, src, wait, pack, sign_on, hexdump, quiet
             cls(wire).show() if pack == 1 else module.dissect(wire).show()
     if lines and module.problem(wire) is not None:  # a lie on purpose, or a slip: say so
         click.echo(f"note: a receiver drops this line ({module.problem(wire)})", err=True)
+    if swarm and module.problem(wire) is not None:
+        exc = module.problem(wire)
+        click.echo(f"note: a swarm node drops this datagram ({exc.reason}: {exc})", err=True)
+    if swarm:  # answers are checked at the time they come in, not at --sign-at
+        module.set_keyring(module.keyring())
     if target is None:
         return
     if target[1] is None:
@@ -526,7 +586,9 @@ def _rows(pkt, ports, streams=None):
         gso = frames is not None and getattr(module, "split_gso", lambda _: None)(data) is not None
         rows = []
         for frame in frames or [data]:
-            described = module.describe(module.dissect(frame))
+            dissected = module.dissect(frame)
+            dissected.time = pkt.time  # a layer that checks times (swarm's MAC epochs) reads it
+            described = module.describe(dissected)
             if described is not None:
                 if frames:
                     # Several frames in one datagram or segment: packed, coalesced, or (equal
@@ -580,17 +642,22 @@ class GapFollower:
                    '2323 or tcp port 3333", and any --port; on lo add "and inbound": loopback '
                    'shows every packet twice].')
 @click.option("-p", "--port", "ports", multiple=True, metavar="[PROTOCOL:]PORT",
-              help="Also decode this port, as PROTOCOL (fyrehose, prototari: UDP; bully, potato: "
-                   "TCP) or as whichever recognises each packet (repeatable; default ports always "
-                   "are). potato has no default port: name each client's, e.g. -p potato:34440; "
-                   "a connection whose first line is a potato hello is read as potato anyway.")
+              help="Also decode this port, as PROTOCOL (fyrehose, prototari, swarm: UDP; bully, "
+                   "potato: TCP) or as whichever recognises each packet (repeatable; default ports "
+                   "always are). potato has no default port: name each client's, e.g. -p "
+                   "potato:34440; a connection whose first line is a potato hello is read as "
+                   "potato anyway.")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="swarm: check each datagram's MAC with this key file's keys at its capture "
+                   "time (rows say mac ok, bad or unchecked) [default: $PELOTARI_SWARM_KEYS; "
+                   "without either, unchecked].")
 @click.option("-c", "--count", type=click.IntRange(1), default=None, help="Stop after this many packets.")
 @click.option("-t", "--timeout", type=click.FloatRange(0.1), default=None, help="Stop live capture after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per packet, then a summary object.")
 @click.option("--follow-gaps", is_flag=True, help="Report missing DELIVER sequence numbers per stream.")
 @click.option("-w", "--write", "out", type=click.Path(dir_okay=False), default=None,
               help="Also write the packets shown to this pcap file.")
-def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, out):
+def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, out, key_file):
     """Decode pelotari traffic from a pcap file or a live interface, one line per packet.
 
     Each line: time, source → destination, type, sequence (DELIVER) or range (REQUEST/FORWARD),
@@ -603,6 +670,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
       sudo pelotari inspect -i lo -f "udp port 2323 and inbound" --json
       pelotari inspect bully.pcap -p bully:3334
       pelotari inspect mesh.pcap -p potato:34440     potato: its type, from→to, id, hops, vote
+      pelotari inspect swarm.pcap --key-file swarm.keys -p swarm:21460
+                                  swarm: type, attempt, ack, tokens, entries, mac ok/bad
     """
     import json
 
@@ -616,6 +685,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
 
     conf.verb = 0
     modules = registry.load()
+    _swarm_keyring(key_file)
     bound = {name: set(m.DEFAULT_PORTS) for name, m in modules.items()}
     for spec in ports:
         proto, _, number = spec.rpartition(":")

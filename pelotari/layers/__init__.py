@@ -23,6 +23,7 @@ LAYERS: Dict[str, str] = {
     "prototari": "pelotari.layers.prototari",
     "bully": "pelotari.layers.bully",
     "potato": "pelotari.layers.potato",
+    "swarm": "pelotari.layers.swarm",
 }
 
 
