@@ -7,7 +7,7 @@ cimport cython
 from libc.stdint cimport uint8_t
 from libc.string cimport memcpy, memset
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 
 @cython.final
@@ -23,7 +23,7 @@ cdef class MacSet:
     def load(self, keys, int signer=0):
         """Install the states for `keys` (each 1..64 bytes: epoch keys are 32), the one at
         index `signer` signing; verify tries them in this order."""
-        keys = [bytes(k) for k in keys]
+        keys = [bytes(x) for x in keys]  # (not `k`: that name is a C pointer here)
         if not 1 <= len(keys) <= SWARM_MAX_STATES:
             raise ValueError(f"1 to {SWARM_MAX_STATES} keys, not {len(keys)}")
         if not 0 <= signer < len(keys):
@@ -31,11 +31,12 @@ cdef class MacSet:
         cdef uint8_t ipad[64]
         cdef uint8_t opad[64]
         cdef const uint8_t* k
+        cdef bytes key
         cdef Py_ssize_t n, j
         cdef int i
         for i in range(len(keys)):
             key = keys[i]
-            n = len(key)
+            n = PyBytes_GET_SIZE(key)  # a key may hold zero bytes anywhere
             if not 1 <= n <= 64:
                 raise ValueError("a key is 1 to 64 bytes")
             k = <const uint8_t*>PyBytes_AS_STRING(key)

@@ -72,3 +72,20 @@ def test_limits_of_load_at_and_past():
     assert m.mac(b"abcd") == hmac.new(b"k" * 64, b"abcd", hashlib.sha256).digest()
     with pytest.raises(ValueError):
         m.sign(b"abc")  # shorter than the header
+
+
+def test_keys_with_zero_bytes_anywhere_give_the_stdlib_mac():
+    """Epoch keys are random bytes: about one in eight holds a zero byte (one in 256 starts
+    with one); the MAC must not stop at it (it did: len() of a C string)."""
+    m = MacSet()
+    for key in (b"\0" + bytes(range(1, 32)), bytes(range(32)), b"\x01\0\0\x02" * 8, b"\0" * 32):
+        m.load([key], 0)
+        assert m.mac(b"\0\1\0\0body") == hmac.new(key, b"\0\1\0\0body", hashlib.sha256).digest()
+
+
+def test_every_epoch_of_a_key_signs_as_the_stdlib_does():
+    kr = wire.Keyring([bytes(range(32))])
+    for e in range(600):  # epoch 148 of this key starts with a zero byte
+        now = e * 30 + 15.0
+        want = hmac.new(wire.epoch_key(kr.primary, e), b"\0\1\0\0", hashlib.sha256).digest()
+        assert kr.sign(b"\0\1\0\0", now)[4:36] == want, e
