@@ -169,7 +169,7 @@ async def _run(name, listen, targets, transport, as_json):
             emit("peer_down", f"peer {ev.peer} gone", peer=ev.peer)
         elif isinstance(ev, c.Delivered):
             via = f" via {ev.via}" if ev.via and ev.via != ev.sender else ""
-            emit("message", f"{ev.kind} from {ev.sender}{via} ({ev.hops} hops): "
+            emit("message", f"{ev.kind} from {ev.sender}{via} ({ev.hops} hop{'' if ev.hops == 1 else 's'}): "
                  f"{show(ev.body)}", kind=ev.kind, sender=ev.sender, via=ev.via, body=ev.body,
                  hops=ev.hops, identifier=ev.identifier)
         elif isinstance(ev, c.Undeliverable):
