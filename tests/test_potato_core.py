@@ -360,3 +360,13 @@ def test_seen_elections_and_frame_history_are_bounded():
     assert n.frame == "n4" and list(n._history) == ["n3", "n4"]
     with pytest.raises(ValueError):
         Config(max_seen_elections=0)
+
+
+def test_hops_count_links_for_direct_and_broadcast_alike():
+    sim = mesh([("A", "B"), ("B", "C"), ("C", "D")])
+    do(sim, "D", lambda c, now: c.send_direct("A", "x", now))
+    do(sim, "A", lambda c, now: c.broadcast("y", now))
+    sim.run(1.0)
+    (direct,) = sim.events(("A", 1), Delivered)
+    (bcast,) = [e for e in sim.events(("D", 1), Delivered) if e.kind == "broadcast"]
+    assert (direct.hops, direct.via, bcast.hops, bcast.via) == (3, "B", 3, "C")

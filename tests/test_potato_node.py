@@ -75,7 +75,9 @@ def test_three_clients_in_a_chain_relay_broadcast_and_elect(potato, transport):
     assert a.wait("peer_up", peer="B")
     c.command("send A kaixo A, from C ✓")  # A is not C's peer: B relays it
     got = a.wait("message", sender="C")
-    assert (got["kind"], got["body"], got["hops"]) == ("direct", "kaixo A, from C ✓", 1)
+    # C -> B -> A: two links each way (a direct message's last relay adds no name to visited)
+    assert (got["kind"], got["body"], got["hops"], got["via"]) == ("direct", "kaixo A, from C ✓",
+                                                                   2, "B")
     a.command("broadcast hello mesh")
     assert c.wait("message", kind="broadcast", body="hello mesh")["hops"] == 2
     a.command("propose")

@@ -55,7 +55,7 @@ class Delivered:
     sender: str
     body: Any
     identifier: str
-    hops: int = 0  # clients it went through (`visited` on arrival)
+    hops: int = 0  # links it crossed: the relays named in `visited` and `via`, plus one
     via: str = ""
 
 
@@ -135,6 +135,13 @@ class _Vote:
     waiting: set = field(default_factory=set)
     abstained: list = field(default_factory=list)
     done: bool = False
+
+
+def _hops(msg: Message, peer: str) -> int:
+    """Links a message crossed to reach us: its relays plus one. A broadcast's relays all add
+    themselves to `visited`; a direct message's last relay hands it over without (the seed), so
+    the peer that handed it over counts too."""
+    return len((set(msg.visited) | {peer}) - {msg.sender}) + 1
 
 
 class PotatoNode:
@@ -259,7 +266,7 @@ class PotatoNode:
         if msg.type == "direct":
             if msg.to == self.name:
                 self._events.append(Delivered("direct", msg.sender, msg.body, msg.identifier,
-                                              len(msg.visited), peer))
+                                              _hops(msg, peer), peer))
                 return
             self._relay(msg, now, exclude=peer)
             return
@@ -273,7 +280,7 @@ class PotatoNode:
                 self._take_frame(frame, parent, msg.sender, peer)
         else:
             self._events.append(Delivered("broadcast", msg.sender, msg.body, msg.identifier,
-                                          len(msg.visited), peer))
+                                          _hops(msg, peer), peer))
         # Relayed whatever we make of it: relaying is the seed's rule, taking a frame our own.
         self._relay(msg, now, exclude=peer)
 
