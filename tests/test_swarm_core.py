@@ -98,8 +98,8 @@ def pump(nodes, now, drop=lambda data, src, dst: False):
 
 # ---- the table -----------------------------------------------------------------------------
 
-def test_a_record_is_64_bytes_and_slots_stay_dense():
-    assert RECORD_BYTES == 64
+def test_a_record_is_57_bytes_and_slots_stay_dense():
+    assert RECORD_BYTES == 57  # + the index: under 64 a connection
     t = ConnectionTable(8)
     slots = [t.add(("10.0.0.%d" % k, 1), k) for k in range(5)]
     assert slots == [0, 1, 2, 3, 4] and len(t) == 5
@@ -690,3 +690,27 @@ def test_the_swarm_simulation_records():
     assert crash["converged"] and crash["crashed"] == 24 and crash["direct_to_crashed"] == 0
     import json
     json.dumps([join, crash])
+
+
+def test_only_the_pong_of_our_last_ping_counts_and_only_once():
+    from pelotari.swarm.table import S_PONGED
+
+    a, b = node(A), node(B)
+    handshake(a, b)
+    slot = a.table.lookup(B)
+    a.ping(B, 1.0)
+    (ping, _), = a.datagrams_to_send()
+    b.receive_datagram(ping, A, 1.0)
+    (first_pong, _), = b.datagrams_to_send()
+    a.ping(B, 2.5)  # a newer Ping (next slot: b holds us as vague): the first one's Pong no longer counts
+    (ping2, _), = a.datagrams_to_send()
+    a.receive_datagram(first_pong, B, 2.6)
+    assert a.stats["ignored_pong"] == 1 and not a.table.state[slot] & S_PONGED
+    assert a.last_ping(B) == (a.table.pinged[slot], False)
+    b.receive_datagram(ping2, A, 2.6)
+    (pong2, _), = b.datagrams_to_send()
+    a.receive_datagram(pong2, B, 2.7)
+    assert a.last_ping(B) == (a.table.pinged[slot], True)
+    a.receive_datagram(pong2, B, 2.8)  # replayed
+    assert a.stats["ignored_pong"] == 2 and a.table.missed[slot] == 0
+    assert [c.rtt for c in a.connections() if c.address == B] == [0.2]

@@ -25,8 +25,10 @@ from pelotari.swarm.table import (
     S_DIRECT,
     S_ESTABLISHED,
     S_OUTBOUND,
+    S_PONGED,
     S_PROMOTING,
     S_RECEIVED,
+    S_RTT,
     S_SEEN,
     S_SENT,
     S_WANTED,
@@ -225,6 +227,7 @@ class SwarmNode:
         start = ms - ms % self._slot_ms
         if start != self._slot_start:
             self._slot_start = start
+            self._slot_mark = (start // self._slot_ms) % 255 + 1  # the table's u8 `claimed`
             self._pongs = self._resets = self._connect_answers = self._promotions = 0
             self._reset_sources.clear()
 
@@ -281,6 +284,7 @@ class SwarmNode:
         t = self.table
         address = t.addresses[slot]
         t.pinged[slot] = ms
+        t.state[slot] &= ~S_PONGED
         self._send(wire.ping(self._ping_mask(address) ^ ms), address, now)
 
     def _send_get(self, slot: int, now: float) -> None:
@@ -316,7 +320,7 @@ class SwarmNode:
         t = self.table
         t.state[slot] = (t.state[slot] & (S_WANTED | S_DIRECT)) | S_OUTBOUND
         t.missed[slot] = 1
-        t.pinged[slot] = t.ponged[slot] = 0
+        t.pinged[slot] = 0
         self._dialing.add(t.addresses[slot])
         self._send_connect(slot, now)
         t.set_due(slot, ms + int(self.config.connect_backoff[0] * 1000))
@@ -459,7 +463,7 @@ class SwarmNode:
             self.stats["ignored_reset_unknown"] += 1
             return
         st = t.state[slot]
-        outstanding = t.pinged[slot] > t.ponged[slot]
+        outstanding = self._outstanding(slot)
         if st & S_SEEN and wire.attempt_newer(t.seen(slot), msg.attempt) and not outstanding:
             self.stats["ignored_old_reset"] += 1
             return
@@ -481,7 +485,7 @@ class SwarmNode:
         t = self.table
         if t.state[slot] & S_DIRECT:
             return True
-        if t.claimed[slot] == self._slot_start:
+        if t.claimed[slot] == self._slot_mark:
             self.stats["limited_claim"] += 1
             return False
         ms = self._last_ms
@@ -494,16 +498,20 @@ class SwarmNode:
             return False
         self._pongs += 1
         t.bucket[slot] = tat + self._refill_ms
-        t.claimed[slot] = self._slot_start
+        t.claimed[slot] = self._slot_mark
         return True
+
+    def _outstanding(self, slot: int) -> bool:
+        """Our last Ping to it is unanswered."""
+        return bool(self.table.pinged[slot]) and not self.table.state[slot] & S_PONGED
 
     def _on_pong(self, msg: wire.Message, slot: int, ms: int, now: float) -> None:
         t = self.table
         sent = msg.echo ^ self._ping_mask(t.addresses[slot])
-        if sent > 0xFFFFFFFF or not t.ponged[slot] < sent <= t.pinged[slot]:
-            self.stats["ignored_pong"] += 1  # replayed, not ours, or older than one counted
+        if sent != t.pinged[slot] or not self._outstanding(slot):
+            self.stats["ignored_pong"] += 1  # replayed, not ours, or not for our last Ping
             return
-        t.ponged[slot] = sent
+        t.state[slot] |= S_PONGED | S_RTT
         t.missed[slot] = 0
         rtt = ms - sent
         t.rtt[slot] = min(rtt, 0xFFFF)
@@ -617,7 +625,7 @@ class SwarmNode:
                 self.stats["connect_gave_up"] += 1
                 self._forget(slot, "unanswered")
         elif st & S_DIRECT:
-            if t.pinged[slot] > t.ponged[slot]:
+            if self._outstanding(slot):
                 t.missed[slot] += 1
             if t.missed[slot] >= cfg.max_missed:
                 t.set_direct(slot, False)
@@ -649,7 +657,7 @@ class SwarmNode:
         self.stats["vague_checked"] += len(slots)
         for address in [t.addresses[s] for s in slots]:
             s = t.lookup(address)
-            if t.pinged[s] > t.ponged[s]:
+            if self._outstanding(s):
                 t.missed[s] += 1
                 if t.missed[s] >= cfg.vague_max_missed:
                     self._forget(s, "silent")
@@ -746,8 +754,16 @@ class SwarmNode:
             else:
                 status = "connecting" if st & S_OUTBOUND else "half_open"
             out.append(ConnectionInfo(t.addresses[s], status,
-                                      t.rtt[s] / 1000 if t.ponged[s] else None, t.missed[s]))
+                                      t.rtt[s] / 1000 if st & S_RTT else None, t.missed[s]))
         return out
+
+    def last_ping(self, address: Address) -> Optional[Tuple[int, bool]]:
+        """(when our last Ping to it went, in the table's ms; whether its Pong counted), or
+        None without a record: how an adapter learns that a ping() was answered."""
+        slot = self.table.lookup((address[0], int(address[1])))
+        if slot < 0:
+            return None
+        return self.table.pinged[slot], bool(self.table.state[slot] & S_PONGED)
 
     def direct(self) -> List[Address]:
         """The direct connections."""

@@ -251,28 +251,19 @@ class Node:
         return fut
 
     def _ping_marks(self, address: Address):
-        """(time of our last Ping, time of the last Ping whose Pong counted) for address, as the
-        core's table holds them; (None, None) without a record. The core has no Pong event:
-        this reads the table's pinged/ponged fields (docs/protocols/swarm.md, "State per
-        connection")."""
-        table = self.core.table
-        try:
-            slot = table.lookup(address)
-            if slot < 0:
-                return None, None
-            return table.pinged[slot], table.ponged[slot]
-        except (AttributeError, IndexError, TypeError):
-            return None, None
+        """When our last Ping to address went (the core's table ms) and whether its Pong
+        counted; (None, False) without a record."""
+        return self.core.last_ping(address) or (None, False)
 
     def _check_pings(self, now: float) -> None:
         left = []
         for entry in self._pings:
             address, mark, sent, fut, handle = entry
-            ponged = self._ping_marks(address)[1]
+            pinged, answered = self._ping_marks(address)
             if fut.done():
                 handle.cancel()
-            elif mark is not None and ponged is not None and ponged >= mark:
-                handle.cancel()
+            elif mark is not None and pinged is not None and answered and pinged >= mark:
+                handle.cancel()  # our Ping's Pong, or a later one's, counted
                 fut.set_result(now - sent)
             else:
                 left.append(entry)

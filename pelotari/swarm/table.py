@@ -5,7 +5,8 @@ O(table) per tick.
 Pure Python, laid out as its Cython twin (fastpath/, to come) will be: one array per field (the
 `array` module, fixed widths), no Python object per connection except the address tuple and its
 index entry (which the twin replaces by 18 packed bytes and an open-addressing index). A record,
-64 bytes in the twin:
+57 bytes in the twin — with the twin's index (4 bytes a slot, at most 3/4 full: 5.3 bytes a
+connection at capacity) under the 64 bytes a connection the issue allows:
 
     offset  bytes  field      meaning
          0     16  addr       IPv6, or IPv4 as ::ffff:a.b.c.d          (here: `addresses[slot]`)
@@ -18,15 +19,16 @@ index entry (which the twin replaces by 18 packed bytes and an open-addressing i
         32      4  heard      u32 ms: last heard from (any datagram that passed the MAC)
         36      4  due        u32 ms: this record's timer (0 = none): Connect resend, give-up,
                               half-open expiry, next direct Ping
-        40      4  pinged     u32 ms: send time of our last Ping (its token's time)
-        44      4  ponged     u32 ms: send time of the last Ping whose Pong was counted
-        48      4  bucket     u32 ms: vague: GCRA time of the own Ping limit; direct: the time
+        40      4  pinged     u32 ms: send time of our last Ping (its token's time); its Pong
+                              counted: S_PONGED
+        44      4  bucket     u32 ms: vague: GCRA time of the own Ping limit; direct: the time
                               of the next GetConnections (a direct peer's Pings are not limited)
-        52      4  claimed    u32 ms: start of the slot in which it last claimed the global limit
-        56      4  prev       u32: the LRU list of evictable (non-direct) records, by last heard
-        60      4  next       u32
+        48      1  claimed    u8: the slot in which it last claimed the global limit, as slot
+                              number mod 255 + 1 (0: never; a claim 255 slots old aliases)
+        49      4  prev       u32: the LRU list of evictable (non-direct) records, by last heard
+        53      4  next       u32
                    --
-                   64
+                   57
 
 Times are u32 milliseconds since the table's base (`ms()` below); `rebase(shift)` moves the base
 forward (the core calls it when a time would pass 2**31 ms, i.e. every 12 days: one O(table)
@@ -57,17 +59,19 @@ S_ACK_SENT = 0x0040  # we sent a Connect with Ack echoing `their`
 S_SEEN = 0x0080  # the low nibble of `attempts` (highest seen) is valid
 S_PROMOTING = 0x0100  # a promotion Ping is out: a fast Pong makes it direct
 S_ASKED = 0x0200  # our GetConnections is out: one Connections answer is taken
+S_PONGED = 0x0400  # the Pong of our last Ping (sent at `pinged`) was counted
+S_RTT = 0x0800  # `rtt` holds a measured round trip
 S_ESTABLISHED = S_RECEIVED | S_ACKED  # both hold each other's Connect
 
 # Widths (array type codes): the record above, field by field.
 FIELDS = {
     "state": "H", "attempts": "B", "missed": "B", "rtt": "H", "their": "Q", "heard": "I",
-    "due": "I", "pinged": "I", "ponged": "I", "bucket": "I", "claimed": "I", "prev": "I",
+    "due": "I", "pinged": "I", "bucket": "I", "claimed": "B", "prev": "I",
     "next": "I",
 }
-TIME_FIELDS = ("heard", "due", "pinged", "ponged", "bucket", "claimed")
+TIME_FIELDS = ("heard", "due", "pinged", "bucket")
 RECORD_BYTES = 16 + 2 + sum(array(code).itemsize for code in FIELDS.values())
-assert RECORD_BYTES == 64, RECORD_BYTES
+assert RECORD_BYTES == 57, RECORD_BYTES
 
 
 class Full(Exception):
