@@ -488,7 +488,7 @@ def test_craft_send_to_a_real_potato_node(node):
               "-F", 'body={"x": 1}', "--send", f"127.0.0.61:{b.port}", "-q")
     assert res.returncode == 0, res.stderr
     got = b.wait("message", identifier="m-77")
-    assert (got["kind"], got["sender"], got["body"], got["hops"]) == ("direct", "A", {"x": 1}, 0)
+    assert (got["kind"], got["sender"], got["body"], got["hops"]) == ("direct", "A", {"x": 1}, 1)
     b.wait("peer_down", peer="A")
     # An election request: the node's answer (its vote) comes back and is dissected.
     res = run("craft", "direct_election_request", "-F", "from=A", "-F",
