@@ -714,3 +714,11 @@ def test_only_the_pong_of_our_last_ping_counts_and_only_once():
     a.receive_datagram(pong2, B, 2.8)  # replayed
     assert a.stats["ignored_pong"] == 2 and a.table.missed[slot] == 0
     assert [c.rtt for c in a.connections() if c.address == B] == [0.2]
+
+
+def test_a_known_peer_that_connects_to_us_is_no_longer_listed_as_known():
+    a = node(A)
+    a._known[C] = None  # learned from someone's Connections, not dialled yet
+    inbound(a, C)
+    assert C not in a.known() and [c.status for c in a.connections() if c.address == C] == [
+        "vague"]

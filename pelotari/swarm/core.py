@@ -346,6 +346,7 @@ class SwarmNode:
         address = t.addresses[slot]
         st = t.state[slot]
         self._dialing.discard(address)
+        self._known.pop(address, None)  # a connection now, no longer only heard of
         t.missed[slot] = 0
         self.stats["connected"] += 1
         if st & S_DIRECT:
