@@ -260,7 +260,8 @@ def _describe(ev, config):
         return ("connected", f"connected to {peer} ({kind}; {how})",
                 {"peer": peer, "direct": ev.direct, "inbound": ev.inbound})
     if isinstance(ev, c.Promoted):
-        return ("promoted", f"{peer} promoted to direct (round trip {ev.rtt * 1000:.1f} ms)",
+        rtt = "under 1 ms" if ev.rtt < 0.001 else f"{ev.rtt * 1000:.0f} ms"  # the table keeps ms
+        return ("promoted", f"{peer} promoted to direct (round trip {rtt})",
                 {"peer": peer, "rtt": ev.rtt})
     if isinstance(ev, c.Demoted):
         return ("demoted", f"{peer} demoted to vague: {config.max_missed} Pings in a row "
