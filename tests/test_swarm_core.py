@@ -284,6 +284,8 @@ def test_a_reset_makes_a_direct_peer_redial_with_the_next_attempt_and_a_vague_on
     a, b = node(A), node(B)
     handshake(a, b)
     events(a), events(b)
+    a.ping(B, 1.0), b.ping(A, 1.0)  # a Reset answers a request of ours
+    sent(a, 1.0), sent(b, 1.0)
     a.receive_datagram(dg(wire.reset(0)), B, 1.0)
     assert events(a) == [Reset(B, True)]
     (m, to, _), = sent(a, 1.0)
@@ -295,7 +297,10 @@ def test_a_reset_makes_a_direct_peer_redial_with_the_next_attempt_and_a_vague_on
 def test_a_reset_older_than_the_attempt_seen_is_ignored_unless_it_answers_our_ping():
     b = node(B)
     inbound(b, A, attempt=5)
-    b.receive_datagram(dg(wire.reset(4)), A, 1.0)
+    b.receive_datagram(dg(wire.reset(4)), A, 1.0)  # no request of ours out: a replay
+    assert b.stats["ignored_reset_unasked"] == 1 and len(b.table) == 1
+    b._send_get(b.table.lookup(A), 1.5)  # a request out, but the Reset is older than Attempt 5
+    b.receive_datagram(dg(wire.reset(4)), A, 1.5)
     assert b.stats["ignored_old_reset"] == 1 and len(b.table) == 1
     b.ping(A, 2.0)  # outstanding: a peer that restarted (Attempt 0 again) answers it with Reset
     sent(b, 2.0)
@@ -485,12 +490,15 @@ def test_the_per_connection_limit_burst_3_then_one_per_4_s():
     assert b.stats["limited_own"] == 7
 
 
-def test_a_direct_peers_pings_are_not_limited():
+def test_a_direct_peers_pings_are_answered_once_per_slot():
     a, b = node(A), node(B)
     handshake(a, b)
-    for k in range(5):
+    for k in range(5):  # a Ping replayed from the direct peer's (spoofed) address
         a.receive_datagram(dg(wire.ping(k + 1)), B, 1.0 + k * 0.1)
-    assert len(pongs(a, 1.5)) == 5
+    assert len(pongs(a, 1.5)) == 1 and a.stats["limited_claim"] == 4
+    for k in range(5):  # no bucket: one a slot, every slot
+        a.receive_datagram(dg(wire.ping(k + 1)), B, 2.0 + k)
+    assert len(pongs(a, 7.0)) == 5
 
 
 # ---- strangers: counted, dropped, never amplified ------------------------------------------

@@ -196,6 +196,7 @@ class SwarmNode:
         self._slot_start = -1
         self._pongs = self._resets = self._connect_answers = self._promotions = 0
         self._reset_sources: set = set()
+        self._connect_sources: set = set()  # sources a Connect went to in answer, this slot
         self._cur_check = self._cur_promote = self._cur_share = self._cur_get = 0
         self._share_slot = -1
         self._shared: Tuple[wire.Entry, ...] = ()
@@ -230,6 +231,7 @@ class SwarmNode:
             self._slot_mark = (start // self._slot_ms) % 255 + 1  # the table's u8 `claimed`
             self._pongs = self._resets = self._connect_answers = self._promotions = 0
             self._reset_sources.clear()
+            self._connect_sources.clear()
 
     def _wall(self, now: float) -> float:
         return now + self.wall_offset
@@ -424,7 +426,11 @@ class SwarmNode:
             if self._connect_answers >= self.config.connect_answers_per_slot:
                 self.stats["limited_connect_answer"] += 1
                 return
+            if source in self._connect_sources:  # a replay (a sender resends 1 s later at once)
+                self.stats["limited_connect_source"] += 1
+                return
             self._connect_answers += 1
+            self._connect_sources.add(source)
             self._send(wire.connect(0, self._connect_token(source, 0), ack=True, echo=msg.token),
                        source, now)
             return
@@ -449,8 +455,14 @@ class SwarmNode:
             st |= S_ACKED
         t.state[slot] = st
         if not msg.ack or not st & S_ACK_SENT:
-            # It lost ours (no Ack), or has not had our Ack yet: ours, with the Ack.
-            self._send_connect(slot, now)
+            # It lost ours (no Ack), or has not had our Ack yet: ours, with the Ack. At most once
+            # per source per slot: a replayed Connect from a spoofed source is not reflected
+            # more often than that (a peer resends its own at 1 s at the soonest).
+            if source in self._connect_sources:
+                self.stats["limited_connect_source"] += 1
+            else:
+                self._connect_sources.add(source)
+                self._send_connect(slot, now)
         now_established = t.state[slot] & S_ESTABLISHED == S_ESTABLISHED
         if now_established and not was:
             self._established(slot, ms, now)
@@ -465,6 +477,12 @@ class SwarmNode:
             return
         st = t.state[slot]
         outstanding = self._outstanding(slot)
+        if not outstanding and not st & S_ASKED:
+            # A Reset answers a request of ours (docs: "When it may be sent"); none is out (we
+            # are dialling it, or its Pong came): a replay, which would make us send Connects
+            # (52 B, resent) for every 36 B replayed, or one that crossed our Pong.
+            self.stats["ignored_reset_unasked"] += 1
+            return
         if st & S_SEEN and wire.attempt_newer(t.seen(slot), msg.attempt) and not outstanding:
             self.stats["ignored_old_reset"] += 1
             return
@@ -480,15 +498,18 @@ class SwarmNode:
             self._forget(slot, "reset")
 
     def _answer_allowed(self, slot: int) -> bool:
-        """Whether a Ping (or GetConnections) from an established connection is answered: always
-        from a direct one; from a vague one within its own GCRA bucket, once per slot against
-        the global budget, and while that budget lasts."""
+        """Whether a Ping (or GetConnections) from an established connection is answered: once
+        per slot from a direct one; from a vague one once per slot, within its own GCRA bucket,
+        and while the global budget lasts."""
         t = self.table
-        if t.state[slot] & S_DIRECT:
-            return True
         if t.claimed[slot] == self._slot_mark:
             self.stats["limited_claim"] += 1
             return False
+        if t.state[slot] & S_DIRECT:
+            # Once per slot (a peer sends one request per connection per slot): a Ping replayed
+            # from a direct peer's spoofed address is reflected once a slot, not at line rate.
+            t.claimed[slot] = self._slot_mark
+            return True
         ms = self._last_ms
         tat = max(t.bucket[slot], ms)
         if tat - ms > (self.config.ping_burst - 1) * self._refill_ms:

@@ -1,0 +1,117 @@
+"""Replays of captured datagrams (a key holder's, or anybody's within the epoch window) from
+spoofed sources: what a node sends toward the address named as the source, against what was
+replayed (docs/protocols/swarm.md, "Security"). Sans-IO, with an injected clock; and one on real
+sockets, forging 127.x sources from a raw socket (root only), on 127.0.0.130-139, ports
+38900-38999."""
+import os
+import socket
+import struct
+import time
+
+import pytest
+from test_swarm_core import A, B, KR, dg, handshake, node, pump, sent
+
+from pelotari.swarm import wire
+
+V = ("10.0.0.99", 4444)  # a victim: holds no key, sent nothing
+
+
+def out_bytes(n, to, now):
+    return sum(size for _, dst, size in sent(n, now) if dst == to)
+
+
+def test_a_replayed_reset_makes_no_connects_toward_the_peer():
+    a, b = node(A), node(B)
+    handshake(a, b)
+    reset = dg(wire.reset(0), 1.0)  # captured (b restarted once, say)
+    connects = 0
+    for k in range(200):
+        now = 1.1 + k * 0.05  # 10 s of replays (7,200 B), 20 a second
+        a.receive_datagram(reset, B, now)
+        a.handle_timer(now)
+        for data, to in a.datagrams_to_send():
+            connects += data[:2] == b"\x00\x00"
+            b.receive_datagram(data, A, now)  # b answers our requests at once: none is out
+        pump({A: a, B: b}, now)
+    assert connects == 0 and a.stats["reset"] == 0 and a.direct() == [B]
+    assert a.stats["ignored_reset_unasked"] == 200
+
+
+def test_a_reset_while_dialling_is_not_a_reason_to_dial_again():
+    a = node(A)
+    a.connect(B, 0.0)
+    sent(a, 0.0)
+    for k in range(100):
+        a.receive_datagram(dg(wire.reset(0)), B, 0.1 + k * 0.005)
+    assert out_bytes(a, B, 0.6) == 0 and a.stats["ignored_reset_unasked"] == 100
+
+
+def test_a_connect_replayed_from_a_spoofed_source_is_answered_once_per_slot():
+    b = node(B)
+    hello = dg(wire.connect(0, 12345))
+    for k in range(100):
+        b.receive_datagram(hello, V, 0.1 + k * 0.001)
+    assert out_bytes(b, V, 0.2) == 52 and b.stats["limited_connect_source"] == 99
+    b.receive_datagram(hello, V, 1.1)  # a sender resends a second later: answered
+    assert out_bytes(b, V, 1.1) == 52
+
+
+def test_an_identical_connect_replayed_to_a_connected_node_is_answered_once_per_slot():
+    a, b = node(A), node(B)
+    hello = dg(wire.connect(0, a._connect_token(B, 0)))  # a's first Connect, captured
+    handshake(a, b)
+    for k in range(100):
+        b.receive_datagram(hello, A, 2.1 + k * 0.001)
+    assert out_bytes(b, A, 2.3) == 52
+
+
+def test_a_ping_replayed_from_a_direct_peers_address_is_answered_once_per_slot():
+    a, b = node(A), node(B)
+    handshake(a, b)  # a holds b as direct
+    ping = dg(wire.ping(7), 1.0)
+    for k in range(500):
+        a.receive_datagram(ping, B, 1.0 + k * 0.001)
+    assert out_bytes(a, B, 1.5) == 44
+
+
+def _spoof(raw, src, dst, payload):
+    udp = struct.pack("!HHHH", src[1], dst[1], 8 + len(payload), 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0,
+                     socket.inet_aton(src[0]), socket.inet_aton(dst[0]))
+    raw.sendto(ip + udp, (dst[0], 0))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="forging sources needs a raw socket (root)")
+def test_replayed_resets_on_real_sockets_send_the_peer_nothing():
+    import asyncio
+
+    from pelotari.swarm.node import Node
+
+    async def main():
+        port = 38900 + os.getpid() % 100
+        peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the "peer": it only counts
+        peer.bind(("127.0.0.131", port))
+        peer.setblocking(False)
+        a = await Node.start("127.0.0.130", port, KR)
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        try:
+            a.connect(peer.getsockname())  # dialling: our Connects, resent at 1, 3, 7 s
+            await asyncio.sleep(0.2)
+            reset = wire.encode(wire.reset(0), KR, time.time())
+            for _ in range(300):
+                _spoof(raw, peer.getsockname(), a.address, reset)
+            await asyncio.sleep(0.5)
+            got = 0
+            while True:
+                try:
+                    got += len(peer.recv(2048))
+                except BlockingIOError:
+                    break
+            assert got == 52  # our first Connect only (the replays: 10,800 B) -> nothing
+            assert a.stats["ignored_reset_unasked"] == 300
+        finally:
+            raw.close()
+            peer.close()
+            await a.close()
+
+    asyncio.run(main())
