@@ -5,7 +5,7 @@ from setuptools import Extension, setup
 
 # PELOTARI_DEBUG=1 builds with line tracing (for coverage/profilers) and no optimisation.
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
-MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen", "swarmmac"]
+MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen", "swarmmac", "swarmtable"]
 # swarm's MACs: OpenSSL's SHA-256 through its low-level API (libssl-dev; tools/run installs it)
 LIBRARIES = {"swarmmac": ["crypto"]}
 MACROS = {"swarmmac": [("OPENSSL_SUPPRESS_DEPRECATED", "1")]}

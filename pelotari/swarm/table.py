@@ -37,6 +37,7 @@ pass, every time field clamped at 0).
 Slots are dense: slots 0..count-1 are in use and removing one moves the last record into the
 hole (`remove` says which slot moved), so the round-robin cursors walk only live records.
 """
+import os
 from array import array
 from heapq import heapify as heapq_heapify
 from heapq import heappop as heapq_pop
@@ -78,7 +79,7 @@ class Full(Exception):
     """The table is full and holds nothing it may evict (every record is direct)."""
 
 
-class ConnectionTable:
+class PyConnectionTable:
     """Fixed-width connection records by slot, an index on (host, port), LRU eviction of
     non-direct records, a due-time heap and round-robin cursors."""
 
@@ -317,3 +318,15 @@ class ConnectionTable:
         """Bytes the twin's records take at this capacity."""
         return RECORD_BYTES * self.capacity
 
+
+# The Cython twin (fastpath/swarmtable.pyx: the same API and semantics, 18 packed address bytes
+# and an open-addressing index instead of the tuples and the dict) unless PELOTARI_PURE_PYTHON=1
+# or the extension is not built. The twin's Full is then the one both raise.
+ConnectionTable = PyConnectionTable
+IMPLEMENTATION = "python"
+if not os.environ.get("PELOTARI_PURE_PYTHON"):
+    try:
+        from fastpath.swarmtable import ConnectionTable, Full  # noqa: F401,F811
+        IMPLEMENTATION = "cython"
+    except ImportError:  # pragma: no cover - only without a built extension
+        pass
