@@ -2,7 +2,8 @@
 (host, port), a capacity with eviction, and the iterations the timers need — each O(work), never
 O(table) per tick.
 
-Pure Python, laid out as its Cython twin (fastpath/, to come) will be: one array per field (the
+Pure Python (`PyConnectionTable`), laid out as its Cython twin (fastpath/swarmtable.pyx,
+selected at the end of this module unless PELOTARI_PURE_PYTHON=1) is: one array per field (the
 `array` module, fixed widths), no Python object per connection except the address tuple and its
 index entry (which the twin replaces by 18 packed bytes and an open-addressing index). A record,
 57 bytes in the twin — with the twin's index (4 bytes a slot, at most 3/4 full: 5.3 bytes a
