@@ -4,6 +4,7 @@ replayed (docs/protocols/swarm.md, "Security"). Sans-IO, with an injected clock;
 sockets, forging 127.x sources from a raw socket (root only), on 127.0.0.130-139, ports
 38900-38999."""
 import os
+import signal
 import socket
 import struct
 import time
@@ -115,3 +116,49 @@ def test_replayed_resets_on_real_sockets_send_the_peer_nothing():
             await a.close()
 
     asyncio.run(main())
+
+
+def test_connections_naming_multicast_broadcast_or_reserved_addresses_are_never_dialled():
+    a, b = node(A), node(B)
+    handshake(a, b)
+    a._send_get(a.table.lookup(B), 1.0)  # our GetConnections is out
+    sent(a, 1.0)
+    groups = [wire.Entry("224.0.0.1", 21452, False), wire.Entry("255.255.255.255", 21452, False),
+              wire.Entry("240.0.0.1", 1, False), wire.Entry("0.1.2.3", 1, False),
+              wire.Entry("ff02::1", 21452, False), wire.Entry("10.0.0.7", 21452, False)]
+    a.receive_datagram(dg(wire.connections(groups), 1.0), B, 1.0)
+    assert a.known() == [("10.0.0.7", 21452)] and a.stats["ignored_not_unicast"] == 5
+    with pytest.raises(ValueError, match="not a unicast address"):
+        a.connect(("239.1.2.3", 5), 1.0)
+
+
+def _rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+
+def test_a_firehose_of_commands_on_stdin_keeps_memory_bounded(tmp_path):
+    import subprocess
+
+    from conftest import PELOTARI
+    from test_swarm_node import key_file
+
+    key = key_file(tmp_path / "k")
+    feeder = subprocess.Popen(["yes", "ping localhost:38950"], stdout=subprocess.PIPE)
+    proc = subprocess.Popen(PELOTARI + ["swarm", "node", "--listen", "127.0.0.133:38950",
+                                        "--key-file", key], stdin=feeder.stdout,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    feeder.stdout.close()
+    try:
+        time.sleep(3)
+        first = _rss_kib(proc.pid)
+        time.sleep(6)
+        grown = _rss_kib(proc.pid) - first
+        assert grown < 8 * 1024, f"RSS grew {grown} KiB in 6 s"  # before: ~70 MB in 6 s
+    finally:
+        proc.send_signal(signal.SIGINT)
+        feeder.kill()
+        proc.wait(10)
+        feeder.wait(10)
+

@@ -379,18 +379,26 @@ def test_adapter_counts_socket_errors_and_reports_each_kind_once():
         def __getattr__(self, name):
             return getattr(self.sock, name)
 
+    class Denied(FullBuffer):
+        """A socket whose every send is refused."""
+
+        def sendto(self, data, to):
+            raise PermissionError(13, "Permission denied")
+
     async def main():
         cfg = Config(connect_backoff=(0.05, 0.05, 0.05, 0.05))
         port = udp_port(A)
         a = await Node.start(A, port, KR, cfg)
         try:
-            # A broadcast address without SO_BROADCAST: sendto fails at once.
-            a.connect(("255.255.255.255", port))
+            # A send refused (as a broadcast address without SO_BROADCAST was: the core no
+            # longer dials one): sendto fails at once.
+            a._sock = Denied(a._sock)
+            a.connect(("127.0.0.227", port))
             warning = await a.next_event(2)
             assert isinstance(warning, NodeWarning) and warning.kind == "send EACCES", warning
             await asyncio.sleep(0.3)
             assert a.stats["send_errors"] >= 3
-            a._sock = FullBuffer(a._sock)  # sends never block: a full buffer drops
+            a._sock = FullBuffer(a._sock.sock)  # sends never block: a full buffer drops
             a.connect(("127.0.0.228", port))
             assert (await a.next_event(2)).kind == "send EAGAIN"
             await asyncio.sleep(0.3)

@@ -18,6 +18,7 @@ PORT = 21452  # pelotari.swarm.wire.DEFAULT_PORT (not imported here: --help stay
 ENV_KEYS = "PELOTARI_SWARM_KEYS"  # pelotari.swarm.wire.ENV_KEYS
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service stop, a hangup
 PING_TIMEOUT = 2.0  # s a `ping` command waits for its Pong
+MAX_PENDING = 256  # commands read and not yet run; past it a line is dropped with an error
 
 COMMANDS = """\
 connections              every connection (direct, vague, connecting, half_open) and the
@@ -466,7 +467,16 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
         else:
             error(f"unknown command {words[0]!r}; {HELP_LINE}")
 
-    lines: asyncio.Queue = asyncio.Queue()
+    lines: asyncio.Queue = asyncio.Queue(MAX_PENDING)  # bounded: stdin may be a firehose
+
+    def take(text):
+        text = text.strip()
+        if not text:
+            return
+        try:
+            lines.put_nowait(text)
+        except asyncio.QueueFull:
+            error(f"busy: {MAX_PENDING} commands are waiting; dropped {text[:40]!r}")
 
     async def run_commands():  # one at a time, in order (a name may need resolving first)
         while True:
@@ -475,15 +485,14 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
                 await command(text)
             except (ValueError, RuntimeError) as exc:
                 error(str(exc))
+            await asyncio.sleep(0)  # a queue of commands never holds up datagrams and timers
 
     def on_eof():
         if not as_json and os.isatty(0):
             out.line("end of input: the node keeps running until Ctrl-C or SIGTERM", err=True)
 
     tasks = [asyncio.ensure_future(show_events()), asyncio.ensure_future(run_commands()),
-             asyncio.ensure_future(read_commands(
-                 lambda text: lines.put_nowait(text.strip()) if text.strip() else None,
-                 error, on_eof))]
+             asyncio.ensure_future(read_commands(take, error, on_eof))]
     try:
         await stop.wait()
     finally:

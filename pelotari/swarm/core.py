@@ -10,6 +10,7 @@ timer and limit is in docs/protocols/swarm.md ("Timers and rules"); the connecti
 in pelotari.swarm.table (fixed-width records, the Cython twin's layout).
 """
 import hashlib
+import ipaddress
 import random
 import secrets
 import time
@@ -100,6 +101,20 @@ class Config:
             raise ValueError(f"get_room must be within {wire.PREFIX_SIZE}..max_datagram")
         if self.slot * 1000 < 1:
             raise ValueError("slot must be at least 1 ms")
+
+
+def unicast(host: str) -> bool:
+    """Whether host is an address a node may dial: not multicast, broadcast, reserved (240/4),
+    unspecified or in 0/8 (a Connections entry naming one would make a node send to a group)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.version == 4 and ip.packed[0] == 0:
+        return False
+    return not (ip.is_multicast or ip.is_unspecified or ip.is_reserved)
 
 
 # ---- events ----------------------------------------------------------------------------------
@@ -596,6 +611,9 @@ class SwarmNode:
             a = e.address
             if a == self.address or a in t or a in known:
                 continue
+            if not unicast(a[0]):
+                self.stats["ignored_not_unicast"] += 1
+                continue
             known[a] = None
             learned.append(a)
             if len(known) > self.config.max_known:
@@ -726,6 +744,9 @@ class SwarmNode:
         address = (address[0], int(address[1]))
         if address == self.address:
             raise ValueError("a node does not connect to itself")
+        if not unicast(address[0]):
+            raise ValueError(f"{address[0]} is not a unicast address (multicast, broadcast, "
+                             "reserved or unspecified)")
         ms = self._ms(now)
         self._roll(ms)
         t = self.table
