@@ -110,3 +110,16 @@ def test_an_asymmetric_link_and_a_stream_link():
     sim.run(1)
     assert ("b", b"to-b", 0.01) in got and ("a", b"to-a", 0.05) in got
     assert [d for n, d, _ in got if n == "c"] == [b"%d" % i for i in range(20)]  # in order
+
+
+def test_without_keep_events_the_cores_events_are_drained_and_dropped():
+    kept, addrs = lan(6)
+    dropped = Simulator(seed=1, default=LinkSpec(delay=0.0005, jitter=0.0005), keep_events=False)
+    for k, a in enumerate(addrs):
+        dropped.call_at(k * 0.137, lambda a=a: dropped.add(
+            a, lambda now, a=a: NodeCore(now, CFG, {a}), listens=(21451,)))
+    for s in (kept, dropped):
+        assert s.run_until(lambda s=s: full(s, addrs), limit=30)
+    assert all(len(kept.events(a, PeerJoined)) == 5 for a in addrs)
+    assert all(dropped.nodes[a].events == [] for a in addrs)
+    assert all(dropped.nodes[a].core.next_event() is None for a in addrs)  # drained all the same

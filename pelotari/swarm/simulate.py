@@ -30,7 +30,9 @@ def build(n: int, bootstraps: int = 3, seed: int = 0, loss: float = 0.0, delay: 
     bootstrap (the first `bootstraps` nodes)."""
     config = config or Config(capacity=4096)
     keyring = Keyring([random.Random(seed).randbytes(32)])
-    sim = Simulator(seed=seed, default=LinkSpec(delay=delay, jitter=jitter, loss=loss))
+    # Nothing here reads the cores' events: not keeping them is most of the memory of 10,000.
+    sim = Simulator(seed=seed, default=LinkSpec(delay=delay, jitter=jitter, loss=loss),
+                    keep_events=False)
     addrs = [address(k) for k in range(n)]
     boots = addrs[:bootstraps]
     spread = n * 0.002 if join_spread is None else join_spread
