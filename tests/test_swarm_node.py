@@ -268,11 +268,13 @@ def test_an_open_key_file_is_taken_when_asked_to(swarm, tmp_path):
 
 def test_simulate_appends_records(tmp_path):
     out = tmp_path / "swarm.jsonl"
-    res = run("simulate", "-n", "24", "--bootstraps", "2", "--limit", "120", "-o", str(out))
+    res = run("simulate", "-n", "24", "--bootstraps", "2", "--limit", "120", "--capacity", "48",
+              "--max-known", "32", "-o", str(out))
     assert res.returncode == 0, res.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["phase"] for r in records] == ["join", "crash"]
     assert all(r["kind"] == "swarm-sim" and r["nodes"] == 24 and "env" in r for r in records)
+    assert all((r["capacity"], r["max_known"]) == (48, 32) for r in records)
     assert "| join | 24 |" in res.stdout
 
 

@@ -530,9 +530,14 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
                    "(0: no crash phase).")
 @click.option("--limit", type=click.FloatRange(1), default=600.0, show_default=True,
               metavar="SECONDS", help="Simulated seconds each phase may take.")
+@click.option("--capacity", type=click.IntRange(17), default=4096, show_default=True,
+              help="Connections each node's table holds (preallocated: about 60 bytes each "
+                   "per node; 256 is plenty for 10,000 nodes).")
+@click.option("--max-known", type=click.IntRange(0), default=4096, show_default=True,
+              help="Known peers each node keeps (addresses heard of, not dialled yet).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/swarm.jsonl",
               show_default=True, help="JSON-lines file the records are appended to.")
-def simulate(nodes, bootstraps, seeds, loss, crash, limit, output):
+def simulate(nodes, bootstraps, seeds, loss, crash, limit, capacity, max_known, output):
     """Measure joining and recovery of a simulated swarm (pelotari.sim, no sockets).
 
     Join: node k starts at k x 2 ms and dials every bootstrap node; how long (simulated) until
@@ -546,6 +551,7 @@ def simulate(nodes, bootstraps, seeds, loss, crash, limit, output):
 
     from pelotari.bench.results import environment, write
     from pelotari.swarm import simulate as sim
+    from pelotari.swarm.core import Config
 
     if bootstraps >= nodes:
         raise click.BadParameter(f"fewer than --nodes ({nodes})", param_hint="--bootstraps")
@@ -553,7 +559,7 @@ def simulate(nodes, bootstraps, seeds, loss, crash, limit, output):
     env = environment()
     records = [{**r, "env": env} for r in sim.run(
         nodes, seeds=seeds, loss=loss, bootstraps=bootstraps, crash=crash, limit=limit,
-        progress=lambda s: click.echo(f"[{time.monotonic() - started:6.1f}s] {s}", err=True))]
+        config=Config(capacity=capacity, max_known=max_known), progress=lambda s: click.echo(f"[{time.monotonic() - started:6.1f}s] {s}", err=True))]
     write(pathlib.Path(output), records)
     click.echo("| phase | nodes | seed | converged | simulated s | GetConnections / node | "
                "Connections / node | bytes sent / node | direct min / median | CPU s |")

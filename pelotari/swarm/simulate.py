@@ -95,7 +95,8 @@ def run_one(n: int = 10_000, bootstraps: int = 3, seed: int = 0, loss: float = 0
     sim, addrs = build(n, bootstraps, seed, loss, config=config)
     done = _wait(sim, addrs, target, limit)
     base = {"kind": "swarm-sim", "where": "simulator", "nodes": n, "bootstraps": bootstraps,
-            "seed": seed, "loss": loss, "target_direct": target}
+            "seed": seed, "loss": loss, "target_direct": target, "capacity": config.capacity,
+            "max_known": config.max_known}
     join = base | {"phase": "join", "converged": done is not None,
                    "seconds": done, "short": _short(sim, addrs, target),
                    "datagrams": sim.stats.sent, "cpu_seconds": time.process_time() - cpu}
