@@ -532,7 +532,8 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
               metavar="SECONDS", help="Simulated seconds each phase may take.")
 @click.option("--capacity", type=click.IntRange(17), default=4096, show_default=True,
               help="Connections each node's table holds (preallocated: about 60 bytes each "
-                   "per node; 256 is plenty for 10,000 nodes).")
+                   "per node); bootstrap nodes get room for the whole swarm, as every node "
+                   "dials them.")
 @click.option("--max-known", type=click.IntRange(0), default=4096, show_default=True,
               help="Known peers each node keeps (addresses heard of, not dialled yet).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/swarm.jsonl",

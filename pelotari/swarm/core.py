@@ -9,6 +9,7 @@ to send, a timer and events out (aioquic's shape; driven by pelotari.sim or a UD
 timer and limit is in docs/protocols/swarm.md ("Timers and rules"); the connection state lives
 in pelotari.swarm.table (fixed-width records, the Cython twin's layout).
 """
+import functools
 import hashlib
 import ipaddress
 import random
@@ -103,6 +104,7 @@ class Config:
             raise ValueError("slot must be at least 1 ms")
 
 
+@functools.lru_cache(maxsize=65536)  # every Connections entry asks: ipaddress is slow
 def unicast(host: str) -> bool:
     """Whether host is an address a node may dial: not multicast, broadcast, reserved (240/4),
     unspecified or in 0/8 (a Connections entry naming one would make a node send to a group)."""

@@ -9,6 +9,7 @@ bounds N (see docs/protocols/swarm.md for what was measured).
 """
 import random
 import time
+from dataclasses import replace
 
 from pelotari.sim import LinkSpec, Simulator
 from pelotari.swarm.core import Config, SwarmNode
@@ -37,8 +38,13 @@ def build(n: int, bootstraps: int = 3, seed: int = 0, loss: float = 0.0, delay: 
     boots = addrs[:bootstraps]
     spread = n * 0.002 if join_spread is None else join_spread
 
+    # Every node dials every bootstrap: a bootstrap holds the whole swarm as vague connections
+    # (what the big table is for); with less room it evicts, Resets and is dialled again.
+    boot_config = replace(config, capacity=max(config.capacity, n + 16))
+
     def join(k: int, a) -> None:
-        sim.add(a, lambda now: SwarmNode(a, keyring, now, config, wall_offset=WALL,
+        cfg = boot_config if k < bootstraps else config
+        sim.add(a, lambda now: SwarmNode(a, keyring, now, cfg, wall_offset=WALL,
                                          secret=(seed * 1_000_003 + k).to_bytes(32, "big"),
                                          seed=seed * 1_000_003 + k))
         for b in boots:
