@@ -211,7 +211,7 @@ class SwarmNode:
         self._base = now - 1.0  # ms since base: never 0, so 0 can mean "none"
         self._slot_ms = int(round(cfg.slot * 1000))
         self._slot_start = -1
-        self._pongs = self._resets = self._connect_answers = self._promotions = 0
+        self.vague_pongs = self._resets = self._connect_answers = self._promotions = 0
         self._reset_sources: set = set()
         self._connect_sources: set = set()  # sources a Connect went to in answer, this slot
         self._cur_check = self._cur_promote = self._cur_share = self._cur_get = 0
@@ -240,13 +240,21 @@ class SwarmNode:
         self._last_ms = ms
         return ms
 
+    def advance(self, now: float) -> int:
+        """Move the clock to `now` (a new slot starts the per-slot budgets again) and give the
+        table's ms: for a datagram path outside the core (fastpath.swarmpath), which answers
+        Pings by _answer_allowed's rules with `slot_mark` and `vague_pongs`."""
+        ms = self._ms(now)
+        self._roll(ms)
+        return ms
+
     def _roll(self, ms: int) -> None:
         """A new time slot: the per-slot budgets start again."""
         start = ms - ms % self._slot_ms
         if start != self._slot_start:
             self._slot_start = start
-            self._slot_mark = (start // self._slot_ms) % 255 + 1  # the table's u8 `claimed`
-            self._pongs = self._resets = self._connect_answers = self._promotions = 0
+            self.slot_mark = (start // self._slot_ms) % 255 + 1  # the table's u8 `claimed`
+            self.vague_pongs = self._resets = self._connect_answers = self._promotions = 0
             self._reset_sources.clear()
             self._connect_sources.clear()
 
@@ -519,25 +527,25 @@ class SwarmNode:
         per slot from a direct one; from a vague one once per slot, within its own GCRA bucket,
         and while the global budget lasts."""
         t = self.table
-        if t.claimed[slot] == self._slot_mark:
+        if t.claimed[slot] == self.slot_mark:
             self.stats["limited_claim"] += 1
             return False
         if t.state[slot] & S_DIRECT:
             # Once per slot (a peer sends one request per connection per slot): a Ping replayed
             # from a direct peer's spoofed address is reflected once a slot, not at line rate.
-            t.claimed[slot] = self._slot_mark
+            t.claimed[slot] = self.slot_mark
             return True
         ms = self._last_ms
         tat = max(t.bucket[slot], ms)
         if tat - ms > (self.config.ping_burst - 1) * self._refill_ms:
             self.stats["limited_own"] += 1
             return False
-        if self._pongs >= self.config.vague_pongs_per_slot:
+        if self.vague_pongs >= self.config.vague_pongs_per_slot:
             self.stats["limited_global"] += 1
             return False
-        self._pongs += 1
+        self.vague_pongs += 1
         t.bucket[slot] = tat + self._refill_ms
-        t.claimed[slot] = self._slot_mark
+        t.claimed[slot] = self.slot_mark
         return True
 
     def _outstanding(self, slot: int) -> bool:
