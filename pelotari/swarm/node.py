@@ -15,6 +15,10 @@ How it drives the core (aioquic's asyncio/protocol.py shape):
 * The socket is non-blocking and read directly (loop.add_reader): up to READ_BATCH datagrams per
   wake-up, each read into max_datagram + 1 bytes (so a datagram past the limit is told from one
   at it), then one flush: datagrams out, events queued, timer re-armed.
+* With the Cython build and an IPv4 socket, the socket is read by recvmmsg batches through
+  fastpath.swarmpath.PingPath: Pings from established connections are verified, answered and
+  the Pongs sent by sendmmsg in C (the core's rules, its budget carried in and out); every
+  other datagram goes to the core in arrival order. `fast_path=False` reads with recvfrom.
 * Sends never block and never queue: a full socket send buffer drops the datagram (UDP loses it
   on the wire as well), counted in `send_dropped`.
 * Socket errors are counted (`send_errors`, `receive_errors`) and each kind (direction and errno)
@@ -38,6 +42,7 @@ from pelotari.swarm.core import Address, Config, ConnectionInfo, SwarmNode
 log = logging.getLogger("pelotari.swarm")
 
 READ_BATCH = 64  # datagrams read per wake-up before the loop gets a turn
+FAST_ROUNDS = 16  # recvmmsg batches of READ_BATCH per wake-up on the C path
 MAX_EVENTS = 4096  # events waiting for the consumer; past it, new ones are dropped and counted
 PING_TIMEOUT = 2.0  # s: ping()'s future gives None when no Pong came by then
 RECEIVE_BUFFER = 4 << 20  # SO_RCVBUF asked for (the kernel caps it at net.core.rmem_max)
@@ -64,12 +69,33 @@ def _address(address) -> Address:
     return (str(address[0]), int(address[1]))
 
 
+def fast_path_available() -> bool:
+    """Whether the C datagram path can run: the Cython table, MACs and path are built and
+    PELOTARI_PURE_PYTHON is not set."""
+    from pelotari.swarm import table
+    if wire.IMPLEMENTATION != "cython" or table.IMPLEMENTATION != "cython":
+        return False
+    try:
+        from fastpath import swarmpath  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _ping_path(config: Config):
+    from fastpath.swarmpath import PingPath
+    return PingPath(capacity=READ_BATCH, max_datagram=config.limits.max_datagram,
+                    vague_pongs_per_slot=config.vague_pongs_per_slot,
+                    ping_burst=config.ping_burst, refill_ms=int(round(config.ping_refill * 1000)))
+
+
 class Node:
     """A running swarm node. Use `await Node.start(...)`; then connect(), ping(), send(),
     connections(), next_event() or events(), stats; and `await close()`."""
 
     def __init__(self, sock: socket.socket, keyring: wire.Keyring,
-                 config: Optional[Config] = None, max_events: int = MAX_EVENTS):
+                 config: Optional[Config] = None, max_events: int = MAX_EVENTS,
+                 fast_path: Optional[bool] = None):
         self._loop = asyncio.get_running_loop()
         self._sock = sock
         bound = sock.getsockname()
@@ -85,18 +111,27 @@ class Node:
         self._timer_at: Optional[float] = None
         self._pings: List[list] = []  # [address, mark, sent at, future, timeout handle]
         self._closed = False
-        self._loop.add_reader(sock.fileno(), self._readable)
+        if fast_path is None:
+            fast_path = sock.family == socket.AF_INET and fast_path_available()
+        elif fast_path and not (sock.family == socket.AF_INET and fast_path_available()):
+            raise ValueError("the C datagram path needs the Cython build and an IPv4 socket")
+        self._fast = _ping_path(self.core.config) if fast_path else None
+        self._loop.add_reader(sock.fileno(), self._readable_fast if fast_path else self._readable)
         self._flush(self._last)
 
     @classmethod
     async def start(cls, host: str, port: int, keyring: wire.Keyring,
-                    config: Optional[Config] = None, *, max_events: int = MAX_EVENTS) -> "Node":
+                    config: Optional[Config] = None, *, max_events: int = MAX_EVENTS,
+                    fast_path: Optional[bool] = None) -> "Node":
         """Bind a UDP socket to (host, port) — port 0 takes a free one, see `address` — and run
         the node on the running loop. OSError if the address cannot be bound.
 
         Bind a specific address: the core knows itself by it, and leaves it out of what it
         learns; with a wildcard address (0.0.0.0) it cannot tell its own address in a peer's
-        Connections from another node's."""
+        Connections from another node's.
+
+        fast_path: None runs the C datagram path where it can (Cython build, IPv4), False
+        never, True or ValueError."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
@@ -106,7 +141,7 @@ class Node:
             except OSError:
                 pass
             sock.bind((host, port))
-            return cls(sock, keyring, config, max_events)
+            return cls(sock, keyring, config, max_events, fast_path)
         except BaseException:
             sock.close()
             raise
@@ -144,6 +179,45 @@ class Node:
                 self._socket_error("receive", exc)
                 continue
             core.receive_datagram(data, source[:2], now)
+        self._flush(now)
+
+    def _readable_fast(self) -> None:
+        fp = self._fast
+        core = self.core
+        fd = self._sock.fileno()
+        now = self._now()
+        ms = core.advance(now)
+        table = core.table
+        macs = core.keyring.macset(now + core.wall_offset)
+        for _ in range(FAST_ROUNDS):
+            try:
+                n = fp.receive(fd)
+            except OSError as exc:  # an ICMP error for an earlier send (ECONNREFUSED...)
+                self._socket_error("receive", exc)
+                continue
+            if not n:
+                break
+            fp.ms = ms
+            fp.mark = core.slot_mark
+            fp.vague_pongs = core.vague_pongs
+            i = fp.run(table, macs, 0)
+            while i < n:  # the core's datagram, in arrival order; the budget carried over
+                core.vague_pongs = fp.vague_pongs
+                data, source = fp.take(i)
+                core.receive_datagram(data, source, now)
+                fp.vague_pongs = core.vague_pongs
+                i = fp.run(table, macs, i + 1)
+            core.vague_pongs = fp.vague_pongs
+            fp.flush(fd)
+            if (fp.send_dropped or fp.send_errors) and "send Pong" not in self._reported:
+                self._reported.add("send Pong")
+                message = ("cannot send Pongs: the socket's send buffer is full or the send "
+                           "was refused (counted in send_dropped and send_errors; not reported "
+                           "again)")
+                log.warning("%s", message)
+                self._put(NodeWarning("send Pong", message))
+            if n < fp.capacity:
+                break
         self._flush(now)
 
     def _socket_error(self, direction: str, exc: OSError, to: Optional[Address] = None,
@@ -297,10 +371,18 @@ class Node:
     @property
     def stats(self) -> Counter:
         """The core's counters (docs/protocols/swarm.md, "Events") and the adapter's:
-        send_errors, receive_errors, send_dropped, events_dropped."""
+        send_errors, receive_errors, send_dropped, events_dropped (the C path's counted in
+        with the same names)."""
         out = Counter(self.core.stats)
         out.update(self._own)
+        if self._fast is not None:
+            out.update({k: v for k, v in self._fast.counters().items() if v})
         return out
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether the C datagram path reads the socket."""
+        return self._fast is not None
 
     @property
     def closed(self) -> bool:

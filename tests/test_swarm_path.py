@@ -1,0 +1,236 @@
+"""The swarm node's C datagram path (fastpath.swarmpath.PingPath) against the core it mirrors:
+the same datagrams, over real loopback sockets to the C path and in memory to
+SwarmNode.receive_datagram, must give the same Pongs (byte for byte), counters and table state —
+for Pings from direct and vague connections, past every limit, replays, bad MACs, strangers,
+truncated and oversized datagrams, and the core's own messages interleaved."""
+import asyncio
+import socket
+from collections import Counter
+
+import pytest
+
+from pelotari.swarm import table as table_mod
+from pelotari.swarm import wire
+from pelotari.swarm.core import Config, SwarmNode
+from pelotari.swarm.node import Node, fast_path_available
+from pelotari.swarm.wire import Keyring
+
+pytestmark = pytest.mark.skipif(not fast_path_available(),
+                                reason="the C path is part of the Cython build only")
+
+KR = Keyring([bytes(range(32))])
+OTHER = Keyring([bytes(range(1, 33))])
+HOST = "127.0.0.220"
+PEERS = ["127.0.0.221", "127.0.0.222", "127.0.0.223", "127.0.0.224"]
+
+
+def test_the_paths_wire_constants_are_the_wire_tables():
+    from fastpath import swarmpath
+    assert swarmpath.PING == wire.TYPES["Ping"] and swarmpath.PONG == wire.TYPES["Pong"]
+    assert swarmpath.PING_SIZE == wire.PREFIX_SIZE + wire.body_size(wire.TYPES["Ping"])
+    assert swarmpath.PING_SIZE == wire.PREFIX_SIZE + wire.body_size(wire.TYPES["Pong"])
+
+
+class Pair:
+    """Two identical cores: `py` fed in memory, `c` through a PingPath on a real socket."""
+
+    def __init__(self, cfg: Config):
+        from fastpath.swarmpath import PingPath
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((HOST, 0))
+        self.sock.setblocking(False)
+        self.address = self.sock.getsockname()
+        self.wall = 1_800_000_000.0  # an epoch starts here
+        self.cfg = cfg
+        self.py, self.c = (SwarmNode(self.address, KR, 0.0, cfg, wall_offset=self.wall,
+                                     secret=b"s" * 32, seed=3) for _ in range(2))
+        self.path = PingPath(capacity=64, max_datagram=cfg.limits.max_datagram,
+                             vague_pongs_per_slot=cfg.vague_pongs_per_slot,
+                             ping_burst=cfg.ping_burst,
+                             refill_ms=int(round(cfg.ping_refill * 1000)))
+        self.peers = []
+        for h in PEERS:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((h, 0))
+            s.settimeout(1.0)
+            self.peers.append(s)
+        self.to_py = []  # what the Python core sent, (bytes, address)
+
+    def close(self):
+        for s in [self.sock, *self.peers]:
+            s.close()
+
+    def sign(self, msg, now):
+        return wire.encode(msg, KR, self.wall + now)
+
+    def establish(self, k, now, direct=False):
+        """Peer k's handshake with both cores (in memory); direct: they dial it as well."""
+        src = self.peers[k].getsockname()
+        for core in (self.py, self.c):
+            core.receive_datagram(self.sign(wire.connect(0, 100 + k), now), src, now)
+            (answer, _), = core.datagrams_to_send()
+            token = wire.decode(answer, KR, self.wall + now).token
+            core.receive_datagram(self.sign(wire.connect(0, 100 + k, ack=True, echo=token),
+                                            now), src, now)
+            core.datagrams_to_send()
+            if direct:
+                core.connect(src, now)  # established and vague: direct now (asks at once)
+                core.datagrams_to_send()
+        return src
+
+    def feed(self, items, now):
+        """items: (peer index, datagram) sent in this order; both cores take them."""
+        for k, data in items:
+            self.peers[k].sendto(data, self.address)
+            self.py.receive_datagram(data, self.peers[k].getsockname(), now)
+            self.to_py += self.py.datagrams_to_send()
+        # the C side: as pelotari.swarm.node's _readable_fast does it
+        core, fp, fd = self.c, self.path, self.sock.fileno()
+        ms = core.advance(now)
+        macs = core.keyring.macset(now + core.wall_offset)
+        got = 0
+        while got < len(items):
+            n = fp.receive(fd)
+            got += n
+            fp.ms, fp.mark, fp.vague_pongs = ms, core.slot_mark, core.vague_pongs
+            i = fp.run(core.table, macs, 0)
+            while i < n:
+                core.vague_pongs = fp.vague_pongs
+                core.receive_datagram(*fp.take(i), now)
+                fp.vague_pongs = core.vague_pongs
+                i = fp.run(core.table, macs, i + 1)
+            core.vague_pongs = fp.vague_pongs
+            fp.flush(fd)
+
+    def c_sent(self):
+        """What the C side sent: Pongs read off the peers' sockets, and the core's datagrams."""
+        out = []
+        for s in self.peers:
+            s.setblocking(False)
+            while True:
+                try:
+                    data, _ = s.recvfrom(2048)
+                except BlockingIOError:
+                    break
+                out.append((data, s.getsockname()))
+        return out + self.c.datagrams_to_send()
+
+    def stats(self):
+        merged = Counter(self.c.stats)
+        merged.update({k: v for k, v in self.path.counters().items() if v})
+        return merged
+
+
+def _table(core):
+    t = core.table
+    return ([t.addresses[s] for s in range(t.count)], list(t.claimed[:t.count]),
+            list(t.bucket[:t.count]), list(t.heard[:t.count]), list(t.lru()), sorted(t.direct))
+
+
+def test_the_c_path_answers_exactly_as_the_core():
+    cfg = Config(vague_pongs_per_slot=4, ping_burst=2, ping_refill=3.0)
+    p = Pair(cfg)
+    try:
+        vague = [p.establish(k, 0.0) for k in (0, 1)]
+        direct = p.establish(2, 0.0, direct=True)
+        assert sorted(p.c.direct()) == [direct] and len(vague) == 2
+        ping = p.sign(wire.ping(0xAB), 1.5)
+        stranger = OTHER.sign(wire.pack(wire.ping(1)), p.wall + 1.5)
+        user = p.sign(wire.user(9, b"kaixo"), 1.5)
+        long_ = p.sign(wire.user(9, bytes(wire.MAX_BODY)), 1.5) + b"x"  # one byte past
+        items = [(0, ping), (0, ping),          # a vague one: once a slot (claim)
+                 (2, ping), (2, ping),          # a direct one: once a slot
+                 (3, ping),                     # no record: the core Resets it
+                 (1, stranger),                 # another network's key: dropped (MAC)
+                 (1, ping[:30]), (1, ping[:40]),  # truncated; a short Ping (the MAC fails)
+                 (1, user), (1, long_),         # the core's own, between Pings
+                 (1, p.sign(wire.ping(7), 1.5)), (1, b"\x00\x02" + bytes(42))]
+        p.feed(items, 1.5)
+        # slot 2 (new claims), 3, ...: the vague buckets (burst 2, one every 3 s) run dry
+        for now in (2.5, 3.5, 4.5, 5.5, 8.5):
+            p.feed([(0, p.sign(wire.ping(int(now * 10)), now)),
+                    (1, p.sign(wire.ping(int(now * 10) + 1), now))], now)
+        c_sent = p.c_sent()
+        assert sorted(c_sent) == sorted(p.to_py)
+        kinds = Counter(wire.parse(d).name for d, _ in c_sent)
+        assert kinds["Pong"] >= 5 and kinds["Reset"] == 1, kinds
+        c_stats, py_stats = p.stats(), p.py.stats
+        assert c_stats == py_stats, set(c_stats.items()) ^ set(py_stats.items())
+        for k in ("limited_claim", "limited_own", "dropped_bad_mac", "dropped_truncated",
+                  "dropped_too_long", "received_User9"):
+            assert py_stats[k] >= 1, k
+        assert _table(p.c) == _table(p.py)
+        # the C path did the Pings: nothing but the core's share reached the core
+        assert p.path.counters()["sent_Pong"] == kinds["Pong"]
+    finally:
+        p.close()
+
+
+def test_the_global_vague_budget_is_shared_with_the_core():
+    cfg = Config(vague_pongs_per_slot=2, ping_burst=5, ping_refill=0.1)
+    p = Pair(cfg)
+    try:
+        for k in range(4):
+            p.establish(k, 0.0)
+        pings = [(k, p.sign(wire.ping(k + 1), 1.2)) for k in range(4)]
+        p.feed(pings, 1.2)
+        assert p.stats()["limited_global"] == 2 == p.py.stats["limited_global"]
+        assert sorted(p.c_sent()) == sorted(p.to_py)
+        assert p.c.vague_pongs == p.py.vague_pongs == 2
+    finally:
+        p.close()
+
+
+def test_limits_of_the_path_itself():
+    from fastpath.swarmpath import PingPath
+
+    PingPath(max_datagram=44)
+    with pytest.raises(ValueError):
+        PingPath(max_datagram=43)
+    with pytest.raises(ValueError):
+        PingPath(ping_burst=0)
+    with pytest.raises(ValueError):
+        PingPath(capacity=0)
+    with pytest.raises(ValueError):
+        PingPath(capacity=1025)
+    fp = PingPath(capacity=1)
+    with pytest.raises(IndexError):
+        fp.take(0)
+    from fastpath.swarmmac import MacSet
+    with pytest.raises(ValueError):
+        fp.run(table_mod.ConnectionTable(4), MacSet())  # no keys loaded
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_node_answers_pings_on_either_path(fast):
+    async def main():
+        a = await Node.start(PEERS[0], 0, KR, fast_path=fast)
+        b = await Node.start(PEERS[1], 0, KR, fast_path=fast)
+        try:
+            assert a.fast_path is fast and b.fast_path is fast
+            b.connect(a.address)
+            assert (await a.next_event(3)).address == b.address
+            assert await a.ping(b.address) > 0
+            assert await b.ping(a.address) > 0
+            assert a.stats["sent_Pong"] >= 1 and b.stats["received_Pong"] >= 1
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())
+
+
+def test_an_ipv6_node_cannot_be_asked_for_the_c_path():
+    async def main():
+        with pytest.raises(ValueError):
+            await Node.start("::1", 0, KR, fast_path=True)
+        n = await Node.start("::1", 0, KR)
+        assert not n.fast_path
+        await n.close()
+
+    try:
+        socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    asyncio.run(main())
