@@ -414,3 +414,33 @@ def test_adapter_counts_socket_errors_and_reports_each_kind_once():
             await a.close()
 
     asyncio.run(main())
+
+
+def test_ipv6_nodes_from_the_command_line_and_a_ping_right_after_their_own_request(swarm,
+                                                                                   tmp_path):
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    from pelotari.swarm.core import unicast
+
+    assert unicast("::1") and not unicast("::") and not unicast("ff02::1")
+    key = key_file(tmp_path / "swarm.key")
+    a = swarm("--listen", f"[::1]:{port}", "--key-file", key, *FAST)
+    assert a.wait("listening"), "".join(a.stderr)
+    b = swarm("--listen", "[::1]:0", "--key-file", key, "--bootstrap", f"[::1]:{port}", *FAST)
+    peer = f"[::1]:{port}"
+    assert b.wait("connected", peer=peer, direct=True), (b.seen, "".join(b.stderr))
+    # At once: the Ping lands in the slot of b's first request, which a has answered already
+    # (one a slot): the adapter sends it again a slot later.
+    b.command(f"ping {peer}")
+    assert b.wait("pong", peer=peer, timeout=4), b.seen
+    b.command("send ::1 7 x")  # the default port: nothing there
+    assert b.wait("error", check=lambda e: "[::1]:21452" in e["message"])
+    b.command(f"send 127.0.0.1:{port} 7 x")
+    assert b.wait("error", check=lambda e: "IPv4 address" in e["message"])
+    c = run("node", "--listen", "[::1]:0", "--key-file", key, "--bootstrap", "127.0.0.1:5")
+    assert c.returncode == 1 and "IPv4 address; this node listens on IPv6" in c.stderr
+    assert "Traceback" not in c.stderr

@@ -6,6 +6,7 @@ The CLI only wires: keys from a file or the environment, the asyncio adapter
 import asyncio
 import os
 import signal
+import socket
 import stat
 import time
 
@@ -163,11 +164,12 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
 
     ensure_standard_fds()
     host, port = _option_address("--listen", listen, allow_zero=True)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if host in ("0.0.0.0", "::"):
         raise click.ClickException(f"--listen {listen}: give the one address this node is "
                                    "reached at, not every address (the node must know its own "
                                    "address to leave itself out of what it learns)")
-    boots = [_option_address("--bootstrap", b) for b in bootstrap]
+    boots = [_option_address("--bootstrap", b, family=family) for b in bootstrap]
     keyring, key_source = _keyring(key_file, insecure_key_file)
     config = _config(ping_interval, get_interval, target_direct)
     try:
@@ -178,11 +180,59 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
         raise click.ClickException(failure)
 
 
-def _option_address(option, text, allow_zero=False):
-    from pelotari.fyrehose.client import parse_address
+def split_address(text, default_port=PORT):
+    """HOST, HOST:PORT, an IPv6 address, or [IPv6]:PORT -> (host, port); ValueError."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"bad address {text!r} (an IPv6 one is written [ADDRESS]:PORT)")
+        port_text = rest[1:] if rest else str(default_port)
+    elif text.count(":") > 1:  # an IPv6 address without a port
+        host, port_text = text, str(default_port)
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, str(default_port)
+    if not host:
+        raise ValueError(f"no host in address {text!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"bad port in address {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} outside 0..65535")
+    return host, port
+
+
+def _literal(host, family):
+    """host as the address text the socket reports, if it is an address of the family; None
+    for a name; ValueError for an address of the other family."""
+    import ipaddress
 
     try:
-        host, port = parse_address(text, PORT)
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if (ip.version == 6) != (family == socket.AF_INET6):
+        raise ValueError(f"{host} is an IPv{ip.version} address; this node listens on IPv"
+                         f"{6 if family == socket.AF_INET6 else 4}")
+    return str(ip)
+
+
+def _option_address(option, text, allow_zero=False, family=None):
+    try:
+        host, port = split_address(text)
+        if family is None:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        literal = _literal(host, family)
+        if literal is None:
+            try:
+                host = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)[0][4][0]
+            except OSError:
+                raise ValueError(f"cannot resolve host {host!r}") from None
+        else:
+            host = literal
     except ValueError as exc:
         raise click.ClickException(f"{option} {text}: {exc}") from None
     if port == 0 and not allow_zero:
@@ -240,7 +290,8 @@ def _config(ping_interval, get_interval, target_direct):
 
 
 def _peer(address):
-    return f"{address[0]}:{address[1]}"
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _fingerprint(keyring):
@@ -291,26 +342,17 @@ def _describe(ev, config):
     return (type(ev).__name__.lower(), repr(ev), {"repr": repr(ev)})
 
 
-async def _resolve(text):
-    """HOST:PORT (or HOST, port 21452) from a command line, resolved without blocking the loop."""
-    import ipaddress
-    import socket
-
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = text, str(PORT)
+async def _resolve(text, family=socket.AF_INET):
+    """HOST:PORT, HOST (port 21452) or [IPv6]:PORT from a command line, an address of the
+    node's family, resolved without blocking the loop."""
+    host, port = split_address(text)
+    if port == 0:
+        raise ValueError("port 0 is not a node's port")
+    literal = _literal(host, family)
+    if literal is not None:
+        return literal, port
     try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"bad port in address {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise ValueError(f"port {port} outside 1..65535")
-    try:
-        return str(ipaddress.IPv4Address(host)), port
-    except ValueError:
-        pass
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, family=socket.AF_INET,
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, family=family,
                                                              type=socket.SOCK_DGRAM)
     except OSError:
         raise ValueError(f"cannot resolve host {host!r}") from None
@@ -340,6 +382,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     why = []
+    family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
 
     def emit(event, human, err=False, force=False, **fields):
         out.event(event, escape_text(human), err=err, force=force, **fields)
@@ -426,14 +469,14 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
         if name == "connections" and len(words) == 1:
             show_connections()
         elif name == "ping" and len(words) == 2:
-            peer = await _resolve(words[1])
+            peer = await _resolve(words[1], family)
             try:
                 fut = node.ping(peer, PING_TIMEOUT)
             except KeyError:
                 raise ValueError(f"no established connection to {_peer(peer)}") from None
             fut.add_done_callback(lambda f, p=_peer(peer): show_pong(p, f))
         elif name == "send" and len(words) == 4:
-            peer = await _resolve(words[1])
+            peer = await _resolve(words[1], family)
             try:
                 type_ = int(words[2])
             except ValueError:
@@ -446,7 +489,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
             emit("sent", f"sent type {type_} ({len(data)} bytes) to {_peer(peer)}",
                  peer=_peer(peer), type=type_, size=len(data))
         elif name == "connect" and len(words) == 2:
-            peer = await _resolve(words[1])
+            peer = await _resolve(words[1], family)
             node.connect(peer)
             emit("connecting", f"dialling {_peer(peer)}", peer=_peer(peer))
         elif name == "stats" and len(words) == 1:
@@ -579,33 +622,88 @@ def simulate(nodes, bootstraps, seeds, loss, crash, limit, capacity, max_known, 
 
 # ---- bench -----------------------------------------------------------------------------------
 
+MEASURES = ("memory", "pingpong", "sockets")
+
+
 @swarm.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/swarm.jsonl",
               show_default=True, help="JSON-lines file the records are appended to.")
-def bench(output):
+@click.option("--peers", type=click.IntRange(1, 1 << 20), default=50_000, show_default=True,
+              help="Sockets measure: distinct peers (127.2.x.y addresses x 16 ports) brought "
+                   "to the node.")
+@click.option("--rate", type=click.FloatRange(1, min_open=False), default=150_000.0,
+              show_default=True, help="Sockets measure: Pings offered per second (each peer's "
+                                      "at least two of the node's 0.1 s slots apart).")
+@click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="Sockets measure: how long Pings are offered.")
+@click.option("--only", "only", type=click.Choice(MEASURES), multiple=True,
+              help="Run only this measure (repeatable). [default: all three]")
+@click.option("--skip-sockets", is_flag=True, help="Leave out the sockets measure.")
+@click.option("--stack", type=click.Choice(["both", "cython", "python"]), default="both",
+              show_default=True, help="Which stack's figures: python is PELOTARI_PURE_PYTHON=1.")
+def bench(output, peers, rate, seconds, only, skip_sockets, stack):
     """Measure what a connection costs, pure Python and Cython side by side.
 
-    Bytes per connection: RSS growth while a table of 100,000 fills with distinct
-    (127.x.y.z, port) connections (goal: at most 64). Ping -> Pong per second through the
-    sans-IO core: 2,000 established connections, every Ping signed, verified, looked up,
-    answered and signed, with the rate limits lifted (no sockets). Each figure in a fresh
-    interpreter; PELOTARI_PURE_PYTHON=1 gives the pure-Python stack.
+    memory: bytes per connection, the RSS growth while a table of 100,000 fills with distinct
+    (127.x.y.z, port) connections (goal: at most 64). pingpong: Ping -> Pong per second through
+    the sans-IO core, 2,000 connections, no sockets. sockets: a real node (a child process on
+    127.0.0.1) and --peers distinct peers from the load generator (fastpath.swarmload, in this
+    process), each doing the real handshake; once the node holds them all as established
+    connections, Pings are offered at --rate for --seconds: Pongs per second that pass the MAC
+    and echo a Ping, loss, the node's CPU seconds and Pongs per node CPU second. The node's
+    rate limits are lifted for it but the once-per-slot claim (its slot is 0.1 s). Every
+    figure in a fresh interpreter; PELOTARI_PURE_PYTHON=1 gives the pure-Python stack. On a
+    2-CPU machine the generator and the node get a core each.
     """
     import pathlib
 
     from pelotari.bench.results import environment, write
     from pelotari.swarm import bench as b
 
+    measures = tuple(only) or MEASURES
+    if skip_sockets:
+        measures = tuple(m for m in measures if m != "sockets")
+    if not measures:
+        raise click.UsageError("--skip-sockets leaves no measure to run")
+    if "sockets" in measures:
+        if peers / rate < 2 * b.SLOT:
+            raise click.BadParameter(
+                f"{rate:,.0f} Pings/s over {peers:,} peers pings each every {peers / rate:.3f} "
+                f"s; keep it at least {2 * b.SLOT} s (two of the node's slots): --rate at most "
+                f"{peers / (2 * b.SLOT):,.0f}", param_hint="--rate")
+        try:
+            import fastpath.swarmload  # noqa: F401
+        except ImportError:
+            raise click.ClickException("the sockets measure needs the Cython build (python "
+                                       "setup.py build_ext --inplace); or --skip-sockets")
+    stacks = {"both": (True, False), "python": (True,), "cython": (False,)}[stack]
     started = time.monotonic()
     env = environment()
-    records = [{**r, "env": env} for r in b.run(
-        lambda s: click.echo(f"[{time.monotonic() - started:6.1f}s] {s}", err=True))]
+    try:
+        records = [{**r, "env": env} for r in b.run(
+            lambda s: click.echo(f"[{time.monotonic() - started:6.1f}s] {s}", err=True),
+            measures=measures, peers=peers, seconds=seconds, rate=rate, stacks=stacks)]
+    except (RuntimeError, OSError) as exc:
+        raise click.ClickException(str(exc))
     write(pathlib.Path(output), records)
-    click.echo("| stack | bytes per connection at 100,000 | Ping -> Pong per second |")
-    click.echo("|---|---:|---:|")
+
+    def cell(stack, measure, fmt):
+        r = next((r for r in records if r["stack"] == stack and r["measure"] == measure), None)
+        return "-" if r is None else fmt(r)
+
+    click.echo("| stack | bytes per connection at 100,000 | Ping -> Pong per second (core) | "
+               "Pongs/s over sockets | Pings/s offered | loss | node CPU s | "
+               "Pongs per node CPU second |")
+    click.echo("|---|---:|---:|---:|---:|---:|---:|---:|")
     for stack in dict.fromkeys(r["stack"] for r in records):
-        m = next(r for r in records if r["stack"] == stack and r["measure"] == "memory")
-        p = next(r for r in records if r["stack"] == stack and r["measure"] == "pingpong")
-        click.echo(f"| {stack} | {m['bytes_per_connection']:.1f} | "
-                   f"{p['pongs_per_second']:,.0f} |")
+        click.echo(" | ".join([
+            f"| {stack}",
+            cell(stack, "memory", lambda r: f"{r['bytes_per_connection']:.1f}"),
+            cell(stack, "pingpong", lambda r: f"{r['pongs_per_second']:,.0f}"),
+            cell(stack, "sockets", lambda r: f"{r['pongs_per_second']:,.0f}"),
+            cell(stack, "sockets", lambda r: f"{r['offered_per_second']:,.0f}"),
+            cell(stack, "sockets", lambda r: f"{r['loss']:.1%}"),
+            cell(stack, "sockets", lambda r: f"{r['node_cpu_seconds']:.2f}"),
+            cell(stack, "sockets", lambda r: f"{r['pongs_per_cpu_second'] or 0:,.0f}"),
+        ]) + " |")
     click.echo(f"{len(records)} records appended to {output}", err=True)

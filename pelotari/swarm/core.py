@@ -116,6 +116,8 @@ def unicast(host: str) -> bool:
         ip = ip.ipv4_mapped
     if ip.version == 4 and ip.packed[0] == 0:
         return False
+    if ip.is_loopback:  # (::1 lies in ::/8, which ipaddress counts as reserved)
+        return True
     return not (ip.is_multicast or ip.is_unspecified or ip.is_reserved)
 
 

@@ -313,7 +313,11 @@ class Node:
 
     def ping(self, address: Address, timeout: float = PING_TIMEOUT) -> "asyncio.Future":
         """Ping an established connection now (KeyError otherwise). The future gives the round
-        trip in seconds when its Pong (or a later one) has counted, or None after timeout."""
+        trip in seconds when its Pong (or a later one) has counted, or None after timeout.
+
+        A peer answers one request per connection per slot: a Ping that follows one of the
+        node's own too closely goes unanswered, so it is sent again each slot (+10 %) until
+        answered or timed out; the round trip is the last one's."""
         address = _address(address)
         now = self._live()
         self.core.ping(address, now)
@@ -321,8 +325,21 @@ class Node:
         entry = [address, self._ping_marks(address)[0], now, fut, None]
         entry[4] = self._loop.call_later(timeout, self._ping_timeout, entry)
         self._pings.append(entry)
+        self._loop.call_later(self.core.config.slot * 1.1, self._ping_again, entry)
         self._flush(now)
         return fut
+
+    def _ping_again(self, entry: list) -> None:
+        if entry not in self._pings or entry[3].done() or self._closed:
+            return
+        now = self._now()
+        try:
+            self.core.ping(entry[0], now)
+        except KeyError:  # the connection is gone: the timeout will tell
+            return
+        entry[2] = now
+        self._loop.call_later(self.core.config.slot * 1.1, self._ping_again, entry)
+        self._flush(now)
 
     def _ping_marks(self, address: Address):
         """When our last Ping to address went (the core's table ms) and whether its Pong
