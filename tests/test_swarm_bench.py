@@ -20,6 +20,17 @@ def test_pingpong_answers_every_ping_through_the_core():
     assert (p["pings"], p["pongs"]) == (1200, 1200) and p["pongs_per_second"] > 0
 
 
+def test_sockets_brings_every_peer_to_a_real_node_and_counts_its_pongs():
+    pytest.importorskip("fastpath.swarmload")
+    r = bench.sockets(False, peers=2000, seconds=1.0, rate=5000)
+    assert r["established"] == r["node_established_after"] == r["peers"] == 2000
+    assert 0 < r["pongs"] <= r["pings"] and r["bad_mac"] == 0 and r["pongs_unmatched"] == 0
+    assert r["node_cpu_seconds"] >= 0 and r["config"]["slot"] == bench.SLOT
+    assert r["config"]["capacity"] >= 2016 and r["config"]["target_direct"] == 0
+    with pytest.raises(ValueError, match="two slots"):
+        bench.sockets(False, peers=2000, seconds=1.0, rate=10_001)
+
+
 def test_the_bench_command_writes_both_stacks_records(tmp_path):
     import json
     import subprocess
@@ -27,12 +38,27 @@ def test_the_bench_command_writes_both_stacks_records(tmp_path):
     from conftest import PELOTARI
 
     out = tmp_path / "swarm.jsonl"
-    res = subprocess.run(PELOTARI + ["swarm", "bench", "-o", str(out)], capture_output=True,
-                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    res = subprocess.run(PELOTARI + ["swarm", "bench", "-o", str(out), "--peers", "2000",
+                                     "--rate", "5000", "--seconds", "1"],
+                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stderr
     recs = [json.loads(line) for line in open(out)]
     assert sorted((r["stack"], r["measure"]) for r in recs) == [
-        ("Cython", "memory"), ("Cython", "pingpong"), ("pure Python", "memory"),
-        ("pure Python", "pingpong")]
+        ("Cython", "memory"), ("Cython", "pingpong"), ("Cython", "sockets"),
+        ("pure Python", "memory"), ("pure Python", "pingpong"), ("pure Python", "sockets")]
     assert all(r["kind"] == "swarm-bench" and r["env"]["commit"] for r in recs)
-    assert "| Cython |" in res.stdout
+    socks = {r["stack"]: r for r in recs if r["measure"] == "sockets"}
+    assert socks["pure Python"]["implementation"] == "python"
+    assert socks["Cython"]["implementation"] == "cython"
+    assert "| Cython |" in res.stdout and "peers ready" in res.stderr
+
+
+def test_the_bench_command_refuses_pings_closer_than_two_slots():
+    import subprocess
+
+    from conftest import PELOTARI
+
+    res = subprocess.run(PELOTARI + ["swarm", "bench", "--only", "sockets", "--peers", "1000",
+                                     "--rate", "9000"], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode == 2 and "--rate at most 5,000" in res.stderr
