@@ -730,3 +730,14 @@ def test_a_known_peer_that_connects_to_us_is_no_longer_listed_as_known():
     inbound(a, C)
     assert C not in a.known() and [c.status for c in a.connections() if c.address == C] == [
         "vague"]
+
+
+def test_send_checks_what_the_user_gave_before_looking_for_the_connection():
+    a = node()
+    nobody = ("10.0.0.9", 21452)
+    with pytest.raises(ValueError, match="user types"):
+        a.send(nobody, 3, b"x", 0.0)
+    with pytest.raises(ValueError, match="at most"):
+        a.send(nobody, 7, bytes(wire.MAX_BODY + 1), 0.0)
+    with pytest.raises(KeyError):
+        a.send(nobody, 7, bytes(wire.MAX_BODY), 0.0)

@@ -794,9 +794,12 @@ class SwarmNode:
         self._send_ping(slot, ms, now)
 
     def send(self, address: Address, type_: int, data: bytes, now: float, flags: int = 0) -> None:
-        """A user-defined datagram (type 6..65535) to an established connection."""
+        """A user-defined datagram (type 6..65535) to an established connection: ValueError
+        for a bad type, flags or size (checked first), KeyError without the connection."""
+        msg = wire.user(type_, data, flags)
+        wire.pack(msg, self.config.limits)  # the size, before anything is looked up
         slot = self._established_slot(address)
-        self._send(wire.user(type_, data, flags), self.table.addresses[slot], now)
+        self._send(msg, self.table.addresses[slot], now)
 
     def connections(self) -> List[ConnectionInfo]:
         """Every connection in the table."""
