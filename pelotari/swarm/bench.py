@@ -282,6 +282,7 @@ def sockets(pure: bool, peers: int = PEERS, seconds: float = SECONDS, rate: floa
         time.sleep(2 * slot)  # the confirming Pings' slots are over
         drops0 = udp_drops([node.port])
         gen_drops0 = udp_drops(gen.ports)
+        load = os.getloadavg()[0]  # the machine's: other processes take cores from both
         cpu0, self0 = node.cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF)
         sched0 = node.schedstat()
         r = gen.run(rate, seconds, drain=0.5, min_gap=2 * slot)
@@ -308,7 +309,7 @@ def sockets(pure: bool, peers: int = PEERS, seconds: float = SECONDS, rate: floa
         "offered_per_second": r["offered_per_second"], "pongs_per_second": r["pongs_per_second"],
         "loss": r["loss"], "node_cpu_seconds": node_cpu,
         "pongs_per_cpu_second": r["pongs"] / node_cpu if node_cpu > 0 else None,
-        "node_runqueue_wait_seconds": sched1[1] - sched0[1],
+        "node_runqueue_wait_seconds": sched1[1] - sched0[1], "loadavg_1m": load,
         "generator_cpu_seconds": gen_cpu, "generator_behind": r["behind"],
         "node_receive_drops": drops,
         "generator_receive_drops": gen_drops, "send_dropped": r["send_dropped"],
