@@ -5,6 +5,7 @@ for Pings from direct and vague connections, past every limit, replays, bad MACs
 truncated and oversized datagrams, and the core's own messages interleaved."""
 import asyncio
 import socket
+import time
 from collections import Counter
 
 import pytest
@@ -233,4 +234,56 @@ def test_an_ipv6_node_cannot_be_asked_for_the_c_path():
         socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback here")
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_ping_reports_the_round_trip_of_the_pong_that_counted(fast):
+    # A peer answers one request per connection per slot: a ping() right after another goes
+    # unanswered and is answered later, often as the Pong to one of the core's own routine
+    # Pings. Its round trip is that Pong's, never the time since the user's ping() (before: up
+    # to a slot, e.g. "round trip 996 ms" on loopback).
+    cfg = Config(ping_interval=0.3, ping_jitter=0.0)
+
+    async def main():
+        a = await Node.start(PEERS[0], 0, KR, cfg, fast_path=fast)
+        b = await Node.start(PEERS[1], 0, KR, cfg, fast_path=fast)
+        try:
+            b.connect(a.address)
+            assert (await a.next_event(3)).address == b.address
+            a.connect(b.address)  # both hold each other as direct: one answer a slot
+            await asyncio.sleep(0.2)
+            rtts = [await b.ping(a.address, timeout=3.0) for _ in range(4)]
+            assert all(r is not None for r in rtts), rtts
+            assert max(rtts) < 0.15, rtts  # loopback: well under a ms, but a loaded CI machine
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())
+
+
+def test_a_max_datagram_below_a_pings_size_runs_the_python_path():
+    # Limits allow 36..1024; a PingPath needs room for a Ping (44). Before: Node.start raised
+    # "max_datagram must be within 44..65535" for a valid Config on the default path.
+    cfg = Config(limits=wire.Limits(max_datagram=40), get_room=40)
+
+    async def main():
+        n = await Node.start(PEERS[0], 0, KR, cfg)
+        try:
+            assert not n.fast_path
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((PEERS[1], 0))
+            s.sendto(wire.encode(wire.ping(1), KR, time.time()), n.address)
+            s.close()
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if n.stats["dropped_too_long"]:
+                    break
+            assert n.stats["dropped_too_long"] == 1
+        finally:
+            await n.close()
+        with pytest.raises(ValueError, match="max_datagram"):
+            await Node.start(PEERS[0], 0, KR, cfg, fast_path=True)
+
     asyncio.run(main())

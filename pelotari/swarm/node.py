@@ -45,6 +45,7 @@ READ_BATCH = 64  # datagrams read per wake-up before the loop gets a turn
 FAST_ROUNDS = 16  # recvmmsg batches of READ_BATCH per wake-up on the C path
 MAX_EVENTS = 4096  # events waiting for the consumer; past it, new ones are dropped and counted
 PING_TIMEOUT = 2.0  # s: ping()'s future gives None when no Pong came by then
+PING_SIZE = wire.PREFIX_SIZE + wire.body_size(wire.TYPES["Ping"])  # 44 (swarmpath.PING_SIZE)
 RECEIVE_BUFFER = 4 << 20  # SO_RCVBUF asked for (the kernel caps it at net.core.rmem_max)
 
 
@@ -109,12 +110,16 @@ class Node:
         self._reported: set = set()
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at: Optional[float] = None
-        self._pings: List[list] = []  # [address, mark, sent at, future, timeout handle]
+        self._pings: List[list] = []  # see ping()
         self._closed = False
+        # (a Ping is 44 bytes: with a lower max_datagram every one is too long, the core's)
+        can = (sock.family == socket.AF_INET and fast_path_available()
+               and self.core.config.limits.max_datagram >= PING_SIZE)
         if fast_path is None:
-            fast_path = sock.family == socket.AF_INET and fast_path_available()
-        elif fast_path and not (sock.family == socket.AF_INET and fast_path_available()):
-            raise ValueError("the C datagram path needs the Cython build and an IPv4 socket")
+            fast_path = can
+        elif fast_path and not can:
+            raise ValueError("the C datagram path needs the Cython build, an IPv4 socket and "
+                             f"max_datagram >= {PING_SIZE}")
         self._fast = _ping_path(self.core.config) if fast_path else None
         self._loop.add_reader(sock.fileno(), self._readable_fast if fast_path else self._readable)
         self._flush(self._last)
@@ -317,12 +322,16 @@ class Node:
 
         A peer answers one request per connection per slot: a Ping that follows one of the
         node's own too closely goes unanswered, so it is sent again each slot (+10 %) until
-        answered or timed out; the round trip is the last one's."""
+        answered or timed out. The round trip is that of the Pong that counted: this call's
+        last Ping's (measured by the loop's clock), or, when the Pong to one of the core's own
+        later Pings counted first, that one's (the core's, in whole ms)."""
         address = _address(address)
         now = self._live()
         self.core.ping(address, now)
         fut = self._loop.create_future()
-        entry = [address, self._ping_marks(address)[0], now, fut, None]
+        mark = self._ping_marks(address)[0]
+        # [address, first mark, last sent at, future, timeout handle, last mark]
+        entry = [address, mark, now, fut, None, mark]
         entry[4] = self._loop.call_later(timeout, self._ping_timeout, entry)
         self._pings.append(entry)
         self._loop.call_later(self.core.config.slot * 1.1, self._ping_again, entry)
@@ -338,6 +347,7 @@ class Node:
         except KeyError:  # the connection is gone: the timeout will tell
             return
         entry[2] = now
+        entry[5] = self._ping_marks(entry[0])[0]
         self._loop.call_later(self.core.config.slot * 1.1, self._ping_again, entry)
         self._flush(now)
 
@@ -349,13 +359,17 @@ class Node:
     def _check_pings(self, now: float) -> None:
         left = []
         for entry in self._pings:
-            address, mark, sent, fut, handle = entry
+            address, mark, sent, fut, handle, last = entry
             pinged, answered = self._ping_marks(address)
             if fut.done():
                 handle.cancel()
             elif mark is not None and pinged is not None and answered and pinged >= mark:
                 handle.cancel()  # our Ping's Pong, or a later one's, counted
-                fut.set_result(now - sent)
+                if pinged == last:
+                    fut.set_result(now - sent)
+                else:  # the Pong to a routine Ping sent after ours: its round trip, not ours
+                    t = self.core.table
+                    fut.set_result(t.rtt[t.lookup(address)] / 1000)
             else:
                 left.append(entry)
         self._pings = left
@@ -415,7 +429,7 @@ class Node:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for _, _, _, fut, handle in self._pings:
+        for _, _, _, fut, handle, _ in self._pings:
             handle.cancel()
             if not fut.done():
                 fut.set_result(None)
