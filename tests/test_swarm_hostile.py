@@ -162,3 +162,25 @@ def test_a_firehose_of_commands_on_stdin_keeps_memory_bounded(tmp_path):
         proc.wait(10)
         feeder.wait(10)
 
+
+
+@pytest.mark.parametrize("listen, says", [
+    ("224.0.0.1:38960", "not a unicast address"),
+    ("255.255.255.255:38960", "not a unicast address"),
+    ("240.0.0.1:38960", "not a unicast address"),
+    ("[::ffff:127.0.0.134]:38960", "listen on 127.0.0.134 instead"),
+])
+def test_a_listen_address_no_node_can_be_reached_at_is_one_clear_error(tmp_path, listen, says):
+    # Before: a node bound a multicast or broadcast address (its answers would go to a group,
+    # or nowhere), or an IPv4-mapped one (it learned its IPv4 peers as IPv4 addresses and
+    # failed to dial them from its IPv6 socket), and ran on as if all were well.
+    import subprocess
+
+    from conftest import PELOTARI
+    from test_swarm_node import key_file
+
+    key = key_file(tmp_path / "k")
+    r = subprocess.run(PELOTARI + ["swarm", "node", "--listen", listen, "--key-file", key],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and says in r.stderr and "Traceback" not in r.stderr

@@ -169,6 +169,7 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
         raise click.ClickException(f"--listen {listen}: give the one address this node is "
                                    "reached at, not every address (the node must know its own "
                                    "address to leave itself out of what it learns)")
+    _check_listen(listen, host)
     boots = [_option_address("--bootstrap", b, family=family) for b in bootstrap]
     keyring, key_source = _keyring(key_file, insecure_key_file)
     config = _config(ping_interval, get_interval, target_direct)
@@ -178,6 +179,24 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
         return
     if failure:
         raise click.ClickException(failure)
+
+
+def _check_listen(listen, host):
+    """A one-line error for a --listen address no node can be reached at: multicast,
+    broadcast, reserved (a node's answers would go to a group), or IPv4-mapped IPv6 (the node
+    would learn its peers as IPv4 addresses and could not dial them from an IPv6 socket)."""
+    import ipaddress
+
+    from pelotari.swarm.core import unicast
+
+    ip = ipaddress.ip_address(host)
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        raise click.ClickException(f"--listen {listen}: an IPv4-mapped IPv6 address; listen on "
+                                   f"{ip.ipv4_mapped} instead")
+    if not unicast(host):
+        raise click.ClickException(f"--listen {listen}: not a unicast address (multicast, "
+                                   "broadcast or reserved): give the address this node is "
+                                   "reached at")
 
 
 def split_address(text, default_port=PORT):
