@@ -5,10 +5,11 @@ from setuptools import Extension, setup
 
 # PELOTARI_DEBUG=1 builds with line tracing (for coverage/profilers) and no optimisation.
 DEBUG = os.environ.get("PELOTARI_DEBUG") == "1"
-MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen", "swarmmac", "swarmtable"]
+MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen", "swarmmac", "swarmtable",
+           "swarmpath", "swarmload"]
 # swarm's MACs: OpenSSL's SHA-256 through its low-level API (libssl-dev; tools/run installs it)
-LIBRARIES = {"swarmmac": ["crypto"]}
-MACROS = {"swarmmac": [("OPENSSL_SUPPRESS_DEPRECATED", "1")]}
+LIBRARIES = {name: ["crypto"] for name in ("swarmmac", "swarmpath", "swarmload")}
+MACROS = {name: [("OPENSSL_SUPPRESS_DEPRECATED", "1")] for name in LIBRARIES}
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
 PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.bully",
             "pelotari.cli", "pelotari.fyrehose", "pelotari.layers", "pelotari.potato",
