@@ -181,7 +181,8 @@ def test_a_listen_address_no_node_can_be_reached_at_is_one_clear_error(tmp_path,
 
     key = key_file(tmp_path / "k")
     r = subprocess.run(PELOTARI + ["swarm", "node", "--listen", listen, "--key-file", key],
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20,
+                       check=False)
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and says in r.stderr and "Traceback" not in r.stderr
 
@@ -207,3 +208,22 @@ def test_a_replayed_ping_does_not_take_the_real_peers_answer():
         pump({A: a, B: b}, now + 0.5)
         answered += b.last_ping(A)[1]
     assert answered == 10, f"b's own Pings answered in {answered} of 10 slots"
+
+
+@pytest.mark.parametrize("option", [["--ping-interval", "inf"], ["--ping-interval", "1e9"],
+                                    ["--get-interval", "1e7"], ["--get-interval", "inf"]])
+def test_a_timer_option_past_what_the_core_holds_is_a_usage_error(tmp_path, option):
+    # The core keeps times as u32 ms. Before: inf was a traceback at start; 1e9 s between Pings
+    # or 1e7 s between GetConnections a traceback in the timer at the first connection
+    # ("Exception in callback Node._on_timer()", OverflowError), after which the timer was
+    # never re-armed.
+    import subprocess
+
+    from conftest import PELOTARI
+    from test_swarm_node import key_file
+
+    key = key_file(tmp_path / "k")
+    r = subprocess.run(PELOTARI + ["swarm", "node", "--listen", "127.0.0.135:38961",
+                                   "--key-file", key, *option], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=20, check=False)
+    assert r.returncode == 2 and "not in the range" in r.stderr and "Traceback" not in r.stderr

@@ -20,6 +20,8 @@ ENV_KEYS = "PELOTARI_SWARM_KEYS"  # pelotari.swarm.wire.ENV_KEYS
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service stop, a hangup
 PING_TIMEOUT = 2.0  # s a `ping` command waits for its Pong
 MAX_PENDING = 256  # commands read and not yet run; past it a line is dropped with an error
+MAX_INTERVAL = 86400.0  # s: --ping-interval and --get-interval at most (the core's times are
+# u32 ms: past ~20 days a timer overflowed at the first connection, inf at start)
 
 COMMANDS = """\
 connections              every connection (direct, vague, connecting, half_open) and the
@@ -150,10 +152,12 @@ core's timers, for tests and small demos: every node of a network should use the
               help="A node to dial at start and keep as a direct connection (repeat for "
                    "several); dialled again until it answers.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
-@click.option("--ping-interval", type=click.FloatRange(0.05), default=None, metavar="SECONDS",
+@click.option("--ping-interval", type=click.FloatRange(0.05, MAX_INTERVAL), default=None,
+              metavar="SECONDS",
               help="Advanced: seconds between Pings to each direct connection (3 unanswered "
                    "demote it). [default: 5]")
-@click.option("--get-interval", type=click.FloatRange(0.05), default=None, metavar="SECONDS",
+@click.option("--get-interval", type=click.FloatRange(0.05, MAX_INTERVAL), default=None,
+              metavar="SECONDS",
               help="Advanced: seconds between GetConnections to each direct connection. "
                    "[default: 60]")
 @click.option("--target-direct", type=click.IntRange(0, 1024), default=None, metavar="N",
