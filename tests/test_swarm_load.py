@@ -59,6 +59,8 @@ class ScriptedNode:
         self.port = self.sock.getsockname()[1]
         self.evil = False
         self.answered = 0  # Pings answered the evil way
+        self.pongs = 0  # good Pongs sent the plain way
+        self.rejected = 0  # datagrams from the generator that failed to decode (its MAC)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
@@ -70,7 +72,11 @@ class ScriptedNode:
                 data, src = self.sock.recvfrom(2048)
             except socket.timeout:
                 continue
-            msg = wire.decode(data, kr, time.time())
+            try:
+                msg = wire.decode(data, kr, time.time())
+            except wire.SwarmError:
+                self.rejected += 1
+                continue
             if msg.type == 0 and not msg.ack:
                 self.sock.sendto(wire.encode(wire.connect(0, 0x1234, ack=True, echo=msg.token),
                                              kr, time.time()), src)
@@ -78,6 +84,7 @@ class ScriptedNode:
                 good = wire.encode(wire.pong(msg.token), kr, time.time())
                 if not self.evil:
                     self.sock.sendto(good, src)
+                    self.pongs += 1
                     continue
                 forged = good[:4] + bytes([good[4] ^ 1]) + good[5:]
                 unsigned = good[:4] + bytes(32) + good[36:]
@@ -111,7 +118,7 @@ def test_forged_unsigned_repeated_and_foreign_pongs_are_not_counted():
         assert r["bad_mac"] == 2 * n  # forged and unsigned
         assert r["pongs_unmatched"] == 2 * n  # another token, and the right one again
         assert r["foreign"] == n  # from another address:port than the node's
-        assert r["latency"]["count"] == n
+        assert r["latency"]["count"] == n and node.rejected == 0
     finally:
         node.close()
 
@@ -179,3 +186,40 @@ def test_sockets_tied_to_lo_need_no_privilege():
         pytest.skip(f"cannot run this checkout as nobody: {res.stderr.strip()[-200:]}")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[('0.0.0.0', 'lo')]"
+
+
+def test_epoch_changes_are_followed():
+    """Epochs of 1 s (accepted ± 0.25 s): a 3-s run crosses at least two, and the generator
+    signs and verifies in each (it re-fetches the MacSet from the Keyring every 50 ms)."""
+    key = wire.Keyring.generate()
+    short = dict(epoch_seconds=1, skew_seconds=0.25)
+    node = ScriptedNode(wire.Keyring([key], **short))
+    try:
+        with SwarmLoad("127.0.0.1", node.port, wire.Keyring([key], **short), 4, ports=1) as gen:
+            assert gen.connect(rate=100, timeout=20)["ready"] == 4
+            time.sleep(0.2)
+            before = node.pongs
+            r = gen.run(rate=20, seconds=3.0, drain=2.0)
+        node.close()
+        n = node.pongs - before
+        assert n > 40 and r["pings_sent"] == n and r["pongs"] == n and r["bad_mac"] == 0
+        assert node.rejected == 0
+    finally:
+        node.close()
+
+
+def test_no_descriptor_left_behind():
+    import os
+
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    _, kr = keyring()
+    start = fds()
+    for _ in range(20):
+        SwarmLoad("127.0.0.1", 9, kr, 64, ports=16).close()
+        gen = SwarmLoad("127.0.0.1", 9, kr, 64, ports=16)
+        del gen  # not closed: __dealloc__ closes its sockets
+        with pytest.raises(ValueError):
+            SwarmLoad("127.0.0.1", 9, kr, 65, addresses=4, ports=16)
+    assert fds() == start
