@@ -320,6 +320,7 @@ class SwarmNode:
         t = self.table
         t.state[slot] |= S_ASKED
         self._send(wire.get_connections(self.config.get_room), t.addresses[slot], now)
+        self.stats["sent_bytes_GetConnections"] += len(self._out[-1][0])
 
     # ---- table housekeeping --------------------------------------------------------------------
 
@@ -609,6 +610,7 @@ class SwarmNode:
         self._out.append((data, source))
         self.stats["sent_Connections"] += 1
         self.stats["sent_bytes"] += len(data)
+        self.stats["sent_bytes_Connections"] += len(data)
 
     def _on_connections(self, msg: wire.Message, slot: int, source: Address) -> None:
         t = self.table
@@ -617,17 +619,26 @@ class SwarmNode:
             return
         t.state[slot] &= ~S_ASKED
         t.missed[slot] = 0  # an answer: as live as a Pong says
-        learned = []
+        new = {}
         known = self._known
+        me = self.address
         for e in msg.entries:
             a = e.address
-            if a == self.address or a in t or a in known:
+            if a == me or a in t or a in known or a in new:
                 continue
             if not unicast(a[0]):
                 self.stats["ignored_not_unicast"] += 1
                 continue
+            new[a] = None
+        learned = list(new)
+        # Queued in random order (docs, "Timers and rules": known peers): every answer lists
+        # the answerer's direct connections first, so dialling in the order given made every
+        # node that joined through a bootstrap dial that bootstrap's 16 direct peers, which
+        # filled their tables at 4,096 nodes and were evicting and resetting at 10,000.
+        if len(learned) > 1:
+            self.rng.shuffle(learned)
+        for a in learned:
             known[a] = None
-            learned.append(a)
             if len(known) > self.config.max_known:
                 known.popitem(last=False)
                 self.stats["known_dropped"] += 1

@@ -8,11 +8,14 @@ The pure-Python core does about 3,000-4,000 simulated datagrams per second of CP
 bounds N (see docs/protocols/swarm.md for what was measured).
 """
 import random
+import resource
 import time
 from dataclasses import replace
 
 from pelotari.sim import LinkSpec, Simulator
+from pelotari.swarm import wire
 from pelotari.swarm.core import Config, SwarmNode
+from pelotari.swarm.table import IMPLEMENTATION as TABLE_IMPLEMENTATION
 from pelotari.swarm.wire import Keyring
 
 WALL = 1_800_000_000.0
@@ -22,6 +25,20 @@ PORT = 21452
 def address(k: int) -> tuple[str, int]:
     """Node k's address: 10.x.y.z."""
     return (f"10.{k >> 16 & 255}.{k >> 8 & 255}.{k & 255}", PORT)
+
+
+def bootstrap_config(config: Config, n: int) -> Config:
+    """A bootstrap node's config in a swarm of n: room and a Pong budget for the whole swarm.
+
+    Every node dials every bootstrap and holds it as direct (connect()), so a bootstrap holds
+    the whole swarm as vague connections (what the big table is for: with less room it evicts,
+    Resets and is dialled again), and every node pings it every ping_interval: n / 5 Pings a
+    second, 2,000 at 10,000 nodes. With the default global budget (1,024 a slot) half of them
+    went unanswered, nodes demoted the bootstraps after 3 misses, promoted them again, and
+    10,000 nodes never converged. A budget of n a slot never binds (each connection claims at
+    most one answer a slot anyway): the bootstrap is provisioned for its swarm."""
+    return replace(config, capacity=max(config.capacity, n + 16),
+                   vague_pongs_per_slot=max(config.vague_pongs_per_slot, n))
 
 
 def build(n: int, bootstraps: int = 3, seed: int = 0, loss: float = 0.0, delay: float = 0.010,
@@ -38,9 +55,7 @@ def build(n: int, bootstraps: int = 3, seed: int = 0, loss: float = 0.0, delay: 
     boots = addrs[:bootstraps]
     spread = n * 0.002 if join_spread is None else join_spread
 
-    # Every node dials every bootstrap: a bootstrap holds the whole swarm as vague connections
-    # (what the big table is for); with less room it evicts, Resets and is dialled again.
-    boot_config = replace(config, capacity=max(config.capacity, n + 16))
+    boot_config = bootstrap_config(config, n)
 
     def join(k: int, a) -> None:
         cfg = boot_config if k < bootstraps else config
@@ -58,15 +73,17 @@ def build(n: int, bootstraps: int = 3, seed: int = 0, loss: float = 0.0, delay: 
 
 def _short(sim, addrs, target, dead=frozenset()) -> int:
     """Live nodes (or nodes not joined yet) holding fewer than target direct connections to live
-    nodes."""
+    nodes. Asked every simulated second: the count first, addresses only after a crash."""
     short = 0
+    nodes = sim.nodes
     for a in addrs:
-        node = sim.nodes.get(a)
+        node = nodes.get(a)
         if node is None:
             short += 1
         elif not node.crashed:
-            direct = node.core.direct()
-            if len(direct) < target or (dead and sum(d not in dead for d in direct) < target):
+            core = node.core
+            if len(core.table.direct) < target or (
+                    dead and sum(d not in dead for d in core.direct()) < target):
                 short += 1
     return short
 
@@ -81,11 +98,19 @@ def _wait(sim, addrs, target, limit, period=1.0, dead=frozenset()) -> float | No
     return None
 
 
+TRAFFIC = ("sent_GetConnections", "sent_bytes_GetConnections", "sent_Connections",
+           "sent_bytes_Connections", "sent_bytes", "sent_Ping", "sent_Connect", "sent_Reset",
+           "learned")
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set so far, MB (Linux: ru_maxrss is in KB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def _traffic(sim, addrs) -> dict:
     live = [sim.nodes[a].core for a in addrs if a in sim.nodes and not sim.nodes[a].crashed]
-    total = {k: sum(c.stats[k] for c in live) for k in (
-        "sent_GetConnections", "sent_Connections", "sent_bytes", "sent_Ping", "sent_Connect",
-        "sent_Reset", "learned")}
+    total = {k: sum(c.stats[k] for c in live) for k in TRAFFIC}
     direct = sorted(len(c.table.direct) for c in live)
     return {f"{k}_per_node": v / max(1, len(live)) for k, v in total.items()} | {
         "direct_min": direct[0] if direct else 0, "direct_median": direct[len(direct) // 2]
@@ -100,32 +125,41 @@ def run_one(n: int = 10_000, bootstraps: int = 3, seed: int = 0, loss: float = 0
     cpu = time.process_time()
     sim, addrs = build(n, bootstraps, seed, loss, config=config)
     done = _wait(sim, addrs, target, limit)
+    boot = bootstrap_config(config, n)
     base = {"kind": "swarm-sim", "where": "simulator", "nodes": n, "bootstraps": bootstraps,
             "seed": seed, "loss": loss, "target_direct": target, "capacity": config.capacity,
-            "max_known": config.max_known}
+            "max_known": config.max_known, "join_spread": n * 0.002,
+            "bootstrap_capacity": boot.capacity,
+            "bootstrap_vague_pongs_per_slot": boot.vague_pongs_per_slot,
+            "table": TABLE_IMPLEMENTATION, "macs": wire.IMPLEMENTATION}
     join = base | {"phase": "join", "converged": done is not None,
-                   "seconds": done, "short": _short(sim, addrs, target),
-                   "datagrams": sim.stats.sent, "cpu_seconds": time.process_time() - cpu}
+                   "seconds": done, "last_joined": (n - 1) * 0.002,
+                   "short": _short(sim, addrs, target),
+                   "datagrams": sim.stats.sent, "bytes": sim.stats.bytes_sent,
+                   "cpu_seconds": time.process_time() - cpu, "peak_rss_mb": _peak_rss_mb()}
     join |= _traffic(sim, addrs)
     out = [join]
     if crash and done is not None:
         rng = random.Random(seed + 1)
         victims = rng.sample(addrs[bootstraps:], int(n * crash))
-        before = {k: sum(sim.nodes[a].core.stats[k] for a in addrs if a not in victims)
-                  for k in ("sent_GetConnections", "sent_Connections")}
-        t0, sent0, cpu = sim.now, sim.stats.sent, time.process_time()
         dead = frozenset(victims)
+        before = {k: sum(sim.nodes[a].core.stats[k] for a in addrs if a not in dead)
+                  for k in TRAFFIC}
+        t0, sent0, bytes0, cpu = sim.now, sim.stats.sent, sim.stats.bytes_sent, time.process_time()
         for a in victims:
             sim.crash(a)
         back = _wait(sim, addrs, target, t0 + limit, dead=dead)
-        alive = [a for a in addrs if a not in victims]
+        alive = [a for a in addrs if a not in dead]
         rec = base | {"phase": "crash", "crashed": len(victims), "converged": back is not None,
                       "seconds": None if back is None else back - t0,
                       "short": _short(sim, addrs, target, dead),
-                      "datagrams": sim.stats.sent - sent0,
-                      "cpu_seconds": time.process_time() - cpu}
-        for k, v in before.items():
+                      "datagrams": sim.stats.sent - sent0, "bytes": sim.stats.bytes_sent - bytes0,
+                      "cpu_seconds": time.process_time() - cpu, "peak_rss_mb": _peak_rss_mb()}
+        for k, v in before.items():  # what the survivors sent during the phase
             rec[f"{k}_per_node"] = (sum(sim.nodes[a].core.stats[k] for a in alive) - v) / len(alive)
+        direct = sorted(len(sim.nodes[a].core.table.direct) for a in alive)
+        rec |= {"direct_min": direct[0], "direct_median": direct[len(direct) // 2],
+                "direct_max": direct[-1]}
         rec["direct_to_crashed"] = sum(1 for a in alive for d in sim.nodes[a].core.direct()
                                        if d in dead)
         out.append(rec)

@@ -16,6 +16,7 @@ The hot functions — `Keyring.sign`, `Keyring.verify`, `parse`, `pack` — take
 bytes and ints, so that a Cython build can replace them with the same signatures. The clock is
 always passed in (`now`, Unix seconds), never read here.
 """
+import functools
 import hashlib
 import hmac
 import os
@@ -203,7 +204,7 @@ class Entry:
     port: int
     direct: bool = True
 
-    @property
+    @functools.cached_property  # asked for every entry a node receives: made once
     def address(self) -> Tuple[str, int]:
         return (self.host, self.port)
 
@@ -296,21 +297,38 @@ LIMITS = Limits()
 
 
 # ---- Connections entries -------------------------------------------------------------------
+def _pack_host(host) -> Tuple[bytes, str]:
+    """(packed address, its text as decoded) of an entry's host; an IPv4-mapped IPv6 address
+    is packed as IPv4."""
+    try:
+        packed = socket.inet_pton(socket.AF_INET, host)
+    except (OSError, TypeError, ValueError):
+        try:
+            packed = socket.inet_pton(socket.AF_INET6, host)
+        except (OSError, TypeError, ValueError):
+            raise InvalidField(f"{host!r} is not an IPv4 or IPv6 address") from None
+        if packed.startswith(_MAPPED_PREFIX):
+            packed = packed[12:]
+    if not any(packed):
+        raise InvalidField(f"{host!r} is the unspecified address")
+    return packed, socket.inet_ntop(socket.AF_INET if len(packed) == 4 else socket.AF_INET6,
+                                    packed)
+
+
+# A node packs the same few thousand addresses again and again (every Connections it answers):
+# parsed once (errors are not cached: they raise every time).
+_pack_host_cached = functools.lru_cache(maxsize=1 << 16)(_pack_host)
+
+
+def _host(host) -> Tuple[bytes, str]:
+    return _pack_host_cached(host) if type(host) is str else _pack_host(host)
+
+
 def _kind(e: Entry) -> Tuple[int, bytes]:
     """(group kind, packed address) of an entry; an IPv4-mapped IPv6 address goes as IPv4."""
     if not isinstance(e.port, int) or not 1 <= e.port <= 0xFFFF:
         raise InvalidField(f"port {e.port!r} outside 1..65535")
-    try:
-        packed = socket.inet_pton(socket.AF_INET, e.host)
-    except (OSError, TypeError, ValueError):
-        try:
-            packed = socket.inet_pton(socket.AF_INET6, e.host)
-        except (OSError, TypeError, ValueError):
-            raise InvalidField(f"{e.host!r} is not an IPv4 or IPv6 address") from None
-        if packed.startswith(_MAPPED_PREFIX):
-            packed = packed[12:]
-    if not any(packed):
-        raise InvalidField(f"{e.host!r} is the unspecified address")
+    packed = _host(e.host)[0]
     if len(packed) == 4:
         return (0x04 if e.direct else 0x14), packed
     return (0x06 if e.direct else 0x16), packed
@@ -320,9 +338,11 @@ def _canonical(entries: Iterable[Entry]) -> Tuple[Entry, ...]:
     """Entries in wire order (stable within a group), addresses in their decoded text form."""
     keyed = []
     for e in entries:
-        kind, packed = _kind(e)
-        host = socket.inet_ntop(socket.AF_INET if len(packed) == 4 else socket.AF_INET6, packed)
-        keyed.append((kind, Entry(host, e.port, e.direct)))
+        kind = _kind(e)[0]
+        host = _host(e.host)[1]
+        keyed.append((kind, e if host == e.host and type(e) is Entry
+                      and type(e.port) is int and type(e.direct) is bool
+                      else Entry(host, e.port, e.direct)))
     keyed.sort(key=lambda ke: ke[0])
     return tuple(e for _, e in keyed)
 
@@ -352,8 +372,17 @@ def encode_entries(entries: Iterable[Entry]) -> bytes:
     return b"".join(out)
 
 
+# Decoded entries by their bytes, one dict per group kind: a node decodes the same addresses in
+# answer after answer (and in the simulator, thousands of nodes do), so each is checked and made
+# once and then shared (Entry is immutable). Bounded: emptied when it reaches _ENTRIES_MAX.
+_ENTRIES: Dict[int, Dict[bytes, Entry]] = {kind: {} for kind in KINDS}
+_ENTRIES_MAX = 1 << 16
+
+
 def decode_entries(body, limits: Limits = LIMITS) -> Tuple[Entry, ...]:
     """The entries of a Connections body, checked (order, counts, addresses, ports)."""
+    if type(body) is not bytes:
+        body = bytes(body)
     out: List[Entry] = []
     n = len(body)
     off = 0
@@ -378,16 +407,23 @@ def decode_entries(body, limits: Limits = LIMITS) -> Tuple[Entry, ...]:
             raise Truncated(f"{count} entries of {size} bytes at offset {off} overrun the "
                             f"body of {n} bytes")
         af = socket.AF_INET if family == 4 else socket.AF_INET6
+        cache = _ENTRIES[kind]
         for p in range(off + GROUP_HEADER, end, size):
-            addr = bytes(body[p:p + alen])
-            port = (body[p + alen] << 8) | body[p + alen + 1]
-            if port == 0:
-                raise InvalidField(f"port 0 at offset {p + alen}")
-            if not any(addr):
-                raise InvalidField(f"the unspecified address at offset {p}")
-            if family == 6 and addr.startswith(_MAPPED_PREFIX):
-                raise InvalidField(f"an IPv4-mapped address in an IPv6 group at offset {p}")
-            out.append(Entry(socket.inet_ntop(af, addr), port, direct))
+            e = cache.get(body[p:p + size])
+            if e is None:
+                addr = body[p:p + alen]
+                port = (body[p + alen] << 8) | body[p + alen + 1]
+                if port == 0:
+                    raise InvalidField(f"port 0 at offset {p + alen}")
+                if not any(addr):
+                    raise InvalidField(f"the unspecified address at offset {p}")
+                if family == 6 and addr.startswith(_MAPPED_PREFIX):
+                    raise InvalidField(f"an IPv4-mapped address in an IPv6 group at offset {p}")
+                e = Entry(socket.inet_ntop(af, addr), port, direct)
+                if len(cache) >= _ENTRIES_MAX:
+                    cache.clear()
+                cache[body[p:p + size]] = e
+            out.append(e)
         last = kind
         off = end
     return tuple(out)
@@ -531,6 +567,7 @@ class Keyring:
         self._keys: List[bytes] = []
         self._cache: Dict[int, tuple] = {}
         self._fast: Dict[Tuple[int, ...], object] = {}  # window -> its MacSet
+        self._last: Tuple[Optional[float], object] = (None, None)  # (now, its MacSet)
         self._epoch_keys: Dict[int, Tuple[bytes, ...]] = {}  # epoch -> every key's K_e
         for k in keys:
             self.install(k)
@@ -599,6 +636,7 @@ class Keyring:
         self._keys.append(key)
         self._cache.clear()
         self._fast.clear()
+        self._last = (None, None)
         self._epoch_keys.clear()
 
     def use(self, key: bytes) -> None:
@@ -609,6 +647,7 @@ class Keyring:
         self._keys.insert(0, bytes(key))
         self._cache.clear()
         self._fast.clear()
+        self._last = (None, None)
         self._epoch_keys.clear()
 
     def remove(self, key: bytes) -> None:
@@ -620,6 +659,7 @@ class Keyring:
         self._keys.remove(key)
         self._cache.clear()
         self._fast.clear()
+        self._last = (None, None)
         self._epoch_keys.clear()
 
     # -- epochs
@@ -676,6 +716,9 @@ class Keyring:
         `now`, signs; a state's key index is its index modulo the number of keys."""
         if MacSet is None:
             return None
+        last, m = self._last
+        if now == last:  # an answer is signed at the time its request was verified
+            return m
         window = self.window(now)
         m = self._fast.get(window)
         if m is None:
@@ -684,6 +727,7 @@ class Keyring:
             m = MacSet()
             m.load([k for e in window for k in self._keys_of(e)], 0)
             self._fast[window] = m
+        self._last = (now, m)
         return m
 
     def sign(self, content, now: float) -> bytes:
