@@ -13,7 +13,7 @@ import pytest
 from pelotari.swarm import table as table_mod
 from pelotari.swarm import wire
 from pelotari.swarm.core import Config, SwarmNode
-from pelotari.swarm.node import Node, fast_path_available
+from pelotari.swarm.node import Node, NodeWarning, fast_path_available
 from pelotari.swarm.wire import Keyring
 
 pytestmark = pytest.mark.skipif(not fast_path_available(),
@@ -285,5 +285,50 @@ def test_a_max_datagram_below_a_pings_size_runs_the_python_path():
             await n.close()
         with pytest.raises(ValueError, match="max_datagram"):
             await Node.start(PEERS[0], 0, KR, cfg, fast_path=True)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_bug_in_the_core_costs_one_datagram_not_the_batch(fast):
+    # A datagram that makes the core raise (a bug: e.g. a scoped IPv6 source shared in a
+    # Connections answer) is counted and reported once; the datagrams after it in the same
+    # batch are still handled and the Pongs sent. Before: the exception left the socket's
+    # callback (a traceback from the event loop), and on the C path the rest of the batch,
+    # already read, was lost with its Pongs.
+    async def main():
+        a = await Node.start(PEERS[0], 0, KR, fast_path=fast)
+        b = await Node.start(PEERS[1], 0, KR, fast_path=fast)
+        loop_errors = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: loop_errors.append(ctx))
+        try:
+            b.connect(a.address)
+            assert (await a.next_event(3)).address == b.address
+            real = a.core.receive_datagram
+
+            def buggy(data, source, now):
+                if data.endswith(b"boom"):
+                    raise RuntimeError("a bug")
+                real(data, source, now)
+
+            a.core.receive_datagram = buggy
+            await asyncio.sleep(0.05)
+            b.send(a.address, 9, b"boom")  # one batch: the bug, then a message and a Ping
+            b.send(a.address, 9, b"after")
+            b.core.ping(a.address, b._now())
+            b._flush(b._last)
+            got = []
+            while (ev := await a.next_event(2)) is not None:
+                got.append(ev)
+                if any(getattr(e, "data", None) == b"after" for e in got):
+                    break
+            assert [e.data for e in got if hasattr(e, "data")] == [b"after"]
+            warned = [e for e in got if isinstance(e, NodeWarning)]
+            assert [w.kind for w in warned] == ["internal RuntimeError"]
+            assert a.stats["internal_errors"] == 1 and a.stats["sent_Pong"] >= 1
+            assert not loop_errors, loop_errors
+        finally:
+            await a.close()
+            await b.close()
 
     asyncio.run(main())
