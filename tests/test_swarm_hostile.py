@@ -253,3 +253,20 @@ def test_a_peer_with_a_scoped_address_does_not_break_connections_answers():
             n.handle_timer(t)
         pump(nodes, t)
     assert nodes[a_].stats["sent_Connections"] >= 1
+
+
+def test_a_send_text_past_what_a_datagram_holds_says_so(tmp_path):
+    # Before: "error: 1036 bytes; at most 1024" (the datagram's size, which the user never
+    # gave); the help says TEXT is at most 988 bytes.
+    import subprocess
+
+    from conftest import PELOTARI
+    from test_swarm_node import key_file
+
+    key = key_file(tmp_path / "k")
+    r = subprocess.run(PELOTARI + ["swarm", "node", "--listen", "127.0.0.136:38962",
+                                   "--key-file", key],
+                       input="send 127.0.0.137:38962 9 " + "é" * 500 + "\nquit\n",
+                       capture_output=True, text=True, timeout=20, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "error: TEXT is 1000 bytes as UTF-8; at most 988" in r.stderr, r.stderr

@@ -406,6 +406,7 @@ async def _run(listen, boots, keyring, key_source, config, as_json):
 
 async def _serve(listen, boots, keyring, key_source, config, as_json, out):
     from pelotari.cli.service import read_commands
+    from pelotari.swarm import wire
     from pelotari.swarm.node import Node, NodeWarning
 
     loop = asyncio.get_running_loop()
@@ -511,6 +512,8 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
             except ValueError:
                 raise ValueError(f"TYPE {words[2]!r} is not a number (6..65535)") from None
             data = words[3].encode("utf-8")
+            if len(data) > wire.MAX_BODY:  # (the core would say the datagram's size)
+                raise ValueError(f"TEXT is {len(data)} bytes as UTF-8; at most {wire.MAX_BODY}")
             try:
                 node.send(peer, type_, data)
             except KeyError:
