@@ -332,3 +332,58 @@ def test_a_bug_in_the_core_costs_one_datagram_not_the_batch(fast):
             await b.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_strangers_mixed_flood_is_counted_by_reason_and_answered_by_one_reset(fast):
+    # Over real sockets, one sender: garbage of every size, past the limit (1,025 and 65,507
+    # bytes), Ping-shaped datagrams with bad MACs, truncated ones, and a captured valid Ping
+    # from an address the node holds nothing for, interleaved. Every datagram is counted by
+    # reason; the sender gets one 36-byte Reset a slot, nothing else; a real peer's ping is
+    # answered meanwhile. The same counters on the C path and the Python path.
+    import random
+
+    async def main():
+        a = await Node.start(PEERS[0], 0, KR, fast_path=fast)
+        b = await Node.start(PEERS[1], 0, KR, fast_path=fast)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((PEERS[2], 0))
+        s.setblocking(False)
+        try:
+            b.connect(a.address)
+            assert (await a.next_event(3)).address == b.address
+            rnd = random.Random(5)
+            good = wire.encode(wire.ping(5), KR, time.time())
+            kinds = {"too_long": lambda: rnd.randbytes(rnd.choice([1025, 2000, 65507])),
+                     "bad_mac": lambda: b"\x00\x02\x00\x00" + rnd.randbytes(40),
+                     "truncated": lambda: rnd.randbytes(rnd.randint(0, 35)),
+                     "valid": lambda: good}
+            sent = Counter()
+            before = Counter(a.stats)
+            for k in range(400):
+                kind = rnd.choice(list(kinds))
+                s.sendto(kinds[kind](), a.address)
+                sent[kind] += 1
+                if k % 50 == 49:
+                    await asyncio.sleep(0.01)  # (no loss in the kernel: exact counts)
+            assert await b.ping(a.address) is not None
+            await asyncio.sleep(0.2)
+            got = a.stats - before
+            assert got["dropped_too_long"] == sent["too_long"]
+            assert got["dropped_bad_mac"] == sent["bad_mac"]
+            assert got["dropped_truncated"] == sent["truncated"]
+            assert got["no_connection"] == sent["valid"]
+            assert got["sent_Reset"] + got["limited_reset"] == sent["valid"]
+            back = []
+            while True:
+                try:
+                    back.append(len(s.recv(70000)))
+                except BlockingIOError:
+                    break
+            assert back and set(back) == {36} and len(back) == got["sent_Reset"] <= 2
+        finally:
+            s.close()
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())
