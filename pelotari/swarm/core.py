@@ -121,6 +121,17 @@ def unicast(host: str) -> bool:
     return not (ip.is_multicast or ip.is_unspecified or ip.is_reserved)
 
 
+@functools.lru_cache(maxsize=65536)
+def shareable(host: str) -> bool:
+    """Whether a Connections entry can carry host: a scoped IPv6 address (fe80::1%eth0, a
+    link-local peer's source) cannot, and is left out of what a node shares."""
+    try:
+        wire.entries_size([wire.Entry(host, 1, False)])
+    except wire.SwarmError:
+        return False
+    return True
+
+
 # ---- events ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -579,12 +590,14 @@ class SwarmNode:
         vague ones from a rotating cursor (established ones), as many as fit."""
         t = self.table
         limits = self.config.limits
-        entries = [wire.Entry(*t.addresses[s], True) for s in t.direct if s != exclude]
+        entries = [wire.Entry(*t.addresses[s], True) for s in t.direct
+                   if s != exclude and shareable(t.addresses[s][0])]
         want = limits.max_entries - len(entries)
         if want > 0:
             slots, self._cur_share = t.scan(self._cur_share, want + 1, self.config.share_probe,
                                             S_DIRECT | S_ESTABLISHED, S_ESTABLISHED)
-            entries += [wire.Entry(*t.addresses[s], False) for s in slots if s != exclude]
+            entries += [wire.Entry(*t.addresses[s], False) for s in slots
+                        if s != exclude and shareable(t.addresses[s][0])]
         return wire.fit_connections(entries, room, limits)
 
     def _answer_get(self, slot: int, size: int, source: Address, now: float) -> None:
