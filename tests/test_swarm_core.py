@@ -741,3 +741,17 @@ def test_send_checks_what_the_user_gave_before_looking_for_the_connection():
         a.send(nobody, 7, bytes(wire.MAX_BODY + 1), 0.0)
     with pytest.raises(KeyError):
         a.send(nobody, 7, bytes(wire.MAX_BODY), 0.0)
+
+
+@pytest.mark.parametrize("name", ["slot", "redial", "half_open", "ping_interval", "get_interval",
+                                  "vague_get_interval", "promote_rtt", "ping_refill"])
+def test_intervals_are_bounded_by_what_the_tables_u32_ms_hold(name):
+    from pelotari.swarm.core import MAX_INTERVAL
+
+    Config(**{name: MAX_INTERVAL})
+    for bad in (MAX_INTERVAL + 1, float("inf"), float("nan"), 0):
+        with pytest.raises(ValueError, match=name):
+            Config(**{name: bad})
+    Config(connect_backoff=(MAX_INTERVAL,))
+    with pytest.raises(ValueError, match="connect_backoff"):
+        Config(connect_backoff=(1.0, MAX_INTERVAL + 1))

@@ -40,6 +40,7 @@ from pelotari.swarm.table import (
 Address = Tuple[str, int]
 REBASE_AT = 1 << 31  # ms: the table's u32 times are moved back by REBASE_SHIFT past this
 REBASE_SHIFT = 1 << 30
+MAX_INTERVAL = 86_400  # s: any timer or interval (the table keeps times as u32 ms below 2**31)
 CONNECT, RESET, PING, PONG, GET, CONNECTIONS = range(6)
 
 
@@ -78,8 +79,10 @@ class Config:
     def __post_init__(self):
         for name in ("slot", "redial", "half_open", "ping_interval", "get_interval",
                      "vague_get_interval", "promote_rtt", "ping_refill"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
+            if not 0 < getattr(self, name) <= MAX_INTERVAL:
+                raise ValueError(f"{name} must be positive and at most {MAX_INTERVAL:,} s")
+        if max(self.connect_backoff, default=0) > MAX_INTERVAL:
+            raise ValueError(f"connect_backoff delays are at most {MAX_INTERVAL:,} s")
         if not self.connect_backoff or min(self.connect_backoff) <= 0 or len(
                 self.connect_backoff) > 255:
             raise ValueError("connect_backoff must be 1..255 positive delays")
