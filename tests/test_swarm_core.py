@@ -21,8 +21,10 @@ from pelotari.swarm.core import (
 from pelotari.swarm.table import (
     NIL,
     RECORD_BYTES,
+    S_ASKED,
     S_DIRECT,
     S_ESTABLISHED,
+    S_PROMOTING,
     ConnectionTable,
     Full,
 )
@@ -755,3 +757,45 @@ def test_intervals_are_bounded_by_what_the_tables_u32_ms_hold(name):
     Config(connect_backoff=(MAX_INTERVAL,))
     with pytest.raises(ValueError, match="connect_backoff"):
         Config(connect_backoff=(1.0, MAX_INTERVAL + 1))
+
+
+def test_stateless_connect_answers_at_the_limit_and_one_past():
+    b = node(B, Config(connect_answers_per_slot=3))
+    strangers = [("10.0.2.%d" % k, 21452) for k in range(1, 5)]
+    for k, s in enumerate(strangers[:3]):
+        b.receive_datagram(dg(wire.connect(0, 50 + k)), s, 1.1)
+    assert [to for m, to, _ in sent(b, 1.1)] == strangers[:3]
+    b.receive_datagram(dg(wire.connect(0, 60)), strangers[3], 1.2)
+    assert sent(b, 1.2) == [] and b.stats["limited_connect_answer"] == 1
+    b.receive_datagram(dg(wire.connect(0, 60)), strangers[3], 2.0)  # the next slot
+    assert [to for m, to, _ in sent(b, 2.0)] == [strangers[3]]
+    assert len(b.table) == 0  # answers are stateless: no record until the echo
+
+
+def test_known_peers_at_the_limit_and_one_past_drop_the_oldest():
+    b = node(B, Config(max_known=3, target_direct=0))
+    inbound(b, A)
+    b.table.state[b.table.lookup(A)] |= S_ASKED  # our GetConnections is out
+
+    def answer(entries, now):
+        b.table.state[b.table.lookup(A)] |= S_ASKED
+        b.receive_datagram(dg(wire.connections(
+            [wire.Entry(h, 21452, True) for h in entries]), now), A, now)
+
+    answer(["10.0.3.1", "10.0.3.2", "10.0.3.3"], 1.0)  # queued in random order
+    first = [h for h, _ in b.known()]
+    assert sorted(first) == ["10.0.3.1", "10.0.3.2", "10.0.3.3"]
+    assert b.stats["known_dropped"] == 0
+    answer(["10.0.3.4"], 2.0)
+    assert [h for h, _ in b.known()] == first[1:] + ["10.0.3.4"]  # the oldest went
+    assert b.stats["known_dropped"] == 1
+
+
+def test_promotion_pings_per_slot_at_the_limit():
+    b, peers = _vague_node(Config(promote_pings_per_slot=2, target_direct=4, vague_batch=1,
+                                  vague_get_interval=1000), 6)
+    out = step(b, 1.05)
+    assert b.stats["promotion_pings"] == 2
+    assert sum(1 for _, m, _ in out if m.type == 2) == 2  # the check's Ping is one of them
+    promoting = [s for s in range(b.table.count) if b.table.state[s] & S_PROMOTING]
+    assert len(promoting) == 2
