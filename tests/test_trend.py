@@ -350,6 +350,9 @@ def test_latest_per_takes_each_configurations_newest_commit():
             {"where": "simulator", "commit": "bbb", "time": 2, "v": 2},
             {"where": "processes", "commit": "aaa", "time": 1, "v": 3}]
     assert [r["v"] for r in report.latest_per(rows, "where")] == [2, 3]
+    undated = [{"where": "simulator", "commit": None, "time": None, "v": 4}]  # no env
+    assert [r["v"] for r in report.latest_per(undated + rows, "where")] == [2, 3]
+    assert [r["v"] for r in report.latest_per(undated, "where")] == [4]
 
 
 def test_durations_read_in_ms_or_s():
@@ -633,16 +636,299 @@ def test_report_on_every_kind_together(spark, tmp_path):
     write_results(tmp_path / "results")
     write_bully_results(tmp_path / "results")
     write_potato_results(tmp_path / "results")
+    write_swarm_results(tmp_path / "results")
     frames = report.load(spark, report.find(tmp_path / "results"))
-    assert set(frames) == {"bench", "bully", "potato", "micro"}
+    assert set(frames) == {"bench", "bully", "potato", "swarm", "micro"}
     out = tmp_path / "trend"
     report.write(report.analyse(frames, 0.1), out, 0.1)
     assert spark.read.parquet(str(out / "parquet" / "throughput")).count() == 6  # as alone
     assert spark.read.parquet(str(out / "parquet" / "bully_elections")).count() == 2
     assert spark.read.parquet(str(out / "parquet" / "potato_meshes")).count() == 3
+    assert spark.read.parquet(str(out / "parquet" / "swarm_speedups")).count() == 2
     for png in ("throughput.png", "ratios.png", "bully.png", "bully-sync.png", "potato.png",
-                "potato-mesh.png"):
+                "potato-mesh.png", "swarm.png"):
         assert (out / png).stat().st_size > 1000
     summary = (out / "summary.md").read_text()
     assert "| S=16 N=4 | pelotari | `aaa` | `bbb` | 0.2k | 0.1k | -25.0% |" in summary
-    assert summary.index("## bully") < summary.index("## potato") < summary.index("## Micro")
+    assert (summary.index("## bully") < summary.index("## potato") < summary.index("## swarm")
+            < summary.index("## Micro"))
+
+
+# ---- swarm's records (pelotari/swarm/simulate.py and bench.py) ---------------------------------
+
+def swarm_sim(phase, nodes, seed, seconds, get, conns, loss=0.0, converged=True, commit="aaa",
+              time="2026-11-01T10:00:00+00:00", **extra):
+    return {"kind": "swarm-sim", "where": "simulator", "phase": phase, "nodes": nodes,
+            "bootstraps": 3, "seed": seed, "loss": loss, "target_direct": 16, "capacity": 4096,
+            "max_known": 4096, "converged": converged, "seconds": seconds,
+            "short": 0 if converged else 3, "sent_GetConnections_per_node": get,
+            "sent_Connections_per_node": conns, **extra, "env": bully_env(commit, time)}
+
+
+def swarm_join(nodes, seed, seconds, get, conns, bytes_, direct_min, datagrams, cpu, **kw):
+    return swarm_sim("join", nodes, seed, seconds, get, conns, sent_bytes_per_node=bytes_,
+                     direct_min=direct_min, direct_median=16, direct_max=17, datagrams=datagrams,
+                     cpu_seconds=cpu, **kw)
+
+
+def swarm_crash(nodes, seed, seconds, get, conns, left, direct_min=16, **kw):
+    return swarm_sim("crash", nodes, seed, seconds, get, conns, crashed=nodes // 5,
+                     direct_to_crashed=left, direct_min=direct_min, datagrams=1000,
+                     cpu_seconds=1.0, **kw)
+
+
+def swarm_measure(measure, stack, commit="aaa", **fields):
+    return {"kind": "swarm-bench", "measure": measure, "stack": stack, **fields,
+            "env": bully_env(commit)}
+
+
+SWARM_RECORDS = [
+    # 100 nodes, three seeds; Connections' bytes and the peak RSS recorded
+    swarm_join(100, 0, 5.0, 16.0, 15.0, 1000.0, 16, 8000, 1.0, peak_rss_mb=50.0,
+               sent_bytes_GetConnections_per_node=640.0, sent_bytes_Connections_per_node=900.0),
+    swarm_join(100, 1, 7.0, 18.0, 17.0, 3000.0, 16, 9000, 2.0, peak_rss_mb=70.0,
+               sent_bytes_GetConnections_per_node=720.0, sent_bytes_Connections_per_node=1100.0),
+    swarm_join(100, 2, 6.0, 17.0, 16.0, 2000.0, 15, 10000, 3.0, peak_rss_mb=60.0,
+               sent_bytes_GetConnections_per_node=680.0, sent_bytes_Connections_per_node=1000.0),
+    swarm_crash(100, 0, 40.0, 3.0, 2.0, 0, sent_bytes_per_node=300.0),
+    swarm_crash(100, 1, 50.0, 5.0, 4.0, 2, direct_min=14, sent_bytes_per_node=500.0),
+    swarm_crash(100, 2, 30.0, 4.0, 3.0, 0, sent_bytes_per_node=400.0),
+    # 200 nodes, as older records (no bytes of messages, no RSS): one run converged, one did
+    # not (its seconds, the limit, are no join time)
+    swarm_join(200, 0, 8.0, 16.0, 16.0, 2500.0, 16, 20000, 4.0),
+    swarm_join(200, 1, 600.0, 20.0, 19.0, 4000.0, 9, 30000, 6.0, converged=False),
+    swarm_crash(200, 0, None, 6.0, 6.0, 5, converged=False),
+    # 1 % loss; a newer commit
+    swarm_join(100, 0, 9.0, 16.5, 16.0, 2100.0, 16, 8500, 1.0, loss=0.01),
+    swarm_join(100, 0, 4.0, 16.0, 16.0, 900.0, 16, 7000, 1.0, commit="bbb",
+               time="2026-11-02T10:00:00+00:00"),
+    # the benchmark: memory twice for pure Python, Ping -> Pong at two commits, sockets for
+    # Cython only, and a measure the trend does not know
+    swarm_measure("memory", "pure Python", connections=100000, bytes_per_connection=120.0,
+                  rss_growth=12e6, implementation="array"),
+    swarm_measure("memory", "pure Python", connections=100000, bytes_per_connection=124.0,
+                  rss_growth=12.4e6, implementation="array"),
+    swarm_measure("memory", "Cython", connections=100000, bytes_per_connection=61.0,
+                  rss_growth=6.1e6, implementation="cython"),
+    swarm_measure("pingpong", "pure Python", connections=2000, pings=20000, pongs=20000,
+                  pongs_per_second=20000.0, us_per_ping=50.0, implementation="array",
+                  mac="hashlib"),
+    swarm_measure("pingpong", "Cython", connections=2000, pings=20000, pongs=20000,
+                  pongs_per_second=80000.0, us_per_ping=12.5, implementation="cython",
+                  mac="swarmmac"),
+    swarm_measure("pingpong", "pure Python", commit="bbb", pongs_per_second=25000.0),
+    swarm_measure("pingpong", "Cython", commit="bbb", pongs_per_second=90000.0),
+    swarm_measure("sockets", "Cython", peers=4, established=4, offered_per_second=100000.0,
+                  pongs_per_second=90000.0, loss=0.1, node_cpu_seconds=5.0,
+                  pongs_per_cpu_second=180000.0, latency_p50_us=80.0, latency_p99_us=1500.0,
+                  datagram_path="C (fastpath.swarmpath)", config={"slot": 0.1},
+                  node_runqueue_wait_seconds=3.25, loadavg_1m=5.0,
+                  node_limited={"limited_ping": 0}),
+    swarm_measure("latency", "Cython", p99_us=30.0),
+]
+
+
+@pytest.fixture(scope="session")
+def swarm_raw(spark):
+    """swarm, potato, bully and fyrehose records, one table as report.load reads them."""
+    return spark.createDataFrame(SWARM_RECORDS + POTATO_RECORDS + BULLY_RECORDS + RECORDS,
+                                 schema=trend.SWARM_SCHEMA)
+
+
+def test_swarm_joins_are_medians_over_the_seeds_of_the_runs_that_converged(swarm_raw):
+    rows = collect(trend.swarm_joins(swarm_raw), "commit", "nodes", "loss")
+    assert [(r["nodes"], r["loss"], r["commit"], r["runs"]) for r in rows] == [
+        (100, 0.0, "aaa", 3), (100, 0.01, "aaa", 1), (200, 0.0, "aaa", 2), (100, 0.0, "bbb", 1)]
+    clean, lossy, half, newer = rows
+    assert (clean["bootstraps"], clean["target_direct"], clean["capacity"]) == (3, 16, 4096)
+    assert clean["time"] == ts("2026-11-01T10:00:00")
+    assert (clean["seconds"], clean["fastest_s"], clean["slowest_s"]) == (6.0, 5.0, 7.0)
+    assert (clean["converged"], clean["short"]) == (1.0, 0)
+    assert (clean["get_connections_per_node"], clean["connections_per_node"],
+            clean["bytes_per_node"]) == (17.0, 16.0, 2000.0)
+    assert (clean["get_connections_bytes_per_node"], clean["connections_bytes_per_node"],
+            clean["peak_rss_mb"]) == (680.0, 1000.0, 70.0)  # the largest peak
+    assert (clean["direct_min"], clean["datagrams"], clean["cpu_seconds"]) == (15, 9000.0, 2.0)
+    # the run that never converged counts in `converged` and `short`, not in the seconds
+    assert (half["seconds"], half["fastest_s"], half["slowest_s"]) == (8.0, 8.0, 8.0)
+    assert (half["converged"], half["short"], half["direct_min"]) == (0.5, 3, 9)
+    assert half["get_connections_per_node"] == 18.0  # traffic: every run
+    assert (lossy["seconds"], newer["seconds"], newer["time"]) == (9.0, 4.0,
+                                                                 ts("2026-11-02T10:00:00"))
+    assert (half["connections_bytes_per_node"], half["peak_rss_mb"]) == (None, None)
+
+
+def test_swarm_recoveries_time_traffic_and_links_left_to_the_dead(swarm_raw):
+    rows = collect(trend.swarm_recoveries(swarm_raw), "nodes")
+    assert [(r["nodes"], r["commit"], r["runs"], r["crashed"]) for r in rows] == [
+        (100, "aaa", 3, 20.0), (200, "aaa", 1, 40.0)]
+    hundred, never = rows
+    assert (hundred["seconds"], hundred["fastest_s"], hundred["slowest_s"]) == (40.0, 30.0, 50.0)
+    assert (hundred["get_connections_per_node"], hundred["connections_per_node"]) == (4.0, 3.0)
+    assert (hundred["converged"], hundred["direct_to_crashed"]) == (1.0, 2)
+    assert (hundred["bytes_per_node"], hundred["direct_min"]) == (400.0, 14)
+    assert (never["seconds"], never["slowest_s"], never["converged"], never["short"]) == (
+        None, None, 0.0, 3)
+
+
+def test_swarm_bench_medians_per_measure_stack_and_commit(swarm_raw):
+    rows = {(r["measure"], r["stack"], r["commit"]): r
+            for r in collect(trend.swarm_bench(swarm_raw), "measure")}
+    assert set(rows) == {("memory", "pure Python", "aaa"), ("memory", "Cython", "aaa"),
+                         ("pingpong", "pure Python", "aaa"), ("pingpong", "Cython", "aaa"),
+                         ("pingpong", "pure Python", "bbb"), ("pingpong", "Cython", "bbb"),
+                         ("sockets", "Cython", "aaa"), ("latency", "Cython", "aaa")}
+    pure = rows[("memory", "pure Python", "aaa")]
+    assert (pure["value"], pure["bytes_per_connection"], pure["runs"], pure["connections"],
+            pure["implementation"]) == (122.0, 122.0, 2, 100000, "array")
+    assert rows[("memory", "Cython", "aaa")]["value"] == 61.0
+    ping = rows[("pingpong", "Cython", "aaa")]
+    assert (ping["value"], ping["us_per_ping"], ping["mac"], ping["connections"]) == (
+        80000.0, 12.5, "swarmmac", 2000)
+    sockets = rows[("sockets", "Cython", "aaa")]
+    assert (sockets["value"], sockets["offered_per_second"], sockets["loss"],
+            sockets["node_cpu_seconds"], sockets["pongs_per_cpu_second"], sockets["peers"],
+            sockets["established"], sockets["latency_p99_us"], sockets["datagram_path"]) == (
+        180000.0, 100000.0, 0.1, 5.0, 180000.0, 4, 4, 1500.0, "C (fastpath.swarmpath)")
+    assert sockets["pongs_per_second"] == 90000.0  # the headline is per node CPU second
+    unknown = rows[("latency", "Cython", "aaa")]  # kept, with no headline figure
+    assert (unknown["value"], unknown["runs"], unknown["implementation"]) == (None, 1, "")
+
+
+def test_swarm_speedups_say_how_many_times_better_cython_is(swarm_raw):
+    rows = collect(trend.swarm_speedups(trend.swarm_bench(swarm_raw)), "measure", "commit")
+    assert [(r["measure"], r["commit"], r["pure"], r["cython"], r["higher_is_better"],
+             r["ratio"]) for r in rows] == [
+        ("memory", "aaa", 122.0, 61.0, False, 2.0),  # smaller is better: pure / Cython
+        ("pingpong", "aaa", 20000.0, 80000.0, True, 4.0),
+        ("pingpong", "bbb", 25000.0, 90000.0, True, 3.6)]  # sockets: no pure-Python run
+
+
+def test_swarm_functions_ignore_other_kinds(spark, raw, bully_raw, potato_raw):
+    others = spark.createDataFrame(POTATO_RECORDS + BULLY_RECORDS + RECORDS,
+                                   schema=trend.SWARM_SCHEMA)
+    for f in (trend.swarm_joins, trend.swarm_recoveries, trend.swarm_bench):
+        assert f(others).count() == 0
+    # ... and the other tables are the same with swarm records in the same files
+    mixed = SWARM_RECORDS + POTATO_RECORDS + BULLY_RECORDS + RECORDS
+    assert (collect(trend.throughput_trend(trend.bench_runs(
+        spark.createDataFrame(mixed, schema=trend.BENCH_SCHEMA))), "system", "commit")
+        == collect(trend.throughput_trend(trend.bench_runs(raw)), "system", "commit"))
+    assert (collect(trend.potato_meshes(spark.createDataFrame(mixed, schema=trend.POTATO_SCHEMA)),
+                    "nodes", "transport")
+            == collect(trend.potato_meshes(potato_raw), "nodes", "transport"))
+
+
+def test_swarm_configurations_are_named_by_what_differs():
+    base = {"bootstraps": 3, "loss": 0.0, "target_direct": 16, "capacity": 4096, "max_known": 4096}
+    assert report.swarm_configs([dict(base, nodes=100), dict(base, nodes=200)]) == {
+        (3, 0.0, 16, 4096, 4096): ""}
+    assert report.swarm_configs([dict(base, nodes=100), dict(base, loss=0.01, nodes=100),
+                                 dict(base, capacity=256, nodes=100),
+                                 dict(base, capacity=None, nodes=100)]) == {
+        (3, 0.0, 16, 256, 4096): "no loss, tables of 256",
+        (3, 0.0, 16, 4096, 4096): "no loss, tables of 4,096",
+        (3, 0.01, 16, 4096, 4096): "1 % lost, tables of 4,096",
+        (3, 0.0, 16, None, 4096): "no loss, settings not recorded"}
+    unknown = dict.fromkeys(base)  # a record with nothing but its kind, phase and size
+    assert report.swarm_configs([dict(base, nodes=40), dict(unknown, nodes=40)]) == {
+        (3, 0.0, 16, 4096, 4096): "", (None,) * 5: "settings not recorded"}
+
+
+def write_swarm_results(folder):
+    """Records from the swarm simulator itself (40 nodes, one seed: fast), hand-made ones in
+    the shape of `pelotari swarm bench`'s, one with a field this trend does not know and one
+    missing most fields (as from an older or a newer writer)."""
+    from pelotari.bench.results import environment
+    from pelotari.swarm import simulate
+
+    folder.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    recs = [{**r, "env": env} for r in simulate.run_one(40, seed=0, crash=0.2, limit=120.0)]
+    recs += [{**r, "env": env} for r in SWARM_RECORDS
+             if r["kind"] == "swarm-bench" and r["env"]["commit"] == "aaa"]
+    recs.append({"kind": "swarm-bench", "measure": "memory", "stack": "Cython",
+                 "bytes_per_connection": 61.0, "a_field_from_the_future": [1, 2], "env": env})
+    recs.append({"kind": "swarm-sim", "phase": "join", "nodes": 40, "env": env})
+    with open(folder / "swarm.jsonl", "w") as f:
+        for rec in recs:
+            f.write(json.dumps(rec) + "\n")
+    return recs
+
+
+def test_report_on_swarm_records_only(spark, tmp_path):
+    recs = write_swarm_results(tmp_path / "results")
+    frames = report.load(spark, report.find(tmp_path / "results"))
+    assert set(frames) == {"swarm"}  # no empty fyrehose, bully or potato tables
+    tables = report.analyse(frames, 0.1)
+    assert set(tables) == {"swarm_joins", "swarm_recoveries", "swarm_bench", "swarm_speedups"}
+    out = tmp_path / "trend"
+    written = report.write(tables, out, 0.1)
+    assert {p.name for p in written} == {"swarm_joins", "swarm_recoveries", "swarm_bench",
+                                         "swarm_speedups", "swarm.png", "summary.md"}
+    # the join of 40 nodes, and the record with nothing but its kind, phase and size: its own
+    # row (bootstraps and the rest unknown), counted as a run that never converged
+    joins = collect(spark.read.parquet(str(out / "parquet" / "swarm_joins")), "bootstraps")
+    assert [(r["nodes"], r["bootstraps"], r["runs"], r["converged"]) for r in joins] == [
+        (40, None, 1, 0.0), (40, 3, 1, 1.0)]
+    memory = collect(spark.read.parquet(str(out / "parquet" / "swarm_bench"))
+                     .where("measure = 'memory' and stack = 'Cython'"), "stack")
+    assert [(r["value"], r["runs"]) for r in memory] == [(61.0, 2)]  # the newer record loaded
+    assert (out / "swarm.png").read_bytes()[:4] == b"\x89PNG"
+    summary = (out / "summary.md").read_text()
+    assert "## swarm" in summary and "## potato" not in summary and "Regressions" not in summary
+    join, crash = recs[0], recs[1]
+    assert (join["phase"], crash["phase"]) == ("join", "crash")
+    def messages(r, what):
+        return (f"{r[f'sent_{what}_per_node']:,.1f} "
+                f"({r[f'sent_bytes_{what}_per_node']:,.0f} B)")
+    assert (f"| 40 | 3 | no loss | 16 | {join['seconds']:g} s | 1 of 1 ✓ | "
+            f"{messages(join, 'GetConnections')} | {messages(join, 'Connections')} | "
+            f"{join['sent_bytes_per_node']:,.0f} | {join['direct_min']} | "
+            f"{join['peak_rss_mb']:,.0f} MB |") in summary
+    assert (f"| 40 | 8 | 3 | no loss | {crash['seconds']:g} s | 1 of 1 ✓ | "
+            f"{messages(crash, 'GetConnections')} | {messages(crash, 'Connections')} | "
+            f"{crash['sent_bytes_per_node']:,.0f} | {crash['direct_min']} | "
+            f"{crash['direct_to_crashed']} | 1 |") in summary
+    assert ("| bytes per connection (table of 100,000) | 122.0 ✗ | 61.0 ✓ | 2.0× smaller | ≤ 64 "
+            "| 2 |") in summary
+    assert ("| Pongs per second through the sans-IO core (2,000 connections, no sockets) | "
+            "20,000 ✗ | 80,000 ✗ | 4.0× faster | ≥ 100,000 | 1 |") in summary
+    assert ("| Pongs per node CPU second over real UDP sockets | — | 180,000 ✓ | — | ≥ 100,000 "
+            "| 1 |" in summary)
+    assert ("| Cython | C (fastpath.swarmpath) | 4 | 100,000 | 90,000 | 10.0% | 5.00 s | "
+            "180,000 ✓ | 0.08 ms / 1.50 ms | 3.25 s (5.0) |") in summary
+    assert "not summarised here: latency (Cython: 1 runs)" in summary
+    assert "![swarm.png](swarm.png)" in summary
+
+
+def test_swarm_summary_marks_what_never_converged_and_the_goals():
+    base = {"nodes": 1000, "bootstraps": 3, "loss": 0.0, "target_direct": 16, "capacity": 4096,
+            "max_known": 4096, "commit": "aaa", "time": 1, "runs": 2, "short": 7,
+            "get_connections_per_node": 16.0, "connections_per_node": 15.5, "datagrams": 1.0,
+            "cpu_seconds": 30.0}
+    rows = {"swarm_joins": [{**base, "seconds": 12.0, "fastest_s": 12.0, "slowest_s": 12.0,
+                             "converged": 0.5, "bytes_per_node": 30000.0, "pings_per_node": 1.0,
+                             "connects_per_node": 1.0, "learned_per_node": 1.0,
+                             "get_connections_bytes_per_node": 700.0,
+                             "connections_bytes_per_node": 12345.6, "direct_min": 4,
+                             "peak_rss_mb": 3072.4}],
+            "swarm_recoveries": [{**base, "seconds": None, "fastest_s": None, "slowest_s": None,
+                                  "converged": 0.0, "crashed": 200.0, "direct_to_crashed": 9,
+                                  "get_connections_bytes_per_node": None,
+                                  "connections_bytes_per_node": None, "bytes_per_node": None,
+                                  "direct_min": 12, "peak_rss_mb": None}],
+            "swarm_bench": [], "swarm_speedups": []}
+    lines = report._swarm_markdown(rows)
+    assert ("| 1,000 | 3 | no loss | 16 | 12 s | 1 of 2 ✗ | 16.0 (700 B) | 15.5 (12,346 B) | "
+            "30,000 | 4 | 3,072 MB | 30.0 s | 2 | `aaa` |") in lines
+    assert ("| 1,000 | 200 | 3 | no loss | never | 0 of 2 ✗ | 16.0 | 15.5 | — | 12 | 9 | 2 | "
+            "`aaa` |") in lines
+    assert not any(line.startswith("### Benchmark") for line in lines)
+    bench = [{"measure": "memory", "stack": s, "commit": "aaa", "time": 1, "runs": 1,
+              "value": v, "connections": 100000} for s, v in (("pure Python", 64.0),
+                                                             ("Cython", 64.5))]
+    lines = report._swarm_markdown({"swarm_bench": bench, "swarm_speedups": []})
+    assert lines[:2] == ["## swarm", ""]
+    assert ("| bytes per connection (table of 100,000) | 64.0 ✓ | 64.5 ✗ | — | ≤ 64 | 1 | `aaa` |"
+            in lines)  # the goal is at most 64

@@ -3,7 +3,9 @@
 Input rows come from `pelotari bench` JSON lines (one record per system and scenario of a run),
 from the bully benchmark's JSON lines (pelotari/bully/bench.py: one record per election or sync
 round), from potato's (pelotari/potato/simulate.py and bench.py: one record per simulated
-broadcast or election, or per real mesh) and from pytest-benchmark JSON files. Nothing here reads or writes files; see report.py.
+broadcast or election, or per real mesh), from swarm's (pelotari/swarm/simulate.py: one record
+per phase of a simulated swarm; bench.py: one per figure and stack) and from pytest-benchmark
+JSON files. Nothing here reads or writes files; see report.py.
 """
 from typing import Iterable
 
@@ -333,3 +335,208 @@ def potato_meshes(raw: DataFrame) -> DataFrame:
                  F.median("cpu_us_per_delivery").alias("cpu_us_per_delivery"),
                  F.sum("elections").alias("elections"),
                  F.count(F.lit(1)).alias("runs")))
+
+
+# ---- swarm: the simulator (pelotari/swarm/simulate.py) and the benchmark (bench.py) -----------
+
+SWARM_KINDS = ("swarm-sim", "swarm-bench")
+
+# Every field nullable: records written before a field existed, or by a newer writer with
+# fields this schema does not name (those are dropped), load all the same.
+SWARM_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("where", StringType()),  # "simulator"
+    # swarm-sim: N nodes join through the first `bootstraps` (phase "join"), then a share of
+    # them crash at once (phase "crash": the survivors' recovery)
+    StructField("phase", StringType()),
+    StructField("nodes", LongType()),
+    StructField("bootstraps", LongType()),
+    StructField("seed", LongType()),
+    # swarm-sim: share of datagrams every link drops; swarm-bench sockets: of Pings unanswered
+    StructField("loss", DoubleType()),
+    StructField("target_direct", LongType()),  # direct connections every node wants
+    StructField("capacity", LongType()),  # each node's connection table
+    StructField("max_known", LongType()),  # known peers each node keeps
+    StructField("bootstrap_capacity", LongType()),  # the bootstraps' tables
+    StructField("bootstrap_vague_pongs_per_slot", LongType()),  # the bootstraps' Pong budget
+    StructField("table", StringType()),  # the connection table's implementation
+    StructField("macs", StringType()),  # the MACs'
+    StructField("join_spread", DoubleType()),  # join: node k starts at k × spread / nodes
+    StructField("last_joined", DoubleType()),  # join: when the last node started
+    StructField("converged", BooleanType()),  # every (live) node at target_direct by the limit
+    StructField("seconds", DoubleType()),  # simulated, until then (null: never); checked each s
+    StructField("short", LongType()),  # nodes still short of target_direct at the end
+    StructField("crashed", LongType()),  # crash: nodes crashed
+    StructField("direct_to_crashed", LongType()),  # crash: survivors' direct links to the dead
+    StructField("datagrams", LongType()),  # sent in the phase, all nodes
+    StructField("bytes", LongType()),
+    StructField("cpu_seconds", DoubleType()),  # the simulator's CPU time for the phase
+    StructField("peak_rss_mb", DoubleType()),  # the simulator process's peak RSS so far
+    StructField("sent_GetConnections_per_node", DoubleType()),  # per live node, in the phase
+    StructField("sent_bytes_GetConnections_per_node", DoubleType()),
+    StructField("sent_Connections_per_node", DoubleType()),
+    StructField("sent_bytes_Connections_per_node", DoubleType()),
+    StructField("sent_bytes_per_node", DoubleType()),
+    StructField("sent_Ping_per_node", DoubleType()),
+    StructField("sent_Connect_per_node", DoubleType()),
+    StructField("sent_Reset_per_node", DoubleType()),
+    StructField("learned_per_node", DoubleType()),
+    StructField("direct_min", LongType()),  # direct connections of the live nodes at the end
+    StructField("direct_median", LongType()),
+    StructField("direct_max", LongType()),
+    # swarm-bench: one figure of one stack ("Cython" or "pure Python")
+    StructField("measure", StringType()),  # "memory", "pingpong", "sockets", ...
+    StructField("stack", StringType()),
+    StructField("implementation", StringType()),  # the connection table's
+    StructField("mac", StringType()),  # the MAC's
+    StructField("connections", LongType()),
+    StructField("rss_growth", DoubleType()),  # memory: bytes, for `connections`
+    StructField("bytes_per_connection", DoubleType()),
+    StructField("pings", LongType()),  # pingpong, sockets
+    StructField("pongs", LongType()),
+    StructField("pongs_per_second", DoubleType()),
+    StructField("us_per_ping", DoubleType()),
+    # sockets: a real node and the load generator's `peers` over loopback UDP
+    StructField("datagram_path", StringType()),  # the node's: "C (fastpath.swarmpath)", "Python"
+    StructField("peers", LongType()),
+    StructField("established", LongType()),  # peers the node held once the handshakes were done
+    StructField("offered_per_second", DoubleType()),  # Pings offered
+    StructField("node_cpu_seconds", DoubleType()),  # the node process's, while Pings were offered
+    StructField("pongs_per_cpu_second", DoubleType()),  # Pongs per node CPU second: per core
+    StructField("latency_p50_us", DoubleType()),  # Ping sent → its Pong received
+    StructField("latency_p99_us", DoubleType()),
+    StructField("node_runqueue_wait_seconds", DoubleType()),  # the node waiting for a CPU
+    StructField("loadavg_1m", DoubleType()),  # the machine's, during the run
+    StructField("env", BENCH_SCHEMA["env"].dataType),
+])
+
+SWARM_SIM_KEY = ("nodes", "bootstraps", "loss", "target_direct", "capacity", "max_known")
+
+
+def _swarm_phase(raw: DataFrame, phase: str, *extra) -> DataFrame:
+    """One phase's records → per (SWARM_SIM_KEY, commit) over the seeds: the median, fastest
+    and slowest simulated seconds of the runs that converged, the share of runs that converged
+    and the most nodes any run left short, medians of the traffic per (live) node, the fewest
+    direct connections any node held at the end, datagrams and CPU, the largest peak RSS;
+    `runs`."""
+    converged = F.coalesce("converged", F.lit(False))
+    seconds = F.when(converged, F.col("seconds"))
+    return (raw.where((F.col("kind") == "swarm-sim") & (F.col("phase") == phase))
+            .groupBy(*SWARM_SIM_KEY, F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median(seconds).alias("seconds"),
+                 F.min(seconds).alias("fastest_s"),
+                 F.max(seconds).alias("slowest_s"),
+                 F.avg(converged.cast("double")).alias("converged"),
+                 F.max("short").alias("short"),
+                 F.median("sent_GetConnections_per_node").alias("get_connections_per_node"),
+                 F.median("sent_Connections_per_node").alias("connections_per_node"),
+                 F.median("sent_bytes_GetConnections_per_node")
+                 .alias("get_connections_bytes_per_node"),
+                 F.median("sent_bytes_Connections_per_node").alias("connections_bytes_per_node"),
+                 F.median("sent_bytes_per_node").alias("bytes_per_node"),
+                 F.min("direct_min").alias("direct_min"),
+                 F.median("datagrams").alias("datagrams"),
+                 F.median("cpu_seconds").alias("cpu_seconds"),
+                 F.max("peak_rss_mb").alias("peak_rss_mb"),
+                 *extra,
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def swarm_joins(raw: DataFrame) -> DataFrame:
+    """swarm-sim join records → per (nodes, bootstraps, loss, target_direct, capacity,
+    max_known, commit) over the seeds, dated by the commit's first run: simulated seconds from
+    the first node's start until every node holds target_direct direct connections (median,
+    fastest and slowest of the runs that converged; null when none did), the share of runs that
+    converged, GetConnections and Connections sent per node (count and bytes, the bytes null
+    for records without them), all bytes, Pings and Connects sent per node, peers learned per
+    node, the fewest direct connections any node held, the simulator's peak RSS (MB, when
+    recorded), datagrams and CPU seconds; `runs`."""
+    return _swarm_phase(raw, "join",
+                        F.median("sent_Ping_per_node").alias("pings_per_node"),
+                        F.median("sent_Connect_per_node").alias("connects_per_node"),
+                        F.median("learned_per_node").alias("learned_per_node"))
+
+
+def swarm_recoveries(raw: DataFrame) -> DataFrame:
+    """swarm-sim crash records → per (nodes, bootstraps, loss, target_direct, capacity,
+    max_known, commit) over the seeds: how many nodes crashed (median) and the simulated seconds
+    from the crash until every survivor again holds target_direct direct connections, all to
+    live nodes (median, fastest, slowest of the runs that converged), the share that converged,
+    GetConnections and Connections (and bytes, when recorded) sent per survivor meanwhile, the
+    fewest direct connections a survivor held at the end, the most direct links to crashed
+    nodes any run left; `runs`."""
+    return _swarm_phase(raw, "crash",
+                        F.median("crashed").alias("crashed"),
+                        F.max("direct_to_crashed").alias("direct_to_crashed"))
+
+
+# measure → (its headline column, True when higher is better); other measures keep their row
+# with a null `value`. Over sockets, Pongs per node CPU second: the Pongs per second are capped
+# by the Pings offered, and the goal is per core (the core measure is CPU-bound: its Pongs per
+# second are per CPU second already).
+SWARM_MEASURES = {"memory": ("bytes_per_connection", False),
+                  "pingpong": ("pongs_per_second", True),
+                  "sockets": ("pongs_per_cpu_second", True)}
+SWARM_STACKS = ("pure Python", "Cython")
+
+
+def swarm_bench(raw: DataFrame) -> DataFrame:
+    """swarm-bench records → medians per (measure, stack, commit) over the runs, dated by the
+    commit's first run: bytes per connection (memory), Pongs per second and µs per Ping
+    (pingpong: through the sans-IO core; sockets: over real sockets, with the Pings offered
+    per second, the share unanswered, the node's CPU seconds and Pongs per CPU second, Ping →
+    Pong latency p50/p99, the seconds the node waited for a CPU, the machine's load average,
+    the load generator's peers and the fewest the node established), the
+    largest `connections`, the table, MAC and datagram-path implementations named; `value`, the
+    measure's headline figure, SWARM_MEASURES' (null for a measure not there: its row stays);
+    `runs`."""
+    value = F.lit(None).cast("double")
+    for measure, (column, _) in SWARM_MEASURES.items():
+        value = F.when(F.col("measure") == measure, F.col(column)).otherwise(value)
+    return (raw.where(F.col("kind") == "swarm-bench")
+            .withColumn("value", value)
+            .groupBy("measure", "stack", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("value").alias("value"),
+                 F.median("bytes_per_connection").alias("bytes_per_connection"),
+                 F.median("pongs_per_second").alias("pongs_per_second"),
+                 F.median("us_per_ping").alias("us_per_ping"),
+                 F.median("offered_per_second").alias("offered_per_second"),
+                 F.median("loss").alias("loss"),
+                 F.median("node_cpu_seconds").alias("node_cpu_seconds"),
+                 F.median("pongs_per_cpu_second").alias("pongs_per_cpu_second"),
+                 F.median("latency_p50_us").alias("latency_p50_us"),
+                 F.median("latency_p99_us").alias("latency_p99_us"),
+                 F.median("node_runqueue_wait_seconds").alias("node_runqueue_wait_seconds"),
+                 F.median("loadavg_1m").alias("loadavg_1m"),
+                 F.max("peers").alias("peers"),
+                 F.min("established").alias("established"),
+                 F.concat_ws(", ", F.sort_array(F.collect_set("datagram_path")))
+                 .alias("datagram_path"),
+                 F.max("connections").alias("connections"),
+                 F.concat_ws(", ", F.sort_array(F.collect_set("implementation")))
+                 .alias("implementation"),
+                 F.concat_ws(", ", F.sort_array(F.collect_set("mac"))).alias("mac"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def swarm_speedups(bench: DataFrame) -> DataFrame:
+    """swarm_bench rows → per (measure, commit) where both stacks ran: the pure-Python and the
+    Cython headline values and how many times better Cython's is (`ratio`: Cython / pure Python
+    when higher is better, pure Python / Cython when lower is); measures with no headline
+    figure are left out."""
+    higher = F.lit(None).cast("boolean")
+    for measure, (_, better_high) in SWARM_MEASURES.items():
+        higher = F.when(F.col("measure") == measure, F.lit(better_high)).otherwise(higher)
+    rows = bench.where(F.col("value").isNotNull())
+    pure = rows.where(F.col("stack") == "pure Python").select(
+        "measure", "commit", F.col("time").alias("pure_time"), F.col("value").alias("pure"))
+    cython = rows.where(F.col("stack") == "Cython").select(
+        "measure", "commit", F.col("time").alias("cython_time"), F.col("value").alias("cython"))
+    return (pure.join(cython, ["measure", "commit"])
+            .withColumn("higher_is_better", higher)
+            .withColumn("time", F.least("pure_time", "cython_time"))
+            .withColumn("ratio", F.when(F.col("higher_is_better"), F.col("cython") / F.col("pure"))
+                        .otherwise(F.col("pure") / F.col("cython")))
+            .select("measure", "commit", "time", "pure", "cython", "higher_is_better", "ratio"))
