@@ -70,7 +70,7 @@ class Config:
     max_direct: int = 32  # direct connections at most
     promote_rtt: float = 0.050  # s: a vague connection answering this fast is promoted
     promote_pings_per_slot: int = 4
-    spare_dials: int = 2  # known peers dialled beyond the shortfall while short of target_direct
+    spare_dials: int = 2  # dials unanswered past their first resend that hold no place
     max_known: int = 4096  # known peers (heard of, never contacted) kept; oldest dropped
     resets_per_slot: int = 256  # global; and one per source address per slot
     connect_answers_per_slot: int = 1024  # Connects answered to sources we hold nothing for
@@ -752,11 +752,18 @@ class SwarmNode:
                 if t.pinged[s] != ms:  # not already pinged by the check above
                     self._send_ping(s, ms, now)
                 self.stats["promotion_pings"] += 1
-        # While short of target, spare_dials more than the shortfall are in flight: a known peer
-        # that is gone takes 15 s to give up on, and dialled one after another they made the
-        # recovery from a crash of 20 % take 98 s at 10,000 nodes (docs: "known peers").
-        while (self._known and len(t.direct) < cfg.target_direct
-               and len(t.direct) + len(self._dialing) < cfg.target_direct + cfg.spare_dials):
+        # A dial still unanswered after its first resend (a live peer answers within a round
+        # trip) holds no place, up to spare_dials of them: a known peer that is gone takes 15 s
+        # to give up on, and dialled one after another such peers made the recovery from a crash
+        # of 20 % take 98 s at 10,000 nodes (docs: "known peers").
+        spare = 0
+        if self._known and cfg.spare_dials and len(t.direct) < cfg.target_direct:
+            for address in self._dialing:
+                s = t.lookup(address)
+                if s >= 0 and t.missed[s] > 1:
+                    spare += 1
+            spare = min(spare, cfg.spare_dials)
+        while self._known and len(t.direct) + len(self._dialing) < cfg.target_direct + spare:
             address, _ = self._known.popitem(last=False)
             if address in t:
                 continue
