@@ -57,6 +57,7 @@ class Config:
     max_missed: int = 3  # unanswered Pings in a row that demote a direct connection
     vague_batch: int = 8  # vague connections checked per slot (a Ping each)
     vague_probe: int = 64  # table slots looked at per slot to find them (O(work), not O(table))
+    vague_check_interval: float = 5.0  # s: a vague connection is checked at most this often
     vague_max_missed: int = 3  # unanswered checks in a row that forget a vague connection
     vague_pongs_per_slot: int = 1024  # global: Pings from vague connections answered per slot
     ping_burst: int = 3  # per connection: Pings (and GetConnections) answered at once...
@@ -79,7 +80,7 @@ class Config:
 
     def __post_init__(self):
         for name in ("slot", "redial", "half_open", "ping_interval", "get_interval",
-                     "vague_get_interval", "promote_rtt", "ping_refill"):
+                     "vague_get_interval", "promote_rtt", "ping_refill", "vague_check_interval"):
             if not 0 < getattr(self, name) <= MAX_INTERVAL:
                 raise ValueError(f"{name} must be positive and at most {MAX_INTERVAL:,} s")
         if max(self.connect_backoff, default=0) > MAX_INTERVAL:
@@ -242,6 +243,7 @@ class SwarmNode:
         self._next_vague_get = ms + int(cfg.vague_get_interval * 1000)
         self._ping_ms = int(cfg.ping_interval * 1000)
         self._refill_ms = int(round(cfg.ping_refill * 1000))
+        self._vague_check_ms = int(round(cfg.vague_check_interval * 1000))
 
     # ---- clock ---------------------------------------------------------------------------------
 
@@ -735,9 +737,12 @@ class SwarmNode:
         vague = (S_DIRECT | S_ESTABLISHED, S_ESTABLISHED)
         slots, self._cur_check = t.scan(self._cur_check, cfg.vague_batch, cfg.vague_probe,
                                         *vague)
-        self.stats["vague_checked"] += len(slots)
+        check_ms = self._vague_check_ms
         for address in [t.addresses[s] for s in slots]:
             s = t.lookup(address)
+            if t.pinged[s] and 0 <= ms - t.pinged[s] < check_ms:
+                continue  # checked lately (a node with few vague ones met them again at once)
+            self.stats["vague_checked"] += 1
             if self._outstanding(s):
                 t.missed[s] += 1
                 if t.missed[s] >= cfg.vague_max_missed:
