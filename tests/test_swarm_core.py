@@ -814,3 +814,15 @@ def test_a_few_vague_connections_are_checked_once_per_check_interval_not_every_s
                 pings[to] += 1
     assert set(pings) == set(peers) and all(5 <= n <= 6 for n in pings.values()), pings
     assert b.stats["vague_checked"] == sum(pings.values())
+
+
+def test_a_silent_vague_connection_is_forgotten_while_the_node_is_short_of_direct_ones():
+    # Short of target_direct, the promotion scan meets the same few vague connections every
+    # slot: its Pings count misses and keep the check interval too (a first version of the
+    # interval let promotion Pings, every slot, keep a dead peer from ever being checked).
+    b, (p,) = _vague_node(Config(target_direct=16, vague_check_interval=5.0), 1)
+    pings = 0
+    for k in range(1, 41):
+        pings += sum(1 for _, m, to in step(b, k + 0.5) if m.type == 2 and to == p)
+    assert [e for e in events(b) if isinstance(e, Forgotten)] == [Forgotten(p, "silent")]
+    assert 3 <= pings <= 5 and len(b.table) == 0

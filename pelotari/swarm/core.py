@@ -729,6 +729,26 @@ class SwarmNode:
         elif not established:
             self._forget(slot, "half_open")
 
+    def _check_vague(self, s: int, ms: int, now: float, promoting: bool) -> bool:
+        """Ping vague connection s unless it was pinged less than vague_check_interval ago (a
+        node with few vague connections meets them again every slot, in its check and its
+        promotion scans); an unanswered Ping before counts as a miss, and vague_max_missed of
+        them in a row forget it. `promoting` (we are short of direct connections): a fast
+        Pong to this Ping promotes it. Whether a Ping went."""
+        t = self.table
+        if t.pinged[s] and 0 <= ms - t.pinged[s] < self._vague_check_ms:
+            return False
+        self.stats["vague_checked"] += 1
+        if self._outstanding(s):
+            t.missed[s] += 1
+            if t.missed[s] >= self.config.vague_max_missed:
+                self._forget(s, "silent")
+                return False
+        self._send_ping(s, ms, now)
+        if promoting:
+            t.state[s] |= S_PROMOTING
+        return True
+
     def _tick(self, ms: int, now: float) -> None:
         """Once per slot: check some vague connections, promote, dial known peers, and ask one
         vague connection for its connections now and then."""
@@ -737,25 +757,16 @@ class SwarmNode:
         vague = (S_DIRECT | S_ESTABLISHED, S_ESTABLISHED)
         slots, self._cur_check = t.scan(self._cur_check, cfg.vague_batch, cfg.vague_probe,
                                         *vague)
-        check_ms = self._vague_check_ms
+        short = len(t.direct) < cfg.target_direct and cfg.promote_pings_per_slot > 0
         for address in [t.addresses[s] for s in slots]:
-            s = t.lookup(address)
-            if t.pinged[s] and 0 <= ms - t.pinged[s] < check_ms:
-                continue  # checked lately (a node with few vague ones met them again at once)
-            self.stats["vague_checked"] += 1
-            if self._outstanding(s):
-                t.missed[s] += 1
-                if t.missed[s] >= cfg.vague_max_missed:
-                    self._forget(s, "silent")
-                    continue
-            self._send_ping(s, ms, now)
-        if len(t.direct) < cfg.target_direct and cfg.promote_pings_per_slot:
+            self._check_vague(t.lookup(address), ms, now, short)
+        if short:
             slots, self._cur_promote = t.scan(self._cur_promote, cfg.promote_pings_per_slot,
                                               cfg.vague_probe, *vague)
-            for s in slots:
-                t.state[s] |= S_PROMOTING
-                if t.pinged[s] != ms:  # not already pinged by the check above
-                    self._send_ping(s, ms, now)
+            for address in [t.addresses[s] for s in slots]:
+                s = t.lookup(address)
+                if t.pinged[s] != ms and not self._check_vague(s, ms, now, True):
+                    continue  # its last Ping (a promotion one) is recent, or it is gone
                 self.stats["promotion_pings"] += 1
         # A dial still unanswered after its first resend (a live peer answers within a round
         # trip) holds no place, up to spare_dials of them: a known peer that is gone takes 15 s
