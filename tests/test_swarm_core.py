@@ -826,3 +826,21 @@ def test_a_silent_vague_connection_is_forgotten_while_the_node_is_short_of_direc
         pings += sum(1 for _, m, to in step(b, k + 0.5) if m.type == 2 and to == p)
     assert [e for e in events(b) if isinstance(e, Forgotten)] == [Forgotten(p, "silent")]
     assert 3 <= pings <= 5 and len(b.table) == 0
+
+
+def test_a_dial_nobody_answers_is_reported_redialled_if_wanted_forgotten_if_only_known():
+    from pelotari.swarm.core import Unanswered
+
+    a = node(A)
+    a.connect(B, 0.0)  # wanted: redialled
+    step(a, 16.0)
+    assert [e for e in events(a) if isinstance(e, Unanswered)] == [Unanswered(B, 4, 30.0)]
+    b = node(B, Config(target_direct=1))
+    inbound(b, A)
+    b.table.state[b.table.lookup(A)] |= S_ASKED
+    b.receive_datagram(dg(wire.connections([wire.Entry("10.0.9.9", 21452, True)]), 1.0), A, 1.0)
+    step(b, 20.0)  # a known peer, dialled at the tick, never answers: given up and forgotten
+    got = [e for e in events(b) if isinstance(e, (Unanswered, Forgotten))
+           and e.address != A]  # (A, silent to b's checks, is forgotten too)
+    assert got == [Unanswered(("10.0.9.9", 21452), 4, None),
+                   Forgotten(("10.0.9.9", 21452), "unanswered")]

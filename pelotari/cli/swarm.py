@@ -175,6 +175,14 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
                                    "address to leave itself out of what it learns)")
     _check_listen(listen, host)
     boots = [_option_address("--bootstrap", b, family=family) for b in bootstrap]
+    for text, address in zip(bootstrap, boots):
+        from pelotari.swarm.core import unicast
+
+        if address == (host, port):
+            raise click.ClickException(f"--bootstrap {text}: that is this node's own address")
+        if not unicast(address[0]):
+            raise click.ClickException(f"--bootstrap {text}: {address[0]} is not a unicast "
+                                       "address (multicast, broadcast, reserved or unspecified)")
     keyring, key_source = _keyring(key_file, insecure_key_file)
     config = _config(ping_interval, get_interval, target_direct)
     try:
@@ -365,6 +373,14 @@ def _describe(ev, config):
             shown = repr(ev.data)  # escapes every byte outside printable ASCII
             fields["hex"] = ev.data.hex()
         return ("message", f"message type {ev.type} from {peer}: {shown}", fields)
+    if isinstance(ev, c.Unanswered):
+        if ev.redial is None:
+            then = "given up"
+        else:
+            then = f"dialling again in {ev.redial:.0f} s"
+        return ("unanswered", f"{peer} did not answer {ev.connects} Connects (is it running, "
+                f"with the same key?): {then}", {"peer": peer, "connects": ev.connects,
+                                                 "redial": ev.redial})
     if isinstance(ev, c.Forgotten):
         return ("forgotten", f"{peer} forgotten ({ev.reason})", {"peer": peer,
                                                                 "reason": ev.reason})
@@ -667,9 +683,9 @@ MEASURES = ("memory", "pingpong", "sockets")
 @click.option("--peers", type=click.IntRange(1, 1 << 20), default=50_000, show_default=True,
               help="Sockets measure: distinct peers (127.2.x.y addresses x 16 ports) brought "
                    "to the node.")
-@click.option("--rate", type=click.FloatRange(1, min_open=False), default=150_000.0,
-              show_default=True, help="Sockets measure: Pings offered per second (each peer's "
-                                      "at least two of the node's 0.1 s slots apart).")
+@click.option("--rate", type=click.FloatRange(1, min_open=False), default=None,
+              help="Sockets measure: Pings offered per second (each peer's at least two of the "
+                   "node's 0.1 s slots apart).  [default: 150,000, or peers / 0.2 s if less]")
 @click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="Sockets measure: how long Pings are offered.")
 @click.option("--only", "only", type=click.Choice(MEASURES), multiple=True,
@@ -702,6 +718,8 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
     if not measures:
         raise click.UsageError("--skip-sockets leaves no measure to run")
     if "sockets" in measures:
+        if rate is None:
+            rate = min(150_000.0, peers / (2 * b.SLOT))
         if peers / rate < 2 * b.SLOT:
             raise click.BadParameter(
                 f"{rate:,.0f} Pings/s over {peers:,} peers pings each every {peers / rate:.3f} "

@@ -192,6 +192,16 @@ class UserMessage:
 
 
 @dataclass(frozen=True)
+class Unanswered:
+    """A dial got no answer to any of its Connects: redialled in `redial` s (a wanted peer,
+    connect()), or given up (None: a known peer; Forgotten follows)."""
+
+    address: Address
+    connects: int
+    redial: Optional[float]
+
+
+@dataclass(frozen=True)
 class Forgotten:
     """A connection left the table: reason is evicted, silent, half_open, unanswered or reset."""
 
@@ -704,8 +714,10 @@ class SwarmNode:
                 self.stats["connect_gave_up"] += 1
                 t.state[slot] = st & (S_WANTED | S_OUTBOUND | S_DIRECT)
                 t.set_due(slot, ms + int(cfg.redial * 1000))
+                self._events.append(Unanswered(t.addresses[slot], t.missed[slot], cfg.redial))
             else:
                 self.stats["connect_gave_up"] += 1
+                self._events.append(Unanswered(t.addresses[slot], t.missed[slot], None))
                 self._forget(slot, "unanswered")
         elif st & S_DIRECT:
             if self._outstanding(slot):

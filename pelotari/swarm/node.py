@@ -306,7 +306,8 @@ class Node:
 
     async def next_event(self, timeout: Optional[float] = None) -> Any:
         """The next event — Connected, Promoted, Demoted, Reset, ConnectionsLearned, UserMessage,
-        Forgotten (pelotari.swarm.core) or NodeWarning — or None after timeout or close()."""
+        Forgotten, Unanswered (pelotari.swarm.core) or NodeWarning — or None after timeout or
+        close()."""
         try:
             ev = await asyncio.wait_for(self._events.get(), timeout)
         except asyncio.TimeoutError:
