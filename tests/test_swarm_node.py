@@ -174,6 +174,8 @@ def test_three_nodes_connect_learn_each_other_ping_and_send(swarm, tmp_path):
     rows = b.wait("connections")
     status = {r["peer"]: r["status"] for r in rows["connections"]} if rows else {}
     assert status.keys() == {pa, pc} and status[pa] == "direct", rows  # C: as it dialled
+    b.command(f"connect {pa}")  # already direct: said so, not "dialling"
+    assert b.wait("connecting", peer=pa, status="direct", why="command"), b.seen
     c.command("stats")
     stats = c.wait("stats")["stats"]
     assert stats["received_User7"] == 1 and stats.get("dropped_bad_mac", 0) == 0

@@ -461,7 +461,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
     for b in boots:
         try:
             node.connect(b)
-            emit("connecting", f"dialling {_peer(b)} (bootstrap)", peer=_peer(b))
+            emit("connecting", f"dialling {_peer(b)} (bootstrap)", peer=_peer(b), why="bootstrap")
         except (ValueError, RuntimeError) as exc:
             error(f"--bootstrap {_peer(b)}: {exc}")
 
@@ -497,7 +497,10 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
         out.line(f"{time.strftime('%H:%M:%S')} connections {len(rows)} ({summary}); "
                  f"known, not contacted yet: {len(known)}")
         for r in rows:
-            rtt = f"{r.rtt * 1000:.1f} ms" if r.rtt is not None else "-"
+            if r.rtt is None:
+                rtt = "-"
+            else:  # the table keeps whole ms
+                rtt = "< 1 ms" if r.rtt < 0.001 else f"{r.rtt * 1000:.0f} ms"
             out.line(f"  {_peer(r.address):<22} {r.status:<10} rtt {rtt:<9} missed {r.missed}")
         for a in known[:20]:
             out.line(f"  {_peer(a):<22} known")
@@ -538,8 +541,17 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
                  peer=_peer(peer), type=type_, size=len(data))
         elif name == "connect" and len(words) == 2:
             peer = await _resolve(words[1], family)
+            before = node.core.status(peer)
             node.connect(peer)
-            emit("connecting", f"dialling {_peer(peer)}", peer=_peer(peer))
+            if before == "direct":
+                emit("connecting", f"already connected to {_peer(peer)} (direct)",
+                     peer=_peer(peer), why="command", status=before)
+            elif before == "vague":
+                emit("connecting", f"{_peer(peer)} was a vague connection: direct now "
+                     f"(if there is room)", peer=_peer(peer), why="command", status=before)
+            else:
+                emit("connecting", f"dialling {_peer(peer)}", peer=_peer(peer), why="command",
+                     status=before)
         elif name == "stats" and len(words) == 1:
             show_stats()
         elif name == "help":

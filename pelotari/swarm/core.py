@@ -883,6 +883,18 @@ class SwarmNode:
                                       t.rtt[s] / 1000 if st & S_RTT else None, t.missed[s]))
         return out
 
+    def status(self, address: Address) -> Optional[str]:
+        """One connection's status as connections() names it (direct, vague, connecting,
+        half_open), or None without a record."""
+        t = self.table
+        s = t.lookup((address[0], int(address[1])))
+        if s < 0:
+            return None
+        st = t.state[s]
+        if st & S_ESTABLISHED == S_ESTABLISHED:
+            return "direct" if st & S_DIRECT else "vague"
+        return "connecting" if st & S_OUTBOUND else "half_open"
+
     def last_ping(self, address: Address) -> Optional[Tuple[int, bool]]:
         """(when our last Ping to it went, in the table's ms; whether its Pong counted), or
         None without a record: how an adapter learns that a ping() was answered."""

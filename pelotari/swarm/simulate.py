@@ -120,8 +120,10 @@ def _traffic(sim, addrs) -> dict:
 
 
 def run_one(n: int = 10_000, bootstraps: int = 3, seed: int = 0, loss: float = 0.0,
-            crash: float = 0.2, limit: float = 600.0, config: Config | None = None) -> list[dict]:
-    """Join n nodes, then crash a share of them: two records."""
+            crash: float = 0.2, limit: float = 600.0, config: Config | None = None,
+            on_record=lambda record: None) -> list[dict]:
+    """Join n nodes, then crash a share of them: two records (each also given to on_record
+    as soon as its phase ends)."""
     config = config or Config(capacity=4096)
     target = config.target_direct
     cpu = time.process_time()
@@ -140,6 +142,7 @@ def run_one(n: int = 10_000, bootstraps: int = 3, seed: int = 0, loss: float = 0
                    "datagrams": sim.stats.sent, "bytes": sim.stats.bytes_sent,
                    "cpu_seconds": time.process_time() - cpu, "peak_rss_mb": _peak_rss_mb()}
     join |= _traffic(sim, addrs)
+    on_record(join)
     out = [join]
     if crash and done is not None:
         rng = random.Random(seed + 1)
@@ -164,6 +167,7 @@ def run_one(n: int = 10_000, bootstraps: int = 3, seed: int = 0, loss: float = 0
                 "direct_max": direct[-1]}
         rec["direct_to_crashed"] = sum(1 for a in alive for d in sim.nodes[a].core.direct()
                                        if d in dead)
+        on_record(rec)
         out.append(rec)
     return out
 
@@ -173,11 +177,12 @@ def run(n: int = 10_000, seeds: int = 1, loss: float = 0.0, progress=lambda s: N
     """The issue's measurements for each seed."""
     out = []
     for seed in range(seeds):
-        recs = run_one(n, seed=seed, loss=loss, **kw)
-        for r in recs:
-            progress(f"{r['phase']}: {r['nodes']} nodes, converged {r['converged']} in "
-                     f"{r['seconds']} s simulated, {r['cpu_seconds']:.0f} s CPU")
-        out += recs
+        def show(r):
+            alive = r["nodes"] - r.get("crashed", 0)
+            progress(f"{r['phase']}: {alive} of {r['nodes']} nodes, converged {r['converged']} "
+                     f"in {r['seconds']} s simulated, {r['cpu_seconds']:.0f} s CPU")
+
+        out += run_one(n, seed=seed, loss=loss, on_record=show, **kw)
     return out
 
 
