@@ -2,16 +2,13 @@
 (pelotari.swarm.table.PyConnectionTable) and its Cython twin (fastpath.swarmtable), each filled
 with 100,000 distinct (127.x.y.z, port) connections.
 
-Bytes per connection is RSS growth (psutil if installed, else /proc/self/statm) from before the
-table is made to after it is full, in a fresh interpreter per implementation; the twin's goal is
+Bytes per connection is RSS growth (/proc/self/statm) from before the table is made to after it
+is full, in a fresh interpreter per implementation (pelotari.swarm.bench.memory); the twin's goal is
 at most 64 (docs/protocols/swarm.md, "State per connection"). Run:
 
     .venv/bin/python bench/micro/test_swarm_table_bench.py            # both figures, printed
     .venv/bin/python -m pytest bench/micro --benchmark-enable -k swarm_table -s
 """
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -19,46 +16,12 @@ N = 100_000
 LOOKUPS = 10_000
 IMPLS = {"python": "PyConnectionTable", "cython": "fastpath.swarmtable"}
 
-# run in a fresh interpreter: nothing else allocated in between, no freed arenas to reuse
-CHILD = r"""
-import gc, json, os, sys
-
-def rss():
-    try:
-        import psutil
-        return psutil.Process().memory_info().rss
-    except ImportError:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-impl, n = sys.argv[1], int(sys.argv[2])
-if impl == "cython":
-    from fastpath.swarmtable import ConnectionTable
-else:
-    from pelotari.swarm.table import PyConnectionTable as ConnectionTable
-
-def address(k):
-    return ("127.%d.%d.%d" % (k >> 16 & 0xFF, k >> 8 & 0xFF, k & 0xFF), 1024 + k % 60000)
-
-address(0)
-gc.collect()
-gc.disable()
-before = rss()
-t = ConnectionTable(n)
-add = t.add
-for k in range(n):
-    add(address(k), k)
-after = rss()
-assert len(t) == n and t.lookup(address(n // 2)) == n // 2
-print(json.dumps({"impl": impl, "connections": n, "rss_growth": after - before,
-                  "bytes_per_connection": (after - before) / n}))
-"""
-
-
 def measure(impl, n=N):
-    out = subprocess.run([sys.executable, "-c", CHILD, impl, str(n)], capture_output=True,
-                         text=True, check=True).stdout
-    return json.loads(out)
+    """Bytes per connection of a table filled to n, in a fresh interpreter (nothing else
+    allocated in between, no freed arenas to reuse): pelotari.swarm.bench's measurement."""
+    from pelotari.swarm import bench
+
+    return bench.memory(pure=impl == "python", n=n)
 
 
 def addresses(n):
