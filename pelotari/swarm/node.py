@@ -214,12 +214,9 @@ class Node:
             core.vague_pongs = fp.vague_pongs
             fp.flush(fd)
             if (fp.send_dropped or fp.send_errors) and "send Pong" not in self._reported:
-                self._reported.add("send Pong")
-                message = ("cannot send Pongs: the socket's send buffer is full or the send "
-                           "was refused (counted in send_dropped and send_errors; not reported "
-                           "again)")
-                log.warning("%s", message)
-                self._put(NodeWarning("send Pong", message))
+                self._warn_once("send Pong", "cannot send Pongs: the socket's send buffer is "
+                                "full or the send was refused (counted in send_dropped and "
+                                "send_errors; not reported again)")
             if n < fp.capacity:
                 break
         self._flush(now)
@@ -234,23 +231,27 @@ class Node:
         except Exception as exc:  # noqa: BLE001 (any bug: the node goes on)
             self._own["internal_errors"] += 1
             kind = f"internal {type(exc).__name__}"
-            if kind in self._reported:
-                return
-            self._reported.add(kind)
-            message = (f"a datagram from {source[0]}:{source[1]} failed in the swarm core "
-                       f"({type(exc).__name__}: {exc}); dropped (counted in internal_errors; "
-                       f"further {type(exc).__name__} failures are not reported)")
-            log.warning("%s", message, exc_info=True)
-            self._put(NodeWarning(kind, message))
+            if kind not in self._reported:
+                self._warn_once(kind, f"a datagram from {source[0]}:{source[1]} failed in the "
+                                f"swarm core ({type(exc).__name__}: {exc}); dropped (counted in "
+                                f"internal_errors; further {type(exc).__name__} failures are "
+                                "not reported)", exc_info=True)
+
+    def _warn_once(self, kind: str, message: str, exc_info: bool = False) -> None:
+        """Report a kind of trouble once: a log warning and a NodeWarning event."""
+        if kind in self._reported:
+            return
+        self._reported.add(kind)
+        log.warning("%s", message, exc_info=exc_info)
+        self._put(NodeWarning(kind, message))
 
     def _socket_error(self, direction: str, exc: OSError, to: Optional[Address] = None,
                       counter: Optional[str] = None) -> None:
         self._own[counter or f"{direction}_errors"] += 1
         name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
         kind = f"{direction} {name}"
-        if kind in self._reported:
+        if kind in self._reported:  # (a flood of errors builds no message)
             return
-        self._reported.add(kind)
         where = f" to {to[0]}:{to[1]}" if to is not None else ""
         if counter == "send_dropped":
             message = (f"cannot send{where}: the socket's send buffer is full; datagrams are "
@@ -259,8 +260,7 @@ class Node:
             late = " (an ICMP error for an earlier datagram)" if direction == "receive" else ""
             message = (f"cannot {direction}{where}: {exc.strerror or exc}{late} (counted in "
                        f"{direction}_errors; further {name} errors are not reported)")
-        log.warning("%s", message)
-        self._put(NodeWarning(kind, message))
+        self._warn_once(kind, message)
 
     def _flush(self, now: float) -> None:
         """After any call into the core: send what it queued, take its events, check pings, and
