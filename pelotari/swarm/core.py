@@ -138,6 +138,13 @@ def shareable(host: str) -> bool:
     return True
 
 
+def _status(st: int) -> str:
+    """A record's status by its state bits: direct, vague, connecting (we dialled) or half_open."""
+    if st & S_ESTABLISHED == S_ESTABLISHED:
+        return "direct" if st & S_DIRECT else "vague"
+    return "connecting" if st & S_OUTBOUND else "half_open"
+
+
 # ---- events ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -247,8 +254,7 @@ class SwarmNode:
         self._share_slot = -1
         self._shared: Tuple[wire.Entry, ...] = ()
         self._shared_content = b""
-        ms = self._ms(now)
-        self._roll(ms)
+        ms = self.advance(now)
         self._next_tick = self._slot_start + self._slot_ms
         self._next_vague_get = ms + int(cfg.vague_get_interval * 1000)
         self._ping_ms = int(cfg.ping_interval * 1000)
@@ -422,8 +428,7 @@ class SwarmNode:
 
     def receive_datagram(self, data, source: Address, now: float) -> None:
         """One UDP payload from source."""
-        ms = self._ms(now)
-        self._roll(ms)
+        ms = self.advance(now)
         self.stats["received_bytes"] += len(data)
         try:
             msg = wire.decode(data, self.keyring, self._wall(now), self.config.limits)
@@ -685,8 +690,7 @@ class SwarmNode:
 
     def handle_timer(self, now: float) -> None:
         """Run what is due: the per-slot tick and the records' timers."""
-        ms = self._ms(now)
-        self._roll(ms)
+        ms = self.advance(now)
         if ms >= self._next_tick:
             self._tick(ms, now)
             self._next_tick = self._slot_start + self._slot_ms
@@ -827,8 +831,7 @@ class SwarmNode:
         if not unicast(address[0]):
             raise ValueError(f"{address[0]} is not a unicast address (multicast, broadcast, "
                              "reserved or unspecified)")
-        ms = self._ms(now)
-        self._roll(ms)
+        ms = self.advance(now)
         t = self.table
         self._known.pop(address, None)
         slot = t.lookup(address)
@@ -875,11 +878,7 @@ class SwarmNode:
         out = []
         for s in range(t.count):
             st = t.state[s]
-            if st & S_ESTABLISHED == S_ESTABLISHED:
-                status = "direct" if st & S_DIRECT else "vague"
-            else:
-                status = "connecting" if st & S_OUTBOUND else "half_open"
-            out.append(ConnectionInfo(t.addresses[s], status,
+            out.append(ConnectionInfo(t.addresses[s], _status(st),
                                       t.rtt[s] / 1000 if st & S_RTT else None, t.missed[s]))
         return out
 
@@ -890,10 +889,7 @@ class SwarmNode:
         s = t.lookup((address[0], int(address[1])))
         if s < 0:
             return None
-        st = t.state[s]
-        if st & S_ESTABLISHED == S_ESTABLISHED:
-            return "direct" if st & S_DIRECT else "vague"
-        return "connecting" if st & S_OUTBOUND else "half_open"
+        return _status(t.state[s])
 
     def last_ping(self, address: Address) -> Optional[Tuple[int, bool]]:
         """(when our last Ping to it went, in the table's ms; whether its Pong counted), or
