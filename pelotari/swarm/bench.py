@@ -125,8 +125,11 @@ SECONDS = 5.0
 # lifted; it prints one JSON line when ready, then answers "count" (its connections by status
 # and its counters) and "quit" on stdin.
 _NODE = r"""
-import asyncio, collections, json, os, sys
+import asyncio, collections, json, os, signal, sys
 from pelotari.swarm import core, node, table, wire
+# Ctrl-C at the terminal reaches the whole group: the bench stops this node itself (quit, or
+# the end of its stdin), so the child neither dies halfway nor prints a traceback.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 peers, slot = int(sys.argv[1]), float(sys.argv[2])
 kr = wire.Keyring.from_env()
 cfg = core.Config(slot=slot, vague_pongs_per_slot=10**9, ping_burst=10**6, ping_refill=0.001,
@@ -138,7 +141,7 @@ async def main():
     fields = ("slot", "vague_pongs_per_slot", "ping_burst", "ping_refill",
               "connect_answers_per_slot", "resets_per_slot", "capacity", "target_direct",
               "promote_pings_per_slot")
-    fast = getattr(n, "_fast", None) is not None
+    fast = n.fast_path
     print(json.dumps({"port": n.address[1], "pid": os.getpid(), "table": table.IMPLEMENTATION,
                       "mac": wire.IMPLEMENTATION,
                       "datagram_path": "C (fastpath.swarmpath)" if fast else "Python",
