@@ -11,7 +11,7 @@ MODULES = ["wire", "codec", "batchio", "backbone", "journal", "loadgen", "swarmm
 LIBRARIES = {name: ["crypto"] for name in ("swarmmac", "swarmpath", "swarmload")}
 MACROS = {name: [("OPENSSL_SUPPRESS_DEPRECATED", "1")] for name in LIBRARIES}
 # Explicit, so nothing stray (tests, bench) is installed; tests/test_packaging.py keeps it whole.
-PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.bench", "pelotari.bully",
+PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.harness", "pelotari.bully",
             "pelotari.cli", "pelotari.fyrehose", "pelotari.layers", "pelotari.potato",
             "pelotari.prototari", "pelotari.swarm"]
 

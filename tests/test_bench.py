@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
-from pelotari.bench.results import combine_rounds, table
-from pelotari.bench.search import find_lossless_rate
-from pelotari.bench.trial import TrialResult
+from pelotari.harness.results import combine_rounds, table
+from pelotari.harness.search import find_lossless_rate
+from pelotari.harness.trial import TrialResult
 
 from conftest import PELOTARI
 
@@ -194,7 +194,7 @@ def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
 
 
 def test_memory_trend_ignores_warm_up_and_catches_growth():
-    from pelotari.bench.soak import MemoryTrend
+    from pelotari.harness.soak import MemoryTrend
 
     flat = MemoryTrend()
     for t in range(0, 601, 5):  # buffers fill in the first minute, then nothing moves

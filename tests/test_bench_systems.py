@@ -5,8 +5,8 @@ root); elsewhere a missing peer is skipped with the reason, never faked.
 """
 import pytest
 
-from pelotari.bench.systems import SYSTEMS
-from pelotari.bench.trial import Scenario, Session
+from pelotari.harness.systems import SYSTEMS
+from pelotari.harness.trial import Scenario, Session
 
 pytestmark = pytest.mark.e2e
 

@@ -571,7 +571,7 @@ def test_potato_conditions_read_as_words():
 def write_potato_results(folder):
     """Records from the potato simulator itself (30 clients, one seed: fast) and hand-made
     ones in the shape of `pelotari potato bench`'s."""
-    from pelotari.bench.results import environment
+    from pelotari.harness.results import environment
     from pelotari.potato import simulate
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -839,7 +839,7 @@ def write_swarm_results(folder):
     """Records from the swarm simulator itself (40 nodes, one seed: fast), hand-made ones in
     the shape of `pelotari swarm bench`'s, one with a field this trend does not know and one
     missing most fields (as from an older or a newer writer)."""
-    from pelotari.bench.results import environment
+    from pelotari.harness.results import environment
     from pelotari.swarm import simulate
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 /* Load-generator client for the peer brokers pelotari is measured against: Redis pub/sub
  * (pipelined PUBLISH), NATS (pipelined PUB) and ZeroMQ (PUB/SUB through an XSUB/XPUB proxy).
- * It speaks the same JSON-lines agent protocol as `python -m pelotari.bench.agent` and counts
+ * It speaks the same JSON-lines agent protocol as `python -m pelotari.harness.agent` and counts
  * with the same fastpath/include/loadstats.h, so every system is measured the same way.
  *
  *   peer_client sub --system redis|nats|zeromq --port P [--subscribers N]

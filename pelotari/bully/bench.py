@@ -11,7 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from pelotari.bench.procs import JsonProcess, wait_all
+from pelotari.harness.procs import JsonProcess, wait_all
 from pelotari.bully.core import BullyNode, Config
 from pelotari.sim import LinkSpec, Simulator
 
@@ -216,7 +216,7 @@ class _Records(list):
 def run(sizes=(5, 10, 25), sync_nodes: int = 25, real: bool = True, seeds: int = 5,
         progress: Callable[[str], None] = lambda s: None) -> list[dict]:
     """Every bully measurement, as records (each with the environment, as `pelotari bench`'s)."""
-    from pelotari.bench.results import environment
+    from pelotari.harness.results import environment
     env = environment()
     out = _Records(env)
     for n in sizes:

@@ -57,10 +57,10 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     With --rounds R every system is searched R times per scenario, the systems taking turns,
     and each one's median round is reported (every round's rates are kept in its record).
     """
-    from pelotari.bench import results
-    from pelotari.bench.search import find_lossless_rate
-    from pelotari.bench.systems import SYSTEMS, Unavailable
-    from pelotari.bench.trial import Scenario, Session, placement
+    from pelotari.harness import results
+    from pelotari.harness.search import find_lossless_rate
+    from pelotari.harness.systems import SYSTEMS, Unavailable
+    from pelotari.harness.trial import Scenario, Session, placement
 
     if list_systems:
         for name, system in SYSTEMS.items():
@@ -140,7 +140,7 @@ def _clock(seconds: float) -> str:
 
 
 def _r(v):
-    from pelotari.bench.results import _rate
+    from pelotari.harness.results import _rate
 
     return _rate(v)
 
@@ -175,11 +175,11 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
     """
     import threading
 
-    from pelotari.bench import results
-    from pelotari.bench.search import LOSSLESS, find_lossless_rate
-    from pelotari.bench.soak import MemoryTrend, rss_kib
-    from pelotari.bench.systems import SYSTEMS, Unavailable
-    from pelotari.bench.trial import Scenario, Session, placement
+    from pelotari.harness import results
+    from pelotari.harness.search import LOSSLESS, find_lossless_rate
+    from pelotari.harness.soak import MemoryTrend, rss_kib
+    from pelotari.harness.systems import SYSTEMS, Unavailable
+    from pelotari.harness.trial import Scenario, Session, placement
 
     if system not in SYSTEMS:
         raise click.BadParameter(f"unknown system {system!r}; choose from {', '.join(SYSTEMS)}",

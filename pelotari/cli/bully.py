@@ -459,7 +459,7 @@ def bench(sizes, sync_nodes, seeds, sim_only, output):
     """
     import pathlib
 
-    from pelotari.bench.results import write
+    from pelotari.harness.results import write
     from pelotari.bully import bench as measure
 
     started = time.monotonic()

@@ -41,7 +41,7 @@ def simulate(nodes, degree, seeds, output):
     """
     from statistics import median
 
-    from pelotari.bench.results import environment, write
+    from pelotari.harness.results import environment, write
     from pelotari.potato import simulate as sim
 
     started = time.monotonic()
@@ -277,7 +277,7 @@ def bench_command(output):
     result, p50 and p99; every client must take each new frame), and 200 broadcasts (CPU time
     of all clients per message delivered).
     """
-    from pelotari.bench.results import environment, write
+    from pelotari.harness.results import environment, write
     from pelotari.potato import bench
 
     started = time.monotonic()

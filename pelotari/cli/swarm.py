@@ -654,7 +654,7 @@ def simulate(nodes, bootstraps, seeds, loss, crash, limit, capacity, max_known, 
     """
     import pathlib
 
-    from pelotari.bench.results import environment, write
+    from pelotari.harness.results import environment, write
     from pelotari.swarm import simulate as sim
     from pelotari.swarm.core import Config
 
@@ -721,7 +721,7 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
     """
     import pathlib
 
-    from pelotari.bench.results import environment, write
+    from pelotari.harness.results import environment, write
     from pelotari.swarm import bench as b
 
     measures = tuple(only) or MEASURES

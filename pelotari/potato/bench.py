@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Callable
 
-from pelotari.bench.procs import JsonProcess, wait_all
+from pelotari.harness.procs import JsonProcess, wait_all
 
 EXAMPLE = [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("C", "E"), ("D", "E"), ("D", "F"),
            ("D", "G"), ("E", "G")]

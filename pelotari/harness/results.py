@@ -8,13 +8,14 @@ import subprocess
 from typing import Iterable, List
 
 import pelotari
+from pelotari.harness import source_tree
 
 PEERS = ("redis", "nats", "zeromq")
 
 
 def environment() -> dict:
     """Where and on what a run happened: commit, time, cores, kernel, Python, versions."""
-    root = pathlib.Path(pelotari.__file__).resolve().parent.parent
+    root = source_tree()
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=5).stdout.strip() or "unknown"

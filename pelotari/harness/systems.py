@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 import pelotari
+from pelotari.harness import source_tree
 
 
 class Unavailable(Exception):
@@ -21,7 +22,7 @@ class Unavailable(Exception):
 def bench_dir() -> pathlib.Path:
     """The source tree's bench/ folder (reference backbone, baseline, peers' clients)."""
     env = os.environ.get("PELOTARI_BENCH_DIR")
-    path = pathlib.Path(env) if env else pathlib.Path(pelotari.__file__).resolve().parent.parent / "bench"
+    path = pathlib.Path(env) if env else source_tree() / "bench"
     if not (path / "reference").is_dir():
         raise Unavailable(f"needs the source tree's bench/ folder (not found at {path}); "
                           "set PELOTARI_BENCH_DIR")
@@ -192,7 +193,7 @@ def _have_zmq_headers() -> bool:
 
 def peer_client() -> pathlib.Path:
     """The C load-generator client for the peer brokers (with ZeroMQ when libzmq is here)."""
-    include = pathlib.Path(__file__).resolve().parent.parent.parent / "fastpath" / "include"
+    include = source_tree() / "fastpath" / "include"
     extra = [f"-I{include}"] + (["-DWITH_ZMQ", "-lzmq"] if _have_zmq_headers() else [])
     return compile_c(bench_dir() / "clients" / "peer_client.c", extra)
 
@@ -200,7 +201,7 @@ def peer_client() -> pathlib.Path:
 def agent_command(protocol: str) -> List[str]:
     """argv prefix of the load-generator agent for a protocol."""
     if protocol == "fyrehose":
-        return [sys.executable, "-m", "pelotari.bench.agent"]
+        return [sys.executable, "-m", "pelotari.harness.agent"]
     if protocol == "zeromq" and not _have_zmq_headers():
         raise Unavailable(f"needs libzmq3-dev; {PEER_HINT}")
     return [str(peer_client())]

@@ -4,7 +4,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-from pelotari.bench.trial import TrialResult
+from pelotari.harness.trial import TrialResult
 
 LOSSLESS = 0.001  # loss below 0.1 % counts as lossless
 

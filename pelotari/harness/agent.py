@@ -1,7 +1,7 @@
 """Load-generator agents, run as separate processes pinned to the client cores.
 
-    python -m pelotari.bench.agent sub --host H --port P --subscribers N
-    python -m pelotari.bench.agent pub --host H --port P --pub-id K
+    python -m pelotari.harness.agent sub --host H --port P --subscribers N
+    python -m pelotari.harness.agent pub --host H --port P --pub-id K
 
 Each prints {"ready": true} once signed on, then reads one JSON command per stdin line and
 answers with JSON lines on stdout; `sub` answers "measure" with {"armed": true} at once and its
@@ -65,7 +65,7 @@ def run_pub(args) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pelotari.bench.agent")
+    parser = argparse.ArgumentParser(prog="python -m pelotari.harness.agent")
     parser.add_argument("role", choices=["sub", "pub"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)

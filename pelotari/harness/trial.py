@@ -5,7 +5,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from pelotari.bench.systems import Server, System, Unavailable, agent_command, pin
+from pelotari.harness.systems import Server, System, Unavailable, agent_command, pin
 
 CLIENT_BOUND = 0.9  # a client process busy for this share of the trial was the bottleneck
 # A trial is sustained when the last message arrives within this share of the trial's duration
