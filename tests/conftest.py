@@ -1,14 +1,24 @@
 """Shared fixtures: both codec implementations, a live backbone on 127.0.0.1, raw sockets."""
+import importlib
 import socket
 import sys
 import time
 
 import pytest
 
-from fastpath import codec as cython_codec
-from fastpath import refcodec as python_codec
+from fastpath.implementation import compiled
 
-CODECS = {"cython": cython_codec, "python": python_codec}
+
+def implementations(name, twin):
+    """{"cython": fastpath.<name>, "python": fastpath.<twin>}; the twin alone where the compiled
+    module is not selected (PELOTARI_PURE_PYTHON=1, or not built)."""
+    found = {"python": importlib.import_module(f"fastpath.{twin}")}
+    if compiled(name) is not None:
+        found["cython"] = compiled(name)
+    return found
+
+
+CODECS = implementations("codec", "refcodec")
 
 
 @pytest.fixture(params=sorted(CODECS))

@@ -1,9 +1,18 @@
-"""recvmmsg/sendmmsg wrappers over real sockets on 127.0.0.1."""
+"""Batch datagram I/O over real sockets on 127.0.0.1: every test runs on fastpath.batchio
+(recvmmsg/sendmmsg) and on its pure-Python twin fastpath.refbatchio."""
 import socket
 
 import pytest
 
-from fastpath.batchio import RecvBatch, SendBatch
+from conftest import implementations
+
+BATCHIO = implementations("batchio", "refbatchio")
+
+
+@pytest.fixture(params=sorted(BATCHIO))
+def bm(request):
+    """Each batch I/O implementation in turn (the Cython build and the pure-Python twin)."""
+    return BATCHIO[request.param]
 
 
 def udp():
@@ -12,56 +21,56 @@ def udp():
     return s
 
 
-def test_send_many_and_receive_them_in_one_batch():
+def test_send_many_and_receive_them_in_one_batch(bm):
     a, b = udp(), udp()
-    sent = SendBatch(8).send(a, [(b"d%d" % i, b.getsockname()) for i in range(20)])
+    sent = bm.SendBatch(8).send(a, [(b"d%d" % i, b.getsockname()) for i in range(20)])
     assert sent == 20  # more than capacity: several sendmmsg calls
-    rx = RecvBatch(64, 2048)
+    rx = bm.RecvBatch(64, 2048)
     got = rx.recv(b)
     assert [d for d, _ in got] == [b"d%d" % i for i in range(20)]
     assert {src for _, src in got} == {a.getsockname()}
     assert rx.recv(b) == []  # non-blocking: nothing left
 
 
-def test_recv_batch_capacity_limits_one_call():
+def test_recv_batch_capacity_limits_one_call(bm):
     a, b = udp(), udp()
-    SendBatch().send(a, [(b"x", b.getsockname())] * 10)
-    rx = RecvBatch(4, 64)
+    bm.SendBatch().send(a, [(b"x", b.getsockname())] * 10)
+    rx = bm.RecvBatch(4, 64)
     assert len(rx.recv(b)) == 4 and len(rx.recv(b)) == 4 and len(rx.recv(b)) == 2
 
 
-def test_fan_out_sends_header_plus_shared_payload_to_each_address():
+def test_fan_out_sends_header_plus_shared_payload_to_each_address(bm):
     a = udp()
     subs = [udp() for _ in range(5)]
     payload = bytearray(b"P" * 1000)
-    n = SendBatch(2).fan_out(a, b"HDR", payload, [s.getsockname() for s in subs])
+    n = bm.SendBatch(2).fan_out(a, b"HDR", payload, [s.getsockname() for s in subs])
     assert n == 5
     for s in subs:
         assert s.recv(2000) == b"HDR" + b"P" * 1000
 
 
-def test_a_refused_datagram_is_counted_and_the_rest_still_go():
+def test_a_refused_datagram_is_counted_and_the_rest_still_go(bm):
     a, b = udp(), udp()
-    batch = SendBatch()
+    batch = bm.SendBatch()
     items = [(b"ok1", b.getsockname()), (b"x" * 70000, b.getsockname()), (b"ok2", b.getsockname())]
     assert batch.send(a, items) == 2
     assert batch.errors == 1
     assert b.recv(100) == b"ok1" and b.recv(100) == b"ok2"
 
 
-def test_batch_sizes_are_limited():
+def test_batch_sizes_are_limited(bm):
     for bad in (0, 1025):
         with pytest.raises(ValueError):
-            RecvBatch(bad, 64)
+            bm.RecvBatch(bad, 64)
         with pytest.raises(ValueError):
-            SendBatch(bad)
-    RecvBatch(1024, 64)
-    SendBatch(1024)
+            bm.SendBatch(bad)
+    bm.RecvBatch(1024, 64)
+    bm.SendBatch(1024)
     with pytest.raises(ValueError):
-        RecvBatch(1, 65537)
+        bm.RecvBatch(1, 65537)
 
 
-def test_a_gro_read_is_split_back_into_the_datagrams_sent():
+def test_a_gro_read_is_split_back_into_the_datagrams_sent(bm):
     import struct
 
     rx_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -78,7 +87,7 @@ def test_a_gro_read_is_split_back_into_the_datagrams_sent():
             # One UDP_SEGMENT send: on loopback a GRO socket gets it as one 904-byte read.
             tx_sock.sendmsg([b"".join(sent)], [(socket.IPPROTO_UDP, 103, struct.pack("H", 100))],
                             0, rx_sock.getsockname())
-            got = RecvBatch(8, 65536, control).recv(rx_sock)  # loopback delivers in sendmsg
+            got = bm.RecvBatch(8, 65536, control).recv(rx_sock)  # loopback delivers in sendmsg
             src = tx_sock.getsockname()
             if control:
                 assert got == [(d, ("127.0.0.1", src[1])) for d in sent]
@@ -88,3 +97,34 @@ def test_a_gro_read_is_split_back_into_the_datagrams_sent():
         rx_sock.close()
         tx_sock.close()
 
+
+
+def test_a_read_longer_than_the_slot_is_cut_and_flagged_truncated(bm):
+    a, b = udp(), udp()
+    a.sendto(b"L" * 100, b.getsockname())
+    a.sendto(b"short", b.getsockname())
+    rx = bm.RecvBatch(4, 64)
+    assert [d for d, _ in rx.recv(b)] == [b"L" * 64, b"short"]
+    assert rx.count == 2 and rx.truncated_at(0) and not rx.truncated_at(1)
+    with pytest.raises(IndexError):
+        rx.truncated_at(2)
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_neither_side_waits_on_a_blocking_socket_nor_changes_its_timeout(bm, timeout):
+    a, b = udp(), udp()
+    a.settimeout(timeout)
+    b.settimeout(timeout)
+    assert bm.RecvBatch(4, 64).recv(b) == []  # nothing queued: at once, not after the timeout
+    assert bm.SendBatch(4).send(a, [(b"x", b.getsockname())]) == 1
+    assert [d for d, _ in bm.RecvBatch(4, 64).recv(b)] == [b"x"]
+    assert a.gettimeout() == timeout and b.gettimeout() == timeout
+
+
+def test_counters_add_up_over_sends(bm):
+    a, b = udp(), udp()
+    batch = bm.SendBatch(2)
+    batch.send(a, [(b"abc", b.getsockname())] * 3)
+    batch.fan_out(a, b"H", bytearray(b"PP"), [b.getsockname()])
+    assert (batch.sent, batch.bytes_sent, batch.errors, batch.would_block) == (4, 12, 0, 0)
+    assert batch.count == 0  # nothing stays queued between calls

@@ -1,14 +1,22 @@
-"""Client-side fast path: the journal ring and the gap tracker, with an injected clock."""
+"""Client-side fast path: the journal ring and the gap tracker, with an injected clock; every
+test runs on fastpath.journal and on its pure-Python twin fastpath.refjournal."""
 import pytest
 
+from conftest import implementations
 from fastpath import refcodec
-from fastpath.journal import (ACCEPTED, DUPLICATE, LOST, MESSAGE, RESET, RESYNCED, GapTracker,
-                              Journal)
 from fastpath.packets import MAX_SEQUENCE, Deliver
 
+JOURNALS = implementations("journal", "refjournal")
 
-def test_journal_keeps_the_most_recent_capacity_messages():
-    j = Journal(4)
+
+@pytest.fixture(params=sorted(JOURNALS))
+def jm(request):
+    """Each journal implementation in turn (the Cython build and the pure-Python twin)."""
+    return JOURNALS[request.param]
+
+
+def test_journal_keeps_the_most_recent_capacity_messages(jm):
+    j = jm.Journal(4)
     for seq in range(10, 16):
         j.store(seq, b"m%d" % seq)
     assert len(j) == 4
@@ -16,14 +24,14 @@ def test_journal_keeps_the_most_recent_capacity_messages():
     assert [j.get(s) for s in (12, 13, 14, 15)] == [b"m12", b"m13", b"m14", b"m15"]
 
 
-def test_journal_capacity_limit():
-    Journal(1).store(5, b"x")
+def test_journal_capacity_limit(jm):
+    jm.Journal(1).store(5, b"x")
     with pytest.raises(ValueError):
-        Journal(0)
+        jm.Journal(0)
 
 
-def test_journal_serves_stored_part_of_a_range_as_delivers():
-    j = Journal(16)
+def test_journal_serves_stored_part_of_a_range_as_delivers(jm):
+    j = jm.Journal(16)
     for seq in (3, 4, 6):
         j.store(seq, b"d%d" % seq)
     out = j.serve(2, 7)
@@ -32,43 +40,43 @@ def test_journal_serves_stored_part_of_a_range_as_delivers():
     assert len(j.serve(3, 6, limit=2)) == 2  # the limit is honoured: 3 and 4 only
 
 
-def test_journal_serves_across_the_48_bit_wrap():
-    j = Journal(8)
+def test_journal_serves_across_the_48_bit_wrap(jm):
+    j = jm.Journal(8)
     j.store(MAX_SEQUENCE, b"last")
     j.store(0, b"first")
     assert [refcodec.decode(d).sequence for d in j.serve(MAX_SEQUENCE, 0)] == [MAX_SEQUENCE, 0]
 
 
-def tracker(**kw):
+def tracker(jm, **kw):
     kw.setdefault("request_delay", 0.1)
     kw.setdefault("backoff", 2.0)
     kw.setdefault("retries", 2)
-    return GapTracker(**kw)
+    return jm.GapTracker(**kw)
 
 
-def test_in_order_messages_are_released_at_once():
-    t = tracker()
+def test_in_order_messages_are_released_at_once(jm):
+    t = tracker(jm)
     for seq in (100, 101, 102):
-        assert t.offer(seq, b"%d" % seq, 0.0) == ACCEPTED
-    assert t.ready() == [(MESSAGE, 100, b"100"), (MESSAGE, 101, b"101"), (MESSAGE, 102, b"102")]
+        assert t.offer(seq, b"%d" % seq, 0.0) == jm.ACCEPTED
+    assert t.ready() == [(jm.MESSAGE, 100, b"100"), (jm.MESSAGE, 101, b"101"), (jm.MESSAGE, 102, b"102")]
     assert t.next_sequence == 103 and t.due(10.0) == [] and t.next_deadline() is None
 
 
-def test_duplicates_are_discarded():
-    t = tracker()
+def test_duplicates_are_discarded(jm):
+    t = tracker(jm)
     t.offer(5, b"a", 0)
     t.offer(7, b"c", 0)
-    assert t.offer(5, b"a", 0) == DUPLICATE  # already released
-    assert t.offer(7, b"c", 0) == DUPLICATE  # held behind the gap
+    assert t.offer(5, b"a", 0) == jm.DUPLICATE  # already released
+    assert t.offer(7, b"c", 0) == jm.DUPLICATE  # held behind the gap
     assert t.duplicates == 2
-    assert t.ready() == [(MESSAGE, 5, b"a")]
+    assert t.ready() == [(jm.MESSAGE, 5, b"a")]
 
 
-def test_gap_is_requested_after_the_delay_then_filled_in_order():
-    t = tracker()
+def test_gap_is_requested_after_the_delay_then_filled_in_order(jm):
+    t = tracker(jm)
     t.offer(1, b"1", 0.0)
     t.offer(4, b"4", 0.0)
-    assert t.ready() == [(MESSAGE, 1, b"1")]
+    assert t.ready() == [(jm.MESSAGE, 1, b"1")]
     assert t.open_gaps() == [(2, 3)]
     assert t.next_deadline() == pytest.approx(0.1)
     assert t.due(0.05) == []  # a reordered DELIVER may still come
@@ -76,12 +84,12 @@ def test_gap_is_requested_after_the_delay_then_filled_in_order():
     t.offer(3, b"3", 0.2)
     assert t.ready() == [] and t.open_gaps() == [(2, 2)]
     t.offer(2, b"2", 0.2)
-    assert t.ready() == [(MESSAGE, 2, b"2"), (MESSAGE, 3, b"3"), (MESSAGE, 4, b"4")]
+    assert t.ready() == [(jm.MESSAGE, 2, b"2"), (jm.MESSAGE, 3, b"3"), (jm.MESSAGE, 4, b"4")]
     assert t.open_gaps() == []
 
 
-def test_retries_back_off_then_the_gap_is_reported_lost_in_order():
-    t = tracker(retries=2)
+def test_retries_back_off_then_the_gap_is_reported_lost_in_order(jm):
+    t = tracker(jm, retries=2)
     t.offer(10, b"a", 0.0)
     t.offer(13, b"d", 0.0)
     t.ready()
@@ -94,67 +102,67 @@ def test_retries_back_off_then_the_gap_is_reported_lost_in_order():
         if t.due(now):
             times.append(round(now, 3))
     assert times == [0.1, 0.3, 0.7]  # first REQUEST after the delay, then 0.2 and 0.4 later
-    assert t.ready() == [(LOST, 11, 12), (MESSAGE, 13, b"d")]
+    assert t.ready() == [(jm.LOST, 11, 12), (jm.MESSAGE, 13, b"d")]
     assert t.lost_messages == 2 and t.next_sequence == 14
 
 
-def test_a_gap_split_by_a_late_arrival_keeps_its_repair_state():
-    t = tracker(retries=0)
+def test_a_gap_split_by_a_late_arrival_keeps_its_repair_state(jm):
+    t = tracker(jm, retries=0)
     t.offer(0, b"0", 0.0)
     t.offer(5, b"5", 0.0)
     assert t.due(0.1) == [(1, 4)]
     t.offer(3, b"3", 0.15)
     assert t.open_gaps() == [(1, 2), (4, 4)]
     t.due(1.0)  # retries exhausted for both halves
-    assert t.ready() == [(MESSAGE, 0, b"0"), (LOST, 1, 2), (MESSAGE, 3, b"3"), (LOST, 4, 4),
-                         (MESSAGE, 5, b"5")]
+    assert t.ready() == [(jm.MESSAGE, 0, b"0"), (jm.LOST, 1, 2), (jm.MESSAGE, 3, b"3"), (jm.LOST, 4, 4),
+                         (jm.MESSAGE, 5, b"5")]
     assert t.next_sequence == 6
 
 
-def test_requests_are_split_at_max_request_range():
-    t = tracker(max_request_range=4)
+def test_requests_are_split_at_max_request_range(jm):
+    t = tracker(jm, max_request_range=4)
     t.offer(0, b"", 0)
     t.offer(11, b"", 0)
     assert t.due(1.0) == [(1, 4), (5, 8), (9, 10)]
 
 
-def test_too_many_held_messages_give_up_the_oldest_gap():
-    t = tracker(max_held=3)
+def test_too_many_held_messages_give_up_the_oldest_gap(jm):
+    t = tracker(jm, max_held=3)
     t.offer(0, b"0", 0)
     t.ready()
     for seq in (2, 3, 4):
         t.offer(seq, b"%d" % seq, 0)
     assert t.ready() == []  # three held: at the limit
     t.offer(5, b"5", 0)     # one past it
-    assert t.ready() == [(LOST, 1, 1)] + [(MESSAGE, s, b"%d" % s) for s in (2, 3, 4, 5)]
+    assert t.ready() == [(jm.LOST, 1, 1)] + [(jm.MESSAGE, s, b"%d" % s) for s in (2, 3, 4, 5)]
 
 
-def test_backwards_jump_beyond_max_gap_is_a_resync_not_a_duplicate():
-    t = tracker(max_gap=100)
+def test_backwards_jump_beyond_max_gap_is_a_resync_not_a_duplicate(jm):
+    t = tracker(jm, max_gap=100)
     t.offer(5000, b"a", 0)
     t.offer(5002, b"c", 0)  # leaves gap 5001
     t.ready()
-    assert t.offer(7, b"new", 0) == RESYNCED  # the backbone restarted
-    assert t.ready() == [(LOST, 5001, 5001), (MESSAGE, 5002, b"c"), (RESET, 5003, 7),
-                         (MESSAGE, 7, b"new")]
-    assert t.offer(8, b"next", 0) == ACCEPTED
-    assert t.ready() == [(MESSAGE, 8, b"next")]
+    assert t.offer(7, b"new", 0) == jm.RESYNCED  # the backbone restarted
+    assert t.ready() == [(jm.LOST, 5001, 5001), (jm.MESSAGE, 5002, b"c"), (jm.RESET, 5003, 7),
+                         (jm.MESSAGE, 7, b"new")]
+    assert t.offer(8, b"next", 0) == jm.ACCEPTED
+    assert t.ready() == [(jm.MESSAGE, 8, b"next")]
 
 
-def test_forward_jump_beyond_max_gap_is_a_resync_without_requests():
-    t = tracker(max_gap=100)
+def test_forward_jump_beyond_max_gap_is_a_resync_without_requests(jm):
+    t = tracker(jm, max_gap=100)
     t.offer(10, b"a", 0)
-    assert t.offer(10 + 101, b"b", 0) == RESYNCED
+    assert t.offer(10 + 101, b"b", 0) == jm.RESYNCED
     assert t.due(100.0) == []
-    assert t.ready() == [(MESSAGE, 10, b"a"), (RESET, 11, 111), (MESSAGE, 111, b"b")]
-    t2 = tracker(max_gap=100)
+    assert t.ready() == [(jm.MESSAGE, 10, b"a"), (jm.RESET, 11, 111), (jm.MESSAGE, 111, b"b")]
+    t2 = tracker(jm, max_gap=100)
     t2.offer(10, b"a", 0)
-    assert t2.offer(10 + 100, b"b", 0) == ACCEPTED  # exactly max_gap: still a gap
+    assert t2.offer(10 + 100, b"b", 0) == jm.ACCEPTED  # exactly max_gap: still a gap
     assert t2.open_gaps() == [(11, 109)]
 
 
-def test_sequence_wraps_at_48_bits():
-    t = tracker()
+def test_sequence_wraps_at_48_bits(jm):
+    t = tracker(jm)
     t.offer(MAX_SEQUENCE - 1, b"a", 0)
     t.offer(1, b"d", 0)  # MAX_SEQUENCE and 0 missing
     assert t.open_gaps() == [(MAX_SEQUENCE, 0)]

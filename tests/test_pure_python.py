@@ -1,10 +1,50 @@
-"""The codec switch: PELOTARI_PURE_PYTHON=1 selects the reference codec everywhere."""
+"""PELOTARI_PURE_PYTHON=1 selects every pure-Python twin (fastpath/implementation.py), so the
+whole client stack and every protocol core run without a compiler."""
 import os
+import subprocess
+import sys
 
-from pelotari.fyrehose import codec
+from fastpath.implementation import PURE_PYTHON
+from pelotari.fyrehose import batchio, codec, journal
+
+# Imports every pelotari module, then names each fastpath module that is a compiled extension.
+PROBE = """
+import importlib, importlib.machinery, pkgutil, sys
+import pelotari
+for info in pkgutil.walk_packages(pelotari.__path__, "pelotari."):
+    importlib.import_module(info.name)
+print(" ".join(sorted(name for name, module in sys.modules.items()
+                      if name.split(".")[0] == "fastpath" and isinstance(
+                          getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader))))
+"""
 
 
-def test_the_selected_codec_matches_the_environment():
+def compiled_modules_after_importing_everything(pure):
+    env = dict(os.environ)
+    env.pop("PELOTARI_PURE_PYTHON", None)
+    if pure:
+        env["PELOTARI_PURE_PYTHON"] = "1"
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_no_compiled_module_is_imported_under_pure_python():
+    assert compiled_modules_after_importing_everything(pure=True) == []
+
+
+def test_the_compiled_modules_are_imported_without_it():
+    # The probe can see an extension: without the variable the built fastpath modules are used.
+    assert {"fastpath.codec", "fastpath.journal", "fastpath.batchio"} <= set(
+        compiled_modules_after_importing_everything(pure=False))
+
+
+def test_the_selected_implementations_match_the_environment():
     expected = "python" if os.environ.get("PELOTARI_PURE_PYTHON") else "cython"
-    assert codec.IMPLEMENTATION == expected
+    assert PURE_PYTHON == (expected == "python")
+    assert codec.IMPLEMENTATION == journal.IMPLEMENTATION == batchio.IMPLEMENTATION == expected
     assert codec.decode(codec.encode_push(b"x")) == codec.Push(b"x")
+    tracker = journal.GapTracker()
+    assert tracker.offer(7, b"m", 0.0) == journal.ACCEPTED
+    assert tracker.ready() == [(journal.MESSAGE, 7, b"m")]

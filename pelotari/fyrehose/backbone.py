@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from fastpath.backbone import BackboneLoop
-from fastpath.batchio import set_buffers
+from pelotari.fyrehose.batchio import set_buffers
 from fastpath.packets import MAX_DATA, MAX_DATAGRAM
 
 DEFAULT_PORT = 2323

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-from fastpath.batchio import RecvBatch, SendBatch, enable_gro, set_buffers
+from pelotari.fyrehose.batchio import RecvBatch, SendBatch, enable_gro, set_buffers
 from pelotari.fyrehose.backbone import DEFAULT_PORT
 from pelotari.fyrehose.core import ClientConfig, ClientCore
 from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,

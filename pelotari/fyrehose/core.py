@@ -8,7 +8,7 @@ from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, replace
 from typing import Deque, Dict, List, Optional, Tuple
 
-from fastpath.journal import LOST, MESSAGE, RESET, DUPLICATE, GapTracker, Journal
+from pelotari.fyrehose.journal import LOST, MESSAGE, RESET, DUPLICATE, GapTracker, Journal
 from pelotari.fyrehose import codec
 from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,
                                       PublishConfirmed, PublishFailed, Resync)

@@ -1,0 +1,204 @@
+"""What the asyncio adapters of the sans-IO cores share (aioquic's asyncio/protocol.py shape).
+
+A core takes input and `now` and leaves datagrams (or messages), events and one timer; after
+every call into it an adapter runs its one `_process_events`: send what the core queued, hand
+over its events, and `CoreTimer.arm(core.get_timer())`, which touches the loop only when that
+time changed. The pieces, each usable alone:
+
+* `CoreTimer`: the one loop timer kept at the core's get_timer();
+* `Trouble`: socket errors and other trouble counted, each kind reported once as a
+  `NodeWarning` event and a log warning;
+* `EventQueue`: events for an async consumer, bounded (a slow consumer costs memory up to the
+  bound only: the rest is dropped and counted), ended by close();
+* `send_datagrams` / `receive_datagrams`: a non-blocking UDP socket read and written directly.
+  A send never blocks and never queues: a full send buffer drops the datagram (UDP loses it on
+  the wire as well), counted in `send_dropped`.
+"""
+import asyncio
+import errno
+import logging
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+READ_BATCH = 64  # datagrams read per wake-up before the loop gets a turn
+MAX_EVENTS = 4096  # events waiting for the consumer; past it, new ones are dropped and counted
+
+Address = tuple  # (host, port)
+
+
+class CoreTimer:
+    """The one loop timer of an adapter, kept at the core's get_timer(): `arm(when)` after every
+    call into the core re-arms it only when `when` changed (None: no timer). `on_due(when)` runs
+    when it fires. `offset` is the core's clock minus the loop's (loop.time()). `rearms` counts
+    the timers armed (what the adapters' tests count over a burst of datagrams)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_due: Callable[[float], None],
+                 offset: float = 0.0):
+        self._loop = loop
+        self._on_due = on_due
+        self._offset = offset
+        self._handle: Optional[asyncio.TimerHandle] = None
+        self._when: Optional[float] = None
+        self.rearms = 0
+
+    @property
+    def when(self) -> Optional[float]:
+        """When the armed timer fires (core clock); None if none is armed."""
+        return self._when
+
+    def arm(self, when: Optional[float]) -> None:
+        """Keep the timer at `when` (core clock; None: none)."""
+        if when == self._when:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._when = when
+        if when is not None:
+            self._handle = self._loop.call_at(when - self._offset, self._fire)
+            self.rearms += 1
+
+    def cancel(self) -> None:
+        """No timer from now on (until the next arm)."""
+        self.arm(None)
+
+    def _fire(self) -> None:
+        when, self._when, self._handle = self._when, None, None
+        self._on_due(when)
+
+
+@dataclass(frozen=True)
+class NodeWarning:
+    """A kind of trouble not seen before (a socket error: its direction and errno), reported
+    once; every occurrence is counted in the node's stats."""
+
+    kind: str  # e.g. "send ENETUNREACH"
+    message: str
+
+
+class Trouble:
+    """Counts trouble into `stats` and reports each kind once: a log warning and a NodeWarning
+    given to `report` (an event queue's put)."""
+
+    def __init__(self, log: logging.Logger, stats: Counter, report: Callable[[Any], Any]):
+        self.log = log
+        self.stats = stats
+        self.report = report
+        self.reported: set[str] = set()
+
+    def warn_once(self, kind: str, message: str, exc_info: bool = False) -> None:
+        """Report a kind of trouble, unless it was reported before."""
+        if kind in self.reported:
+            return
+        self.reported.add(kind)
+        self.log.warning("%s", message, exc_info=exc_info)
+        self.report(NodeWarning(kind, message))
+
+    def socket_error(self, direction: str, exc: OSError, to: Optional[Address] = None,
+                     counter: Optional[str] = None) -> None:
+        """Count a failed send or receive (in `counter`, default `<direction>_errors`) and
+        report its kind (direction and errno) once."""
+        self.stats[counter or f"{direction}_errors"] += 1
+        name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        kind = f"{direction} {name}"
+        if kind in self.reported:  # (a flood of errors builds no message)
+            return
+        where = f" to {to[0]}:{to[1]}" if to is not None else ""
+        if counter == "send_dropped":
+            message = (f"cannot send{where}: the socket's send buffer is full; datagrams are "
+                       "dropped (counted in send_dropped; not reported again)")
+        else:
+            late = " (an ICMP error for an earlier datagram)" if direction == "receive" else ""
+            message = (f"cannot {direction}{where}: {exc.strerror or exc}{late} (counted in "
+                       f"{direction}_errors; further {name} errors are not reported)")
+        self.warn_once(kind, message)
+
+
+class _Closed:
+    """The end of the event stream (put in the queue by close())."""
+
+
+_CLOSED = _Closed()
+
+
+class EventQueue:
+    """A node's events for an async consumer: at most `limit` wait (past it, new ones are
+    dropped and counted in stats["events_dropped"]); after close(), get() gives None and
+    iteration ends."""
+
+    def __init__(self, stats: Counter, limit: int = MAX_EVENTS):
+        self._queue: asyncio.Queue = asyncio.Queue(limit)
+        self._stats = stats
+
+    def put(self, event: Any) -> None:
+        """Queue an event (dropped and counted when the queue is full)."""
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self._stats["events_dropped"] += 1
+
+    async def get(self, timeout: Optional[float] = None) -> Any:
+        """The next event, or None after timeout or close()."""
+        try:
+            ev = await asyncio.wait_for(self._queue.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+        if ev is _CLOSED:
+            self._queue.put_nowait(ev)  # every later call ends too
+            return None
+        return ev
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        while True:
+            ev = await self._queue.get()
+            if ev is _CLOSED:
+                self._queue.put_nowait(ev)
+                return
+            yield ev
+
+    def close(self) -> None:
+        """End the stream after the events queued (the oldest one goes if there is no room)."""
+        if self._queue.full():
+            self._queue.get_nowait()
+            self._stats["events_dropped"] += 1
+        self._queue.put_nowait(_CLOSED)
+
+
+def send_datagrams(sock: socket.socket, datagrams: Iterable[tuple[bytes, Address]],
+                   trouble: Trouble) -> None:
+    """sendto each (data, address) on a non-blocking socket; a full send buffer drops the
+    datagram (send_dropped), any other error is counted (send_errors)."""
+    for data, to in datagrams:
+        try:
+            sock.sendto(data, to)
+        except (BlockingIOError, InterruptedError) as exc:
+            trouble.socket_error("send", exc, to, "send_dropped")
+        except OSError as exc:
+            trouble.socket_error("send", exc, to)
+
+
+def receive_datagrams(sock: socket.socket, size: int,
+                      deliver: Callable[[bytes, Address], None], trouble: Trouble,
+                      batch: int = READ_BATCH) -> int:
+    """Read up to `batch` datagrams of at most `size` bytes from a non-blocking socket, each
+    to deliver(data, (host, port)); how many. A receive error (an ICMP error for an earlier
+    send) is counted (receive_errors) and reading goes on."""
+    n = 0
+    for _ in range(batch):
+        try:
+            data, source = sock.recvfrom(size)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError as exc:
+            trouble.socket_error("receive", exc)
+            continue
+        deliver(data, source[:2])
+        n += 1
+    return n
+
+
+__all__ = ["MAX_EVENTS", "READ_BATCH", "CoreTimer", "EventQueue", "NodeWarning", "Trouble",
+           "receive_datagrams", "send_datagrams"]
