@@ -73,14 +73,11 @@ def _address(address) -> Address:
 def fast_path_available() -> bool:
     """Whether the C datagram path can run: the Cython table, MACs and path are built and
     PELOTARI_PURE_PYTHON is not set."""
+    from fastpath.implementation import compiled
     from pelotari.swarm import table
     if wire.IMPLEMENTATION != "cython" or table.IMPLEMENTATION != "cython":
         return False
-    try:
-        from fastpath import swarmpath  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return compiled("swarmpath") is not None
 
 
 def _ping_path(config: Config):

@@ -38,12 +38,13 @@ pass, every time field clamped at 0).
 Slots are dense: slots 0..count-1 are in use and removing one moves the last record into the
 hole (`remove` says which slot moved), so the round-robin cursors walk only live records.
 """
-import os
 from array import array
 from heapq import heapify as heapq_heapify
 from heapq import heappop as heapq_pop
 from heapq import heappush as heapq_push
 from typing import Dict, Iterable, List, Optional, Tuple
+
+from fastpath.implementation import compiled
 
 Address = Tuple[str, int]
 
@@ -325,9 +326,6 @@ class PyConnectionTable:
 # or the extension is not built. The twin's Full is then the one both raise.
 ConnectionTable = PyConnectionTable
 IMPLEMENTATION = "python"
-if not os.environ.get("PELOTARI_PURE_PYTHON"):
-    try:
-        from fastpath.swarmtable import ConnectionTable, Full  # noqa: F401,F811
-        IMPLEMENTATION = "cython"
-    except ImportError:  # pragma: no cover - only without a built extension
-        pass
+if compiled("swarmtable") is not None:
+    from fastpath.swarmtable import ConnectionTable, Full  # noqa: F401,F811
+    IMPLEMENTATION = "cython"

@@ -26,14 +26,11 @@ import struct
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from fastpath.implementation import compiled
+
 # The MACs in C (fastpath/swarmmac.pyx: OpenSSL's SHA-256 on precomputed states, ≈ 7× faster);
 # PELOTARI_PURE_PYTHON=1 or a missing extension keeps the hashlib states below.
-MacSet = None
-if not os.environ.get("PELOTARI_PURE_PYTHON"):
-    try:
-        from fastpath.swarmmac import MacSet
-    except ImportError:  # pragma: no cover - only without a built extension
-        pass
+MacSet = getattr(compiled("swarmmac"), "MacSet", None)
 IMPLEMENTATION = "python" if MacSet is None else "cython"
 
 # ---- the table: everything on the wire -----------------------------------------------------
