@@ -5,7 +5,6 @@ SIOCGIFFLAGS / SIOCGIFADDR / SIOCGIFBRDADDR / SIOCGIFCONF ioctls (Linux).
 """
 import array
 import asyncio
-import errno
 import fcntl
 import ipaddress
 import logging
@@ -15,6 +14,8 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 
+from pelotari.adapter import (CoreTimer, EventQueue, NodeWarning, Trouble, receive_datagrams,
+                              send_datagrams)
 from pelotari.prototari.core import Address, Config, NodeCore
 
 log = logging.getLogger("pelotari.prototari")
@@ -24,6 +25,7 @@ SIOCGIFADDR = 0x8915
 SIOCGIFBRDADDR = 0x8919
 SIOCGIFCONF = 0x8912
 IFF_UP, IFF_BROADCAST, IFF_LOOPBACK = 0x1, 0x2, 0x8
+READ_SIZE = 65536  # bytes read per datagram (the largest DATA is 65,503)
 PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in
                          ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
@@ -121,28 +123,13 @@ def local_ipv4_addresses() -> set[str]:
     return {socket.inet_ntoa(data[i + 20:i + 24]) for i in range(0, used, size)}
 
 
-@dataclass(frozen=True)
-class NodeWarning:
-    """A socket error of a kind not seen before (each kind is reported once, and counted in
-    stats: `send_errors`, `receive_errors`)."""
-
-    kind: str  # e.g. "send ENETUNREACH"
-    message: str
-
-
-class _Endpoint(asyncio.DatagramProtocol):
-    def __init__(self, node: "Node"):
-        self.node = node
-
-    def datagram_received(self, data, addr):
-        self.node._received(data, addr)
-
-    def error_received(self, exc):
-        self.node._socket_error(exc)
-
-
 class Node:
-    """A running prototari node. Use `await Node.start(...)`, then events(), send(), close()."""
+    """A running prototari node. Use `await Node.start(...)`, then events(), send(), close().
+
+    Both sockets are non-blocking and read directly (loop.add_reader); sends never block (a
+    full send buffer drops the datagram: send_dropped); socket errors are counted in the core's
+    stats and each kind reported once (a NodeWarning event); the timer is re-armed only when
+    the core's get_timer() changes (pelotari.adapter)."""
 
     def __init__(self, config: Config, host: str, interface: str | None = None):
         self.config = config
@@ -151,11 +138,9 @@ class Node:
         self._loop = asyncio.get_running_loop()
         self._offset = time.monotonic() - self._loop.time()
         self.core: NodeCore | None = None
-        self._events: asyncio.Queue = asyncio.Queue()
-        self._timer: asyncio.TimerHandle | None = None
-        self._unicast = self._listener = None
-        self._sending_to: Address | None = None
-        self._reported: set[str] = set()
+        self._timer = CoreTimer(self._loop, self._on_timer, self._offset)
+        self._sockets: list[socket.socket] = []  # unicast (sends too), broadcast listener
+        self._closed = False
 
     @classmethod
     async def start(cls, config: Config | None = None, *, interface: str | None = None,
@@ -179,10 +164,10 @@ class Node:
         elif host in ("0.0.0.0", ""):
             own = local_ipv4_addresses()
         node = cls(config, host or "0.0.0.0", interface)
-        await node._open(own)
+        node._open(own)
         return node
 
-    async def _open(self, own: set[str]) -> None:
+    def _open(self, own: set[str]) -> None:
         cfg = self.config
         uni = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         uni.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
@@ -208,9 +193,13 @@ class Node:
         self.address: Address = (self.host if self.host != "0.0.0.0" else bound[0], bound[1])
         self_addresses: set[Address] = {(ip, bound[1]) for ip in own | {self.address[0]}}
         self.core = NodeCore(self._now(), cfg, self_addresses)
-        self._unicast, _ = await self._loop.create_datagram_endpoint(lambda: _Endpoint(self), sock=uni)
-        self._listener, _ = await self._loop.create_datagram_endpoint(lambda: _Endpoint(self), sock=lis)
-        self._pump()
+        self._events = EventQueue(self.core.stats)
+        self._trouble = Trouble(log, self.core.stats, self._events.put)
+        self._sockets = [uni, lis]
+        for s in self._sockets:
+            s.setblocking(False)
+            self._loop.add_reader(s.fileno(), self._readable, s)
+        self._process_events()
 
     @property
     def broadcast(self) -> Address:
@@ -220,43 +209,29 @@ class Node:
     def _now(self) -> float:
         return self._loop.time() + self._offset
 
-    def _received(self, data: bytes, addr) -> None:
-        self.core.receive_datagram(data, addr[:2], self._now())
-        self._pump()
-
-    def _socket_error(self, exc: OSError, to: Address | None = None) -> None:
-        to = to or self._sending_to
-        direction = "send" if to is not None else "receive"
-        self.core.stats[f"{direction}_errors"] += 1
-        name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-        kind = f"{direction} {name}"
-        if kind in self._reported:
-            return
-        self._reported.add(kind)
-        where = f" to {to[0]}:{to[1]}" if to is not None else ""
-        message = (f"cannot {direction}{where}: {exc.strerror or exc} (counted in "
-                   f"{direction}_errors; further {name} errors are not reported)")
-        log.warning("%s", message)
-        self._events.put_nowait(NodeWarning(kind, message))
-
-    def _pump(self) -> None:
-        core = self.core
+    def _readable(self, sock: socket.socket) -> None:
         now = self._now()
-        if core.get_timer() <= now:
-            core.handle_timer(now)
-        for data, to in core.datagrams_to_send():
-            self._sending_to = to  # the transport reports a failed sendto to error_received
-            try:
-                self._unicast.sendto(data, to)
-            except OSError as exc:
-                self._socket_error(exc, to)
-            finally:
-                self._sending_to = None
+        receive = self.core.receive_datagram
+        receive_datagrams(sock, READ_SIZE, lambda data, source: receive(data, source, now),
+                          self._trouble)
+        self._process_events()
+
+    def _on_timer(self, when: float) -> None:
+        now = self._now()
+        if self.core.get_timer() <= now:
+            self.core.handle_timer(now)
+        self._process_events()
+
+    def _process_events(self) -> None:
+        """After any call into the core: send what it queued, queue its events, re-arm the
+        timer if its time changed."""
+        if self._closed:
+            return
+        core = self.core
+        send_datagrams(self._sockets[0], core.datagrams_to_send(), self._trouble)
         while (ev := core.next_event()) is not None:
-            self._events.put_nowait(ev)
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_later(max(0.0, core.get_timer() - now), self._pump)
+            self._events.put(ev)
+        self._timer.arm(core.get_timer())
 
     @property
     def peers(self) -> set[Address]:
@@ -266,30 +241,35 @@ class Node:
     def send(self, peer: Address, data: bytes) -> None:
         """Send data to one registered peer (KeyError for a stranger)."""
         self.core.send(peer, data)
-        self._pump()
+        self._process_events()
 
     def send_all(self, data: bytes) -> int:
         """Send data to every registered peer; return how many."""
         n = self.core.send_all(data)
-        self._pump()
+        self._process_events()
         return n
 
     async def next_event(self, timeout: float | None = None):
-        """The next PeerJoined, PeerLeft, Message or NodeWarning (None after timeout)."""
-        try:
-            return await asyncio.wait_for(self._events.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
+        """The next PeerJoined, PeerLeft, Message or NodeWarning (None after timeout or
+        close())."""
+        return await self._events.get(timeout)
 
     async def events(self) -> AsyncIterator[object]:
-        """Every event, as it happens."""
-        while True:
-            yield await self._events.get()
+        """Every event, as it happens, until close()."""
+        async for ev in self._events:
+            yield ev
 
     async def close(self) -> None:
         """Stop timers and close both sockets (peers notice by the missed heartbeats)."""
-        if self._timer:
-            self._timer.cancel()
-        for t in (self._unicast, self._listener):
-            if t:
-                t.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._timer.cancel()
+        for s in self._sockets:
+            self._loop.remove_reader(s.fileno())
+            s.close()
+        if self.core is not None:
+            self._events.close()
+
+
+__all__ = ["Interface", "Node", "NodeWarning", "choose_interface", "interfaces"]
