@@ -18,6 +18,16 @@ def implementations(name, twin):
     return found
 
 
+def compiled_tool(name):
+    """fastpath.<name>, a benchmark tool that measures the compiled path and so has no twin; skips
+    the calling test (or test module) where the compiled modules are not selected."""
+    module = compiled(name)
+    if module is None:
+        pytest.skip(f"fastpath.{name} is a benchmark tool of the compiled path (no twin)",
+                    allow_module_level=True)
+    return module
+
+
 CODECS = implementations("codec", "refcodec")
 
 

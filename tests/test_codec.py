@@ -174,11 +174,13 @@ def test_errors_carry_drop_reasons():
 
 
 def test_implementations_agree_on_error_messages():
-    from fastpath import codec as cy, refcodec as py
+    from conftest import CODECS
 
+    if len(CODECS) < 2:
+        pytest.skip("compares the compiled codec with the reference: the Cython build only")
     for datagram, error, _ in MALFORMED:
         messages = []
-        for impl in (cy, py):
+        for impl in CODECS.values():
             with pytest.raises(error) as info:
                 impl.decode(datagram)
             messages.append(str(info.value))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 scapy_all = pytest.importorskip("scapy.all")
 from scapy.all import IP, UDP, raw  # noqa: E402
 
-from fastpath import codec  # noqa: E402
+from pelotari.fyrehose import codec  # noqa: E402
 from fastpath.errors import LengthMismatch  # noqa: E402
 from fastpath.packets import Deliver, Forward, Keepalive, Push, Request  # noqa: E402
 from pelotari.layers import fyrehose as fl  # noqa: E402

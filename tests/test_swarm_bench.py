@@ -1,6 +1,7 @@
 """pelotari.swarm.bench: its figures come from real tables and a real core (small sizes here)."""
 import pytest
 
+from conftest import compiled_tool
 from pelotari.swarm import bench
 
 
@@ -21,7 +22,7 @@ def test_pingpong_answers_every_ping_through_the_core():
 
 
 def test_sockets_brings_every_peer_to_a_real_node_and_counts_its_pongs():
-    pytest.importorskip("fastpath.swarmload")
+    compiled_tool("swarmload")
     r = bench.sockets(False, peers=2000, seconds=1.0, rate=5000)
     assert r["established"] == r["node_established_after"] == r["peers"] == 2000
     assert 0 < r["pongs"] <= r["pings"] and r["bad_mac"] == 0 and r["pongs_unmatched"] == 0

@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-swarmload = pytest.importorskip("fastpath.swarmload")
+from conftest import compiled_tool
+
+swarmload = compiled_tool("swarmload")  # no twin: a benchmark tool (both node stacks run below)
 
 from pelotari.swarm import bench, wire  # noqa: E402
 

@@ -5,8 +5,13 @@ import random
 
 import pytest
 
-from fastpath.swarmmac import MacSet
+from fastpath.implementation import compiled
 from pelotari.swarm import wire
+
+if compiled("swarmmac") is None:
+    pytest.skip("compares fastpath.swarmmac with the pure MACs: the Cython build only",
+                allow_module_level=True)
+MacSet = compiled("swarmmac").MacSet
 
 NOW = 1_700_000_010.0
 
