@@ -316,7 +316,7 @@ def test_a_bug_in_the_core_costs_one_datagram_not_the_batch(fast):
             b.send(a.address, 9, b"boom")  # one batch: the bug, then a message and a Ping
             b.send(a.address, 9, b"after")
             b.core.ping(a.address, b._now())
-            b._flush(b._last)
+            b._process_events(b._last)
             got = []
             while (ev := await a.next_event(2)) is not None:
                 got.append(ev)

@@ -27,43 +27,24 @@ How it drives the core (aioquic's asyncio/protocol.py shape):
   dropped and counted (`events_dropped`), so a slow consumer costs memory up to that bound only.
 """
 import asyncio
-import errno
 import logging
 import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any, List, Optional
 
+from pelotari.adapter import (MAX_EVENTS, READ_BATCH, CoreTimer, EventQueue, NodeWarning,
+                              Trouble, receive_datagrams, send_datagrams)
 from pelotari.swarm import wire
 from pelotari.swarm.core import Address, Config, ConnectionInfo, SwarmNode
 
 log = logging.getLogger("pelotari.swarm")
 
-READ_BATCH = 64  # datagrams read per wake-up before the loop gets a turn
 FAST_ROUNDS = 16  # recvmmsg batches of READ_BATCH per wake-up on the C path
-MAX_EVENTS = 4096  # events waiting for the consumer; past it, new ones are dropped and counted
 PING_TIMEOUT = 2.0  # s: ping()'s future gives None when no Pong came by then
 PING_SIZE = wire.PREFIX_SIZE + wire.body_size(wire.TYPES["Ping"])  # 44 (swarmpath.PING_SIZE)
 RECEIVE_BUFFER = 4 << 20  # SO_RCVBUF asked for (the kernel caps it at net.core.rmem_max)
-
-
-@dataclass(frozen=True)
-class NodeWarning:
-    """A socket error of a kind not seen before: each kind (direction and errno) is reported
-    once; every occurrence is counted in stats (`send_errors`, `receive_errors`,
-    `send_dropped`)."""
-
-    kind: str  # e.g. "send ENETUNREACH"
-    message: str
-
-
-class _Closed:
-    """The end of the event stream (put in the queue by close())."""
-
-
-_CLOSED = _Closed()
 
 
 def _address(address) -> Address:
@@ -102,11 +83,10 @@ class Node:
         self.core = SwarmNode(self.address, keyring, self._last, config,
                               wall_offset=time.time() - self._last)
         self._read_size = self.core.config.limits.max_datagram + 1
-        self._events: asyncio.Queue = asyncio.Queue(max_events)
         self._own: Counter = Counter()  # the adapter's counters (the core keeps its own)
-        self._reported: set = set()
-        self._timer: Optional[asyncio.TimerHandle] = None
-        self._timer_at: Optional[float] = None
+        self._events = EventQueue(self._own, max_events)
+        self._trouble = Trouble(log, self._own, self._events.put)
+        self._timer = CoreTimer(self._loop, self._on_timer)
         self._pings: List[list] = []  # see ping()
         self._closed = False
         # (a Ping is 44 bytes: with a lower max_datagram every one is too long, the core's)
@@ -119,7 +99,7 @@ class Node:
                              f"max_datagram >= {PING_SIZE}")
         self._fast = _ping_path(self.core.config) if fast_path else None
         self._loop.add_reader(sock.fileno(), self._readable_fast if fast_path else self._readable)
-        self._flush(self._last)
+        self._process_events(self._last)
 
     @classmethod
     async def start(cls, host: str, port: int, keyring: wire.Keyring,
@@ -169,18 +149,10 @@ class Node:
     # ---- the socket ----------------------------------------------------------------------------
 
     def _readable(self) -> None:
-        sock = self._sock
         now = self._now()
-        for _ in range(READ_BATCH):
-            try:
-                data, source = sock.recvfrom(self._read_size)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:  # an ICMP error for an earlier send (ECONNREFUSED...)
-                self._socket_error("receive", exc)
-                continue
-            self._receive(data, source[:2], now)
-        self._flush(now)
+        receive_datagrams(self._sock, self._read_size,
+                          lambda data, source: self._receive(data, source, now), self._trouble)
+        self._process_events(now)
 
     def _readable_fast(self) -> None:
         fp = self._fast
@@ -194,7 +166,7 @@ class Node:
             try:
                 n = fp.receive(fd)
             except OSError as exc:  # an ICMP error for an earlier send (ECONNREFUSED...)
-                self._socket_error("receive", exc)
+                self._trouble.socket_error("receive", exc)
                 continue
             if not n:
                 break
@@ -210,13 +182,13 @@ class Node:
                 i = fp.run(table, macs, i + 1)
             core.vague_pongs = fp.vague_pongs
             fp.flush(fd)
-            if (fp.send_dropped or fp.send_errors) and "send Pong" not in self._reported:
-                self._warn_once("send Pong", "cannot send Pongs: the socket's send buffer is "
+            if fp.send_dropped or fp.send_errors:
+                self._trouble.warn_once("send Pong", "cannot send Pongs: the socket's send buffer is "
                                 "full or the send was refused (counted in send_dropped and "
                                 "send_errors; not reported again)")
             if n < fp.capacity:
                 break
-        self._flush(now)
+        self._process_events(now)
 
     def _receive(self, data: bytes, source: Address, now: float) -> None:
         """core.receive_datagram; a bug in the core costs that one datagram: counted in
@@ -228,99 +200,42 @@ class Node:
         except Exception as exc:  # noqa: BLE001 (any bug: the node goes on)
             self._own["internal_errors"] += 1
             kind = f"internal {type(exc).__name__}"
-            if kind not in self._reported:
-                self._warn_once(kind, f"a datagram from {source[0]}:{source[1]} failed in the "
+            if kind not in self._trouble.reported:
+                self._trouble.warn_once(kind, f"a datagram from {source[0]}:{source[1]} failed in the "
                                 f"swarm core ({type(exc).__name__}: {exc}); dropped (counted in "
                                 f"internal_errors; further {type(exc).__name__} failures are "
                                 "not reported)", exc_info=True)
 
-    def _warn_once(self, kind: str, message: str, exc_info: bool = False) -> None:
-        """Report a kind of trouble once: a log warning and a NodeWarning event."""
-        if kind in self._reported:
-            return
-        self._reported.add(kind)
-        log.warning("%s", message, exc_info=exc_info)
-        self._put(NodeWarning(kind, message))
-
-    def _socket_error(self, direction: str, exc: OSError, to: Optional[Address] = None,
-                      counter: Optional[str] = None) -> None:
-        self._own[counter or f"{direction}_errors"] += 1
-        name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-        kind = f"{direction} {name}"
-        if kind in self._reported:  # (a flood of errors builds no message)
-            return
-        where = f" to {to[0]}:{to[1]}" if to is not None else ""
-        if counter == "send_dropped":
-            message = (f"cannot send{where}: the socket's send buffer is full; datagrams are "
-                       "dropped (counted in send_dropped; not reported again)")
-        else:
-            late = " (an ICMP error for an earlier datagram)" if direction == "receive" else ""
-            message = (f"cannot {direction}{where}: {exc.strerror or exc}{late} (counted in "
-                       f"{direction}_errors; further {name} errors are not reported)")
-        self._warn_once(kind, message)
-
-    def _flush(self, now: float) -> None:
+    def _process_events(self, now: float) -> None:
         """After any call into the core: send what it queued, take its events, check pings, and
         re-arm the timer if its time changed."""
         core = self.core
-        sock = self._sock
-        for data, to in core.datagrams_to_send():
-            try:
-                sock.sendto(data, to)
-            except (BlockingIOError, InterruptedError) as exc:
-                self._socket_error("send", exc, to, "send_dropped")
-            except OSError as exc:
-                self._socket_error("send", exc, to)
+        send_datagrams(self._sock, core.datagrams_to_send(), self._trouble)
         while (ev := core.next_event()) is not None:
-            self._put(ev)
+            self._events.put(ev)
         if self._pings:
             self._check_pings(now)
-        when = core.get_timer()
-        if when != self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = when
-            self._timer = None if when is None else self._loop.call_at(when, self._on_timer)
+        self._timer.arm(core.get_timer())
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        when = self._timer_at
-        self._timer_at = None
+    def _on_timer(self, when: float) -> None:
         now = self._now()
-        if when is not None and when > now:  # the loop woke a hair early: take the due time
+        if when > now:  # the loop woke a hair early: take the due time
             now = self._last = when
             self.core.wall_offset = time.time() - now
         self.core.handle_timer(now)
-        self._flush(now)
+        self._process_events(now)
 
     # ---- events --------------------------------------------------------------------------------
-
-    def _put(self, event: Any) -> None:
-        try:
-            self._events.put_nowait(event)
-        except asyncio.QueueFull:
-            self._own["events_dropped"] += 1
 
     async def next_event(self, timeout: Optional[float] = None) -> Any:
         """The next event — Connected, Promoted, Demoted, Reset, ConnectionsLearned, UserMessage,
         Forgotten, Unanswered (pelotari.swarm.core) or NodeWarning — or None after timeout or
         close()."""
-        try:
-            ev = await asyncio.wait_for(self._events.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
-        if ev is _CLOSED:
-            self._events.put_nowait(ev)  # every later call ends too
-            return None
-        return ev
+        return await self._events.get(timeout)
 
     async def events(self) -> AsyncIterator[Any]:
         """Every event as it happens, until close()."""
-        while True:
-            ev = await self._events.get()
-            if ev is _CLOSED:
-                self._events.put_nowait(ev)
-                return
+        async for ev in self._events:
             yield ev
 
     # ---- commands ------------------------------------------------------------------------------
@@ -330,7 +245,7 @@ class Node:
         ValueError for our own address."""
         now = self._live()
         self.core.connect(_address(address), now)
-        self._flush(now)
+        self._process_events(now)
 
     def ping(self, address: Address, timeout: float = PING_TIMEOUT) -> "asyncio.Future":
         """Ping an established connection now (KeyError otherwise). The future gives the round
@@ -351,7 +266,7 @@ class Node:
         entry[4] = self._loop.call_later(timeout, self._ping_timeout, entry)
         self._pings.append(entry)
         self._loop.call_later(self.core.config.slot * 1.1, self._ping_again, entry)
-        self._flush(now)
+        self._process_events(now)
         return fut
 
     def _ping_again(self, entry: list) -> None:
@@ -365,7 +280,7 @@ class Node:
         entry[2] = now
         entry[5] = self._ping_marks(entry[0])[0]
         self._loop.call_later(self.core.config.slot * 1.1, self._ping_again, entry)
-        self._flush(now)
+        self._process_events(now)
 
     def _ping_marks(self, address: Address):
         """When our last Ping to address went (the core's table ms) and whether its Pong
@@ -401,7 +316,7 @@ class Node:
         connection: KeyError if there is none, ValueError for a bad type or size."""
         now = self._live()
         self.core.send(_address(address), type_, bytes(data), now, flags)
-        self._flush(now)
+        self._process_events(now)
 
     def connections(self) -> List[ConnectionInfo]:
         """Every connection in the table: address, status (direct, vague, connecting,
@@ -442,16 +357,14 @@ class Node:
             return
         self._closed = True
         self._loop.remove_reader(self._sock.fileno())
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         for _, _, _, fut, handle, _ in self._pings:
             handle.cancel()
             if not fut.done():
                 fut.set_result(None)
         self._pings = []
         self._sock.close()
-        if self._events.full():  # make room for the end marker: the oldest event goes
-            self._events.get_nowait()
-            self._own["events_dropped"] += 1
-        self._events.put_nowait(_CLOSED)
+        self._events.close()
+
+
+__all__ = ["MAX_EVENTS", "READ_BATCH", "Node", "NodeWarning", "fast_path_available"]
