@@ -7,11 +7,12 @@ Used by the tests (the `lan` fixture) and by `pelotari lan-demo`.
         proc = lan.spawn(a, [...])       # a process inside the host's namespace
         lan.loss(a, 20)                  # drop 20 % of UDP arriving at a
 
-Loss uses tc netem when the kernel has it, else an nftables `numgen random` rule (the project's
-CI kernel is built without netem). Every namespace, link and rule is removed on close: each is
-recorded *before* it is created, so an interruption half-way through leaves nothing behind, and
-every process is started in its own process group, which close() kills (with anything else
-still running in the harness's namespaces).
+Namespaces, links and addresses are made over netlink (pyroute2). Loss uses tc netem when the
+kernel has it, else an nftables `numgen random` rule (the project's CI kernel is built without
+netem). Every namespace, link and rule is removed on close: each is recorded *before* it is
+created, so an interruption half-way through leaves nothing behind; a constructor or add_host
+that fails removes what it made before raising; every process is started in its own process
+group, which close() kills (with anything else still running in the harness's namespaces).
 """
 import itertools
 import os
@@ -27,8 +28,12 @@ def available() -> str:
     """Why the harness cannot run here ('' if it can)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
+    try:
+        import pyroute2  # noqa: F401
+    except ImportError:
+        return "pyroute2 is not installed"
     if not shutil.which("ip"):
-        return "iproute2 (ip) is not installed"
+        return "iproute2 (ip) is not installed (processes are started with `ip netns exec`)"
     return ""
 
 
@@ -48,6 +53,8 @@ class LanHarness:
     """Namespaced hosts on one bridge, with addresses inside the namespaces only."""
 
     def __init__(self):
+        from pyroute2 import IPRoute
+
         n = next(_counter)
         self.tag = f"pt{os.getpid() % 10000}x{n}"
         self.bridge = f"{self.tag}br"[:15]
@@ -58,53 +65,117 @@ class LanHarness:
         # is harmless; missing what was made leaks it).
         self.namespaces: list[str] = []
         self.links: list[str] = [self.bridge]
-        _sh("ip", "link", "add", self.bridge, "type", "bridge")
-        _sh("ip", "link", "set", self.bridge, "up")
+        self._numbers = itertools.count(2)  # every attempt takes one: names stay unique
+        self._ipr = IPRoute()
+        try:
+            self._ipr.link("add", ifname=self.bridge, kind="bridge")
+            self._ipr.link("set", index=self._index(self.bridge), state="up")
+        except BaseException:
+            self.close()
+            raise
+
+    def _index(self, ifname: str, ipr=None) -> int:
+        found = (ipr or self._ipr).link_lookup(ifname=ifname)
+        if not found:
+            raise RuntimeError(f"no link {ifname}")
+        return found[0]
 
     def add_host(self, name: str) -> Host:
-        index = len(self.namespaces) + 2  # every attempt counts: names stay unique
+        """A namespace with a veth to the bridge, lo and the veth up, and an address; on
+        failure, what it made is removed before the exception propagates."""
+        from pyroute2 import netns
+
+        number = next(self._numbers)
         ns = f"{self.tag}{name}"[:30]
-        outside, inside = f"{self.tag}{index}"[:15], f"{self.tag}{index}i"[:15]
+        outside, inside = f"{self.tag}{number}"[:15], f"{self.tag}{number}i"[:15]
+        address = f"{self.subnet}.{number}"
         self.namespaces.append(ns)
-        _sh("ip", "netns", "add", ns)
         self.links.append(outside)  # deleting one end of a veth deletes both
-        _sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
-        _sh("ip", "link", "set", inside, "netns", ns)
-        _sh("ip", "link", "set", outside, "master", self.bridge)
-        _sh("ip", "link", "set", outside, "up")
-        address = f"{self.subnet}.{index}"
-        self.exec_in(ns, "ip", "link", "set", "lo", "up")
-        self.exec_in(ns, "ip", "addr", "add", f"{address}/24", "brd", "+", "dev", inside)
-        self.exec_in(ns, "ip", "link", "set", inside, "up")
+        try:
+            netns.create(ns)
+            ipr = self._ipr
+            ipr.link("add", ifname=outside, kind="veth", peer=inside)
+            ipr.link("set", index=self._index(inside), net_ns_fd=ns)
+            ipr.link("set", index=self._index(outside), master=self._index(self.bridge))
+            ipr.link("set", index=self._index(outside), state="up")
+            self._configure(ns, inside, address)
+        except BaseException:
+            self._remove([ns], [outside])
+            self.namespaces.remove(ns)
+            self.links.remove(outside)
+            raise
         host = Host(name, ns, inside, address)
         self.hosts.append(host)
         return host
 
+    def _configure(self, ns: str, interface: str, address: str) -> None:
+        """Inside the namespace: lo up, the address (broadcast .255) on interface, interface up."""
+        from pyroute2 import IPRoute
+
+        with IPRoute(netns=ns, flags=0) as inner:  # flags=0: never create the namespace here
+            inner.link("set", index=self._index("lo", inner), state="up")
+            index = self._index(interface, inner)
+            inner.addr("add", index=index, address=address, prefixlen=24,
+                       broadcast=f"{self.subnet}.255")
+            inner.link("set", index=index, state="up")
+
     @staticmethod
     def exec_in(namespace: str, *argv, check=True):
+        """Run a command inside a namespace and wait for it."""
         return _sh("ip", "netns", "exec", namespace, *argv, check=check)
 
     def spawn(self, host: Host, argv: list[str], **popen) -> subprocess.Popen:
         """Start a process inside the host's namespace, in a process group of its own (so a
         Ctrl-C at the terminal does not reach it; close() kills the group)."""
         popen.setdefault("start_new_session", True)
+        # `ip netns exec`, not a preexec_fn calling setns: a preexec_fn is unsafe once threads
+        # run (lan-demo reads its nodes in threads), and ip also applies /etc/netns/<ns>.
         proc = subprocess.Popen(["ip", "netns", "exec", host.namespace, *argv], **popen)
         self.procs.append(proc)
         return proc
 
     def loss(self, host: Host, percent: int) -> str:
         """Drop `percent` % of the UDP datagrams arriving at host; return the mechanism used."""
+        if not 0 <= percent <= 100:
+            raise ValueError(f"loss is a percentage (0 to 100), not {percent}")
         res = self.exec_in(host.namespace, "tc", "qdisc", "add", "dev", host.interface, "root",
                            "netem", "loss", f"{percent}%", check=False)
         if res.returncode == 0:
             return "netem"
         if not shutil.which("nft"):
             raise RuntimeError("no tc netem in this kernel and no nft to emulate loss")
+        share = "" if percent == 100 else f" numgen random mod 100 < {percent}"  # < 100: out of range
         rules = ("table inet loss {\n chain input {\n  type filter hook input priority 0;\n"
-                 f"  meta l4proto udp numgen random mod 100 < {percent} drop\n }}\n}}\n")
+                 f"  meta l4proto udp{share} drop\n }}\n}}\n")
         subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"], input=rules,
                        text=True, check=True, capture_output=True)
         return "nftables"
+
+    def _remove(self, namespaces: list[str], links: list[str]) -> None:
+        """Kill every process in the namespaces, delete them, then delete the links (what does
+        not exist is skipped)."""
+        from pyroute2 import netns
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        if namespaces:
+            inside = netns.ns_pids()
+            for ns in namespaces:
+                for pid in inside.get(ns, ()):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    netns.remove(ns)
+                except OSError:
+                    pass
+        for link in reversed(links):
+            found = self._ipr.link_lookup(ifname=link)
+            if found:
+                try:
+                    self._ipr.link("del", index=found[0])
+                except NetlinkError:
+                    pass  # gone meanwhile (a veth goes with its peer's namespace)
 
     def close(self) -> None:
         """Kill every process started here (its whole group) and any other process still in
@@ -123,16 +194,10 @@ class LanHarness:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     pass
-            for ns in self.namespaces:
-                res = _sh("ip", "netns", "pids", ns, check=False)
-                for pid in res.stdout.split():
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
-                _sh("ip", "netns", "del", ns, check=False)
-            for link in reversed(self.links):
-                _sh("ip", "link", "del", link, check=False)
+            if self._ipr is not None:
+                self._remove(self.namespaces, self.links)
+                self._ipr.close()
+                self._ipr = None
             self.procs, self.namespaces, self.links = [], [], []
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
