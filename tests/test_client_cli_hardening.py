@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 
+import psutil
 import pytest
 
 from conftest import PELOTARI, wait_for
@@ -44,11 +45,7 @@ def collect(client, n, timeout=5.0):
 
 
 def vm_rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    return psutil.Process(pid).memory_info().rss // 1024
 
 
 def sub_process(bb, *extra, **kw):

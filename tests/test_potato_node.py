@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 from conftest import PELOTARI, wait_event
 from test_bully_node import free_port
@@ -131,15 +132,12 @@ def test_listening_says_which_port_was_taken(potato):
 def _gone(pgid):
     """Processes still in the process group `pgid`."""
     left = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid:
-                left.append(int(entry))
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                left.append(p.pid)
+        except ProcessLookupError:
+            continue
     return left
 
 
@@ -275,3 +273,38 @@ async def _flood(kind, name, host, target, seconds):
 
 if __name__ == "__main__" and sys.argv[1:2] == ["flood"]:
     asyncio.run(_flood(*sys.argv[2:7]))
+
+
+def test_the_adapter_rearms_its_timer_only_when_the_cores_changes():
+    """In-process over TCP on 127.0.0.2/3: 200 messages in, the timer stays at the oldest cache
+    entry's expiry, so it is armed a few times only (it was armed again per message before)."""
+    from pelotari.potato import core as c
+    from pelotari.potato.node import Node
+
+    async def main():
+        got = []
+        a = Node("A", "127.0.0.2", 0, transport="tcp", on_event=got.append)
+        b = Node("B", "127.0.0.3", 0, transport="tcp")
+        await a.start()
+        await b.start()
+        try:
+            assert await b.connect("127.0.0.2", a.transport.port) == "A"
+            for _ in range(300):
+                if "B" in a.peers():
+                    break
+                await asyncio.sleep(0.01)
+            before = a._timer.rearms
+            for i in range(200):
+                b.send("A", f"m{i}")
+            for _ in range(500):
+                if sum(isinstance(e, c.Delivered) for e in got) == 200:
+                    break
+                await asyncio.sleep(0.01)
+            bodies = [e.body for e in got if isinstance(e, c.Delivered)]
+            assert bodies == [f"m{i}" for i in range(200)]
+            assert a._timer.rearms - before < 5, a._timer.rearms - before
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from pelotari.potato.transport import PING, PeerRefused, TcpTransport, WebRtcTransport
@@ -83,7 +84,7 @@ async def close_all(*nodes):
 
 
 def fd_count():
-    return len(os.listdir("/proc/self/fd"))
+    return psutil.Process().num_fds()
 
 
 @pytest.fixture(params=sorted(KINDS))

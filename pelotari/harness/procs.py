@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+import psutil
 
 
 class JsonProcess:
@@ -47,9 +47,8 @@ class JsonProcess:
 
     def cpu(self) -> float:
         """User + system CPU seconds so far."""
-        with open(f"/proc/{self.p.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        times = psutil.Process(self.p.pid).cpu_times()
+        return times.user + times.system
 
     def stop(self, sig=signal.SIGTERM) -> None:
         """Signal its process group; SIGKILL after 5 s."""

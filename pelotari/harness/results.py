@@ -22,7 +22,7 @@ def environment() -> dict:
     except (OSError, subprocess.TimeoutExpired):
         commit = "unknown"
     cpu_model = "unknown"
-    try:
+    try:  # /proc/cpuinfo by hand: psutil has no CPU model name, platform.processor() is often ""
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()

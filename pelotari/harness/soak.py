@@ -8,12 +8,10 @@ WARMUP_SHARE = 0.1  # samples before this share of the run are warm-up (buffers 
 
 
 def rss_kib(pid: int) -> int:
-    """Resident set size of a process in KiB, from /proc."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise ValueError(f"no VmRSS for pid {pid}")
+    """Resident set size of a process in KiB."""
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss // 1024
 
 
 @dataclass

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
+import psutil
+
 import pelotari
 from pelotari.harness import source_tree
 
@@ -81,10 +83,9 @@ def pin(cpus: Optional[set]) -> Optional[Callable[[], None]]:
 
 
 def proc_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process, from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a running process."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 @dataclass

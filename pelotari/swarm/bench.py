@@ -13,7 +13,7 @@ array-backed table, hashlib MACs) and the Cython one (fastpath.swarmtable, fastp
   peers (127.2.x.y addresses x 16 ports): every peer does the real handshake, the node must
   hold them all as established connections, then Pings are offered for a few seconds and the
   Pongs that pass the MAC and echo a Ping are counted. Reported: Pongs/s, Pings/s offered,
-  loss, the node process's CPU seconds (/proc/PID/stat utime + stime) and Pongs per node CPU
+  loss, the node process's CPU seconds (user + system) and Pongs per node CPU
   second ("per core"). The node's rate limits are lifted for it, as above; its once-per-slot
   claim stays (one Pong per connection per slot), so `slot` is 0.1 s: 50,000 peers may then be
   answered up to 500,000 times a second, and every peer's Pings are kept at least two slots
@@ -34,10 +34,10 @@ from typing import Callable, Optional
 N_TABLE = 100_000
 
 _MEMORY = r"""
-import gc, json, os, sys
+import gc, json, sys
+import psutil
 def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return psutil.Process().memory_info().rss
 from pelotari.swarm import table
 n = int(sys.argv[1])
 def address(k):
@@ -200,15 +200,17 @@ class NodeChild:
         return self._line(timeout)
 
     def cpu_seconds(self) -> float:
-        """utime + stime of the node process (/proc/PID/stat)."""
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU seconds of the node process."""
+        import psutil
+
+        times = psutil.Process(self.proc.pid).cpu_times()
+        return times.user + times.system
 
     def schedstat(self) -> tuple:
         """(seconds on a CPU, seconds runnable but waiting for one) of the node's threads
         (/proc/PID/task/*/schedstat): the second says how much another process held its
         core."""
+        # by hand: psutil has no run-queue wait (schedstat's second field)
         run = wait = 0
         base = f"/proc/{self.proc.pid}/task"
         for task in os.listdir(base):
@@ -241,6 +243,7 @@ class NodeChild:
 def udp_drops(ports) -> int:
     """The kernel's receive drops (/proc/net/udp, full receive buffer) of the IPv4 UDP sockets
     on these local ports."""
+    # by hand: psutil's net_connections() has no per-socket drop count
     ports = set(ports)
     total = 0
     with open("/proc/net/udp") as f:
