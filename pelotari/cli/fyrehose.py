@@ -1,7 +1,5 @@
 """`pelotari backbone`, `pelotari pub` and `pelotari sub`."""
 import base64
-import collections
-import itertools
 import json
 import os
 import signal
@@ -178,7 +176,6 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     """
     _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
     from pelotari.fyrehose import Client, ClientConfig
-    from pelotari.fyrehose.client import PublishTimeout
     from pelotari.fyrehose.codec import MAX_DATA, NOJOURNAL, NOSUBSCRIBE
 
     if file is not None and messages:
@@ -196,61 +193,36 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     source = _pub_source(messages, file, count, binary, MAX_DATA, skip)
     client = Client(backbone, bind=bind, receive=False,
                     config=ClientConfig(flags=flags, publish_timeout=timeout, pack=pack))
-    sent = confirmed = failed = 0
     interrupted = False
     started = time.monotonic()
     status = StatusLine()
-    inflight = collections.deque()  # (future, label, shown) in publishing order
+    # (label, data, shown or None) items, published paced and windowed by the library
+    stream = client.publish_stream(source, key=lambda item: item[1], rate=rate, window=in_flight)
 
-    def settle(block):
-        nonlocal confirmed, failed
-        printed = False
-        while inflight and (block or inflight[0][0].done()):
-            fut, label, shown = inflight.popleft()
-            try:
-                seq = fut.result(timeout + 1.0)
-            except (PublishTimeout, TimeoutError, ConnectionAbortedError):
-                failed += 1
-                click.echo(f"{label}: not confirmed: {shown[:60]}", err=True)
-                continue
-            confirmed += 1
-            if not quiet:
-                click.echo(f"{seq}\t{shown}")
-                printed = True
-        if printed:
+    def show(outcome):
+        label, data, shown = outcome.item
+        shown = _show(data) if shown is None else shown
+        if outcome.error is not None:
+            click.echo(f"{label}: not confirmed: {shown[:60]}", err=True)
+        elif not quiet:
+            seq = "sent" if outcome.sequence is None else outcome.sequence
+            click.echo(f"{seq}\t{shown}")
             sys.stdout.flush()
+        elif status.tty and status.due():
+            status.update(f"sent {stream.sent}  confirmed {stream.confirmed}  failed {stream.failed}")
 
     with client:
         try:
             if not client.wait_connected(min(timeout, 3.0)) and not no_confirm:
                 raise click.ClickException(
                     f"no KEEPALIVE-ACK from backbone {backbone[0]}:{backbone[1]}")
-            group = 1 if not pack else max(1, int(rate * 0.01)) if rate else 64
-            while True:
-                batch = list(itertools.islice(source, group))
-                if not batch:
-                    break
-                if rate:
-                    delay = started + sent / rate - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                if pack:
-                    futs = client.publish_many_nowait([data for _, data, _ in batch])
-                else:
-                    futs = [client.publish_nowait(batch[0][1])]
-                sent += len(batch)
-                for fut, (label, data, shown) in zip(futs, batch):
-                    shown = _show(data) if shown is None else shown
-                    if fut is not None:
-                        inflight.append((fut, label, shown))
-                    elif not quiet:
-                        click.echo(f"sent\t{shown}")
-                settle(block=len(inflight) >= in_flight)
-                if status.tty and status.due() and quiet:
-                    status.update(f"sent {sent}  confirmed {confirmed}  failed {failed}")
+            for outcome in stream:
+                show(outcome)
         except KeyboardInterrupt:  # stop reading; what went out is still confirmed and printed
             interrupted = True
-        settle(block=True)
+        for outcome in stream.drain():
+            show(outcome)
+    sent, confirmed, failed = stream.sent, stream.confirmed, stream.failed
     status.finish()
     elapsed = time.monotonic() - started
     what = f"{confirmed} confirmed, {failed} not confirmed" if not no_confirm else "unconfirmed"

@@ -2,17 +2,15 @@
 import asyncio
 import time
 from dataclasses import replace
-from typing import AsyncIterator, Dict, List, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, Union
 
 from pelotari.fyrehose.backbone import DEFAULT_PORT
 from pelotari.fyrehose.client import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, Backlog, Item,
-                                      PublishTimeout, parse_address)
+                                      _Adapter, _publish_timeout, parse_address)
 from pelotari.fyrehose.core import ClientConfig, ClientCore
-from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Lost, Message, PublishConfirmed,
-                                      PublishFailed, Resync)
 
 
-class AsyncClient(asyncio.DatagramProtocol):
+class AsyncClient(_Adapter, asyncio.DatagramProtocol):
     """A fyrehose publisher/subscriber for asyncio programs.
 
     Use `client = await AsyncClient.connect(...)`, `await client.publish(data)` and
@@ -28,14 +26,16 @@ class AsyncClient(asyncio.DatagramProtocol):
         self.config = config
         self._receive = receive
         self._loop = asyncio.get_running_loop()
+        # The core's clock is time.monotonic(), like Client's; the loop's may differ by an offset.
         self._clock_offset = time.monotonic() - self._loop.time()
         self.core = ClientCore(backbone, self._now(), config)
         self._backlog = Backlog(max_queued, max_queued_bytes)
         self._ready = asyncio.Event()  # set when the backlog has items or the client closed
         self._futures: Dict[int, asyncio.Future] = {}
         self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at: Optional[float] = None  # the core's timer _timer was armed for
         self._transport: Optional[asyncio.DatagramTransport] = None
-        self.up = asyncio.Event()
+        self._up = asyncio.Event()
         self._closed = False
 
     @classmethod
@@ -61,6 +61,7 @@ class AsyncClient(asyncio.DatagramProtocol):
 
     def connection_made(self, transport) -> None:
         self._transport = transport
+        self.core.handle_timer(self._now())  # the first KEEPALIVE now, before any PUSH
         self._pump()
 
     def datagram_received(self, data: bytes, addr) -> None:
@@ -76,45 +77,35 @@ class AsyncClient(asyncio.DatagramProtocol):
     # ---- API -----------------------------------------------------------------------------
 
     @property
+    def up(self) -> asyncio.Event:
+        """Set while the backbone answers KEEPALIVEs."""
+        return self._up
+
+    @property
     def address(self) -> Tuple[str, int]:
         """The local (host, port)."""
         return self._transport.get_extra_info("sockname")[:2]
 
     async def publish(self, data: bytes, timeout: Optional[float] = None) -> Optional[int]:
         """Publish and wait for the backbone's DELIVER; None for NOSUBSCRIBE clients."""
-        pid = self.core.publish(data, self._now())
-        fut = None
-        if pid is not None:
-            fut = self._futures[pid] = self._loop.create_future()
-        self._pump()
+        fut, = self._command(lambda now: self._futures_for(
+            [self.core.publish(data, now)], self._loop.create_future))
         if fut is None:
             return None
-        wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
-        try:
-            return await asyncio.wait_for(fut, wait)
-        except asyncio.TimeoutError:
-            raise PublishTimeout("no DELIVER came back from the backbone") from None
+        with _publish_timeout():
+            return await asyncio.wait_for(fut, self._wait(timeout))
 
     async def publish_many(self, datas, timeout: Optional[float] = None) -> List[Optional[int]]:
         """Publish several messages (packed when `pack` is set); their sequence numbers."""
-        pids = self.core.publish_many(datas, self._now())
-        futs = []
-        for pid in pids:
-            fut = None
-            if pid is not None:
-                fut = self._futures[pid] = self._loop.create_future()
-            futs.append(fut)
-        self._pump()
-        wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
-        try:
+        futs = self._command(lambda now: self._futures_for(
+            self.core.publish_many(datas, now), self._loop.create_future))
+        wait = self._wait(timeout)
+        with _publish_timeout():
             return [None if f is None else await asyncio.wait_for(f, wait) for f in futs]
-        except asyncio.TimeoutError:
-            raise PublishTimeout("no DELIVER came back from the backbone") from None
 
     def set_flags(self, flags: int) -> None:
         """Change NOSUBSCRIBE/NOJOURNAL now; the backbone hears it in this KEEPALIVE."""
-        self.core.set_flags(flags, self._now())
-        self._pump()
+        self._command(lambda now: self.core.set_flags(flags, now))
 
     async def receive(self) -> Item:
         """The next Message, Lost or Resync in sequence order.
@@ -140,19 +131,16 @@ class AsyncClient(asyncio.DatagramProtocol):
 
     def stats(self) -> dict:
         """Client counters (datagrams, duplicates, requests, lost, overflow, queued, ...)."""
-        return {**self.core.stats, "journal": len(self.core.journal),
-                "held": self.core.tracker.held_count, "queued": len(self._backlog),
-                "overflow": self._backlog.dropped_messages}
+        return {**self._core_stats(), **self._queue_stats()}
 
     async def close(self) -> None:
         """Close the socket; pending publishes fail."""
         if self._timer:
             self._timer.cancel()
+            self._timer = None
         if self._transport:
             self._transport.close()
-        for fut in self._futures.values():
-            if not fut.done():
-                fut.set_exception(ConnectionAbortedError("client closed"))
+        self._abort_futures()
         self._shut()
 
     async def __aenter__(self) -> "AsyncClient":
@@ -161,39 +149,43 @@ class AsyncClient(asyncio.DatagramProtocol):
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-    # ---- plumbing ------------------------------------------------------------------------
+    # ---- plumbing (aioquic asyncio/protocol.py: _process_events, then _transmit) ---------
+
+    def _command(self, run: Callable[[float], Any]) -> Any:
+        result = run(self._now())
+        self._pump()
+        return result
+
+    def _pump(self) -> None:
+        self._process_events(iter(self.core.next_event, None))
+        self._transmit()
+
+    def _handle_timer(self) -> None:
+        now = max(self._timer_at, self._now())  # the loop may call back a hair early
+        self._timer = self._timer_at = None
+        self.core.handle_timer(now)
+        self._pump()
+
+    def _transmit(self) -> None:
+        """Send what the core queued; re-arm the timer only if the core's timer moved."""
+        if self._closed or self._transport is None:
+            return
+        sendto = self._transport.sendto
+        for data, addr in self.core.datagrams_to_send():
+            sendto(data, addr)
+        when = self.core.get_timer()
+        if self._timer is not None and self._timer_at != when:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None:
+            self._timer_at = when
+            self._timer = self._loop.call_at(when - self._clock_offset, self._handle_timer)
+
+    def _queue(self, item: Item) -> None:
+        if not self._closed and self._backlog.put(item):
+            self._ready.set()
 
     def _shut(self) -> None:
         self._closed = True
         self._backlog.clear()
         self._ready.set()  # wakes every receive(), which then raises
-
-    def _pump(self) -> None:
-        if self._closed or self._transport is None:
-            return
-        core = self.core
-        now = self._now()
-        if core.get_timer() <= now:
-            core.handle_timer(now)
-        for data, addr in core.datagrams_to_send():
-            self._transport.sendto(data, addr)
-        while (ev := core.next_event()) is not None:
-            if isinstance(ev, (Message, Lost, Resync)):
-                if self._receive and self._backlog.put(ev):
-                    self._ready.set()
-            elif isinstance(ev, PublishConfirmed):
-                fut = self._futures.pop(ev.publish_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(ev.sequence)
-            elif isinstance(ev, PublishFailed):
-                fut = self._futures.pop(ev.publish_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_exception(PublishTimeout(f"publish {ev.publish_id}: {ev.reason}"))
-            elif isinstance(ev, BackboneUp):
-                self.up.set()
-            elif isinstance(ev, BackboneDown):
-                self.up.clear()
-        if self._timer is not None:
-            self._timer.cancel()
-        delay = max(0.0, core.get_timer() - self._now())
-        self._timer = self._loop.call_later(delay, self._pump)

@@ -1,4 +1,7 @@
 """Synchronous fyrehose client: a background I/O thread drives the sans-IO core."""
+import asyncio
+import concurrent.futures
+import itertools
 import logging
 import os
 import select
@@ -7,8 +10,9 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import replace
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from pelotari.fyrehose.batchio import RecvBatch, SendBatch, enable_gro, set_buffers
 from pelotari.fyrehose.backbone import DEFAULT_PORT
@@ -132,7 +136,97 @@ class Backlog:
             dropped.append([first, last])
 
 
-class Client:
+# One class since Python 3.11; three before it.
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+
+
+@contextmanager
+def _publish_timeout():
+    """Turn a wait for a DELIVER that ran out into PublishTimeout."""
+    try:
+        yield
+    except PublishTimeout:
+        raise
+    except _TIMEOUTS:
+        raise PublishTimeout("no DELIVER came back from the backbone") from None
+
+
+class _Adapter:
+    """What the sync and asyncio clients share: publish futures, the one path from the core's
+    events to futures, queue and callbacks, and the counters.
+
+    A subclass sets config, core, _futures, _backlog, _receive, _up (an Event with set/clear)
+    and implements _queue(item)."""
+
+    config: ClientConfig
+    core: ClientCore
+    _futures: Dict[int, Any]
+    _backlog: Backlog
+    _receive: bool
+    _on_message: Optional[Callable[[Item], None]] = None
+    _on_event: Optional[Callable[[Event], None]] = None
+
+    def _futures_for(self, pids, new_future) -> list:
+        """A new future per publish id (None stays None: NOSUBSCRIBE cannot be confirmed)."""
+        futs = []
+        for pid in pids:
+            fut = None
+            if pid is not None:
+                fut = self._futures[pid] = new_future()
+            futs.append(fut)
+        return futs
+
+    def _wait(self, timeout: Optional[float]) -> float:
+        """Seconds to wait for a DELIVER: by default a second past the core's own expiry."""
+        return self.config.publish_timeout + 1.0 if timeout is None else timeout
+
+    def _process_events(self, events: Iterable[Event]) -> None:
+        """Hand each core event to its publish future, the receive queue and the callbacks."""
+        for ev in events:
+            try:
+                self._dispatch(ev)
+            except Exception:  # an application callback must not kill the I/O thread or loop
+                log.exception("fyrehose client callback failed on %r", ev)
+
+    def _dispatch(self, ev: Event) -> None:
+        kind = type(ev)
+        if kind is Message or kind is Lost or kind is Resync:
+            if self._on_message is not None:
+                self._on_message(ev)
+            elif self._receive:
+                self._queue(ev)
+        elif kind is PublishConfirmed or kind is PublishFailed:
+            fut = self._futures.pop(ev.publish_id, None)
+            if fut is not None and not fut.done():  # close() may have failed it already
+                if kind is PublishConfirmed:
+                    fut.set_result(ev.sequence)
+                else:
+                    fut.set_exception(PublishTimeout(f"publish {ev.publish_id}: {ev.reason}"))
+        elif kind is BackboneUp:
+            self._up.set()
+        elif kind is BackboneDown:
+            self._up.clear()
+        if self._on_event is not None:
+            self._on_event(ev)
+
+    def _queue(self, item: Item) -> None:
+        raise NotImplementedError
+
+    def _abort_futures(self) -> None:
+        for fut in self._futures.values():
+            if not fut.done():
+                fut.set_exception(ConnectionAbortedError("client closed"))
+        self._futures.clear()
+
+    def _core_stats(self) -> dict:
+        core = self.core
+        return {**core.stats, "journal": len(core.journal), "held": core.tracker.held_count}
+
+    def _queue_stats(self) -> dict:
+        return {"queued": len(self._backlog), "overflow": self._backlog.dropped_messages}
+
+
+class Client(_Adapter):
     """A fyrehose publisher/subscriber with a blocking API.
 
     Messages, Lost and Resync notices arrive in sequence order through messages()/receive()
@@ -163,10 +257,11 @@ class Client:
         self._backlog = Backlog(max_queued, max_queued_bytes)
         self._ready = threading.Condition()  # guards the backlog; notified on put and close
         self._futures: Dict[int, Future] = {}
-        self._lock = threading.Lock()  # guards the core
+        self._lock = threading.Lock()  # guards the core and _timer_at
         self._send_lock = threading.Lock()  # guards the SendBatch (its queue is not thread-safe)
         self._closed = threading.Event()
         self._up = threading.Event()
+        self._timer_at = 0.0  # the core's timer the I/O thread waits for
         self._sock: Optional[socket.socket] = None
         self._thread: Optional[threading.Thread] = None
         self.core: Optional[ClientCore] = None
@@ -187,6 +282,7 @@ class Client:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self.core = ClientCore(self.backbone, time.monotonic(), self.config)
+        self._timer_at = self.core.get_timer()
         self._thread = threading.Thread(target=self._run, name="fyrehose-client", daemon=True)
         self._thread.start()
         return self
@@ -206,10 +302,7 @@ class Client:
         self._sock.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
-        for fut in self._futures.values():
-            if not fut.done():
-                fut.set_exception(ConnectionAbortedError("client closed"))
-        self._futures.clear()
+        self._abort_futures()
 
     def __enter__(self) -> "Client":
         return self.start() if self._thread is None else self
@@ -230,37 +323,20 @@ class Client:
 
     def publish_nowait(self, data: bytes) -> Optional[Future]:
         """Send a PUSH; return a Future of its sequence number (None for NOSUBSCRIBE)."""
-        with self._lock:
-            pid = self.core.publish(data, time.monotonic())
-            fut = None
-            if pid is not None:
-                fut = self._futures[pid] = Future()
-            out = self.core.datagrams_to_send()
-        self._send(out)
-        return fut
+        return self._command(lambda now: self._futures_for(
+            [self.core.publish(data, now)], Future))[0]
 
     def publish_many_nowait(self, datas) -> List[Optional[Future]]:
         """Send several PUSHes (packed when `pack` is set); one Future (or None) per message."""
-        with self._lock:
-            pids = self.core.publish_many(datas, time.monotonic())
-            futs = []
-            for pid in pids:
-                fut = None
-                if pid is not None:
-                    fut = self._futures[pid] = Future()
-                futs.append(fut)
-            out = self.core.datagrams_to_send()
-        self._send(out)
-        return futs
+        return self._command(lambda now: self._futures_for(
+            self.core.publish_many(datas, now), Future))
 
     def publish_many(self, datas, timeout: Optional[float] = None) -> List[Optional[int]]:
         """Publish several messages and wait for each DELIVER: their sequence numbers."""
         futs = self.publish_many_nowait(datas)
-        wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
-        try:
+        wait = self._wait(timeout)
+        with _publish_timeout():
             return [None if f is None else f.result(wait) for f in futs]
-        except TimeoutError:
-            raise PublishTimeout("no DELIVER came back from the backbone") from None
 
     def publish(self, data: bytes, timeout: Optional[float] = None) -> Optional[int]:
         """Publish and wait for the backbone's DELIVER: return its sequence number.
@@ -271,18 +347,22 @@ class Client:
         fut = self.publish_nowait(data)
         if fut is None:
             return None
-        wait = self.config.publish_timeout + 1.0 if timeout is None else timeout
-        try:
-            return fut.result(wait)
-        except TimeoutError:
-            raise PublishTimeout("no DELIVER came back from the backbone") from None
+        with _publish_timeout():
+            return fut.result(self._wait(timeout))
+
+    def publish_stream(self, items: Iterable, *, key: Optional[Callable[[Any], bytes]] = None,
+                       rate: Optional[float] = None, window: int = 256,
+                       group: Optional[int] = None, timeout: Optional[float] = None,
+                       clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> "PublishStream":
+        """Publish items as they come, paced and windowed; iterate for their outcomes (see
+        PublishStream)."""
+        return PublishStream(self, items, key=key, rate=rate, window=window, group=group,
+                             timeout=timeout, clock=clock, sleep=sleep)
 
     def set_flags(self, flags: int) -> None:
         """Change NOSUBSCRIBE/NOJOURNAL now; the backbone hears it in this KEEPALIVE."""
-        with self._lock:
-            self.core.set_flags(flags, time.monotonic())
-            out = self.core.datagrams_to_send()
-        self._send(out)
+        self._command(lambda now: self.core.set_flags(flags, now))
 
     # ---- receiving -----------------------------------------------------------------------
 
@@ -314,28 +394,54 @@ class Client:
     def stats(self) -> dict:
         """Client counters (datagrams, duplicates, requests, lost, overflow, queued, ...)."""
         with self._lock:
-            snap = dict(self.core.stats)
-            snap["journal"] = len(self.core.journal)
-            snap["held"] = self.core.tracker.held_count
+            snap = self._core_stats()
         with self._ready:
-            snap["queued"] = len(self._backlog)
-            snap["overflow"] = self._backlog.dropped_messages
+            snap.update(self._queue_stats())
         return snap
 
     # ---- the I/O thread ------------------------------------------------------------------
 
+    def _command(self, run: Callable[[float], Any]) -> Any:
+        """run(now) on the core from any thread; send what it queued, and wake the I/O thread
+        if the core's timer moved before the one it waits for. Events stay for the I/O thread,
+        where callbacks run."""
+        with self._lock:
+            result = run(time.monotonic())
+            out = self.core.datagrams_to_send()
+            timer = self.core.get_timer()
+            wake = timer < self._timer_at
+            if wake:
+                self._timer_at = timer
+        if out:
+            self._send(out)
+        if wake:
+            self._wake()
+        return result
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"t")
+        except BlockingIOError:  # the pipe is full of wake-ups already
+            pass
+
     def _run(self) -> None:
         sock, core = self._sock, self.core
+        sock_fd = sock.fileno()
         poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
+        poller.register(sock_fd, select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
         while not self._closed.is_set():
-            with self._lock:
-                delay = core.get_timer() - time.monotonic()
+            delay = self._timer_at - time.monotonic()
             readable = False
             if delay > 0:
-                ready = poller.poll(min(delay, 0.5) * 1000)
-                readable = any(fd == sock.fileno() for fd, _ in ready)
+                for fd, _ in poller.poll(min(delay, 0.5) * 1000):
+                    if fd == sock_fd:
+                        readable = True
+                    else:
+                        try:
+                            os.read(self._wake_r, 4096)
+                        except BlockingIOError:
+                            pass
             batch = []
             if readable:
                 for _ in range(16):  # bounded so timers still run under a flood
@@ -350,40 +456,109 @@ class Client:
                 if core.get_timer() <= now:
                     core.handle_timer(now)
                 out = core.datagrams_to_send()
-                events = []
-                while (ev := core.next_event()) is not None:
-                    events.append(ev)
+                events = list(iter(core.next_event, None))
+                self._timer_at = core.get_timer()
             if out:
                 self._send(out)
-            for ev in events:
-                try:
-                    self._dispatch(ev)
-                except Exception:  # an application callback must not kill the I/O thread
-                    log.exception("fyrehose client callback failed on %r", ev)
+            self._process_events(events)
 
     def _send(self, datagrams) -> None:
         with self._send_lock:
             self._tx.send(self._sock, datagrams)
 
-    def _dispatch(self, ev: Event) -> None:
-        if isinstance(ev, (Message, Lost, Resync)):
-            if self._on_message is not None:
-                self._on_message(ev)
-            elif self._receive:
-                with self._ready:
-                    if not self._closed.is_set() and self._backlog.put(ev):
-                        self._ready.notify()
-        elif isinstance(ev, PublishConfirmed):
-            fut = self._futures.pop(ev.publish_id, None)
-            if fut is not None:
-                fut.set_result(ev.sequence)
-        elif isinstance(ev, PublishFailed):
-            fut = self._futures.pop(ev.publish_id, None)
-            if fut is not None:
-                fut.set_exception(PublishTimeout(f"publish {ev.publish_id}: {ev.reason}"))
-        elif isinstance(ev, BackboneUp):
-            self._up.set()
-        elif isinstance(ev, BackboneDown):
-            self._up.clear()
-        if self._on_event is not None:
-            self._on_event(ev)
+    def _queue(self, item: Item) -> None:
+        with self._ready:
+            if not self._closed.is_set() and self._backlog.put(item):
+                self._ready.notify()
+
+
+@dataclass(frozen=True)
+class Published:
+    """The outcome of one item of a PublishStream."""
+
+    item: Any  # as the iterable gave it
+    sequence: Optional[int]  # its SEQUENCE, or None: fire-and-forget, or not confirmed
+    error: Optional[BaseException] = None  # why it is not confirmed (PublishTimeout, ...)
+
+
+PACK_GROUP = 64  # messages per publish_many() with `pack` set and no rate
+PACK_GROUP_SECONDS = 0.01  # with a rate: this long's worth of messages per publish_many()
+
+
+class PublishStream:
+    """Items of an iterable published as they are read, at most `rate` per second and with at
+    most `window` unconfirmed at once; iterating gives one Published per item, in order.
+
+    key(item) gives the bytes to publish (default: the item itself). With `pack` set, items go
+    in groups (`group`; default 64, or 10 ms worth at `rate`, at most `window`) through publish_many(). clock and
+    sleep are injectable so pacing is tested without sleeping. Counters: sent, confirmed,
+    failed. After an interruption (KeyboardInterrupt), drain() gives what is still in flight.
+    """
+
+    def __init__(self, client: Client, items: Iterable, *, key=None, rate=None, window=256,
+                 group=None, timeout=None, clock=time.monotonic, sleep=time.sleep):
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        if rate is not None and rate <= 0:
+            raise ValueError("rate must be positive")
+        if group is None:
+            pack = client.config.pack
+            group = 1 if not pack else max(1, int(rate * PACK_GROUP_SECONDS)) if rate else PACK_GROUP
+            group = min(group, window)
+        if group < 1:
+            raise ValueError("group must be at least 1")
+        self._client, self._items = client, iter(items)
+        self._key = key or (lambda item: item)
+        self.rate, self.window, self.group = rate, window, group
+        self._timeout = client._wait(timeout)
+        self._clock, self._sleep = clock, sleep
+        self._inflight: "deque[Tuple[Optional[Future], Any]]" = deque()
+        self.sent = self.confirmed = self.failed = 0
+
+    def __iter__(self) -> Iterator[Published]:
+        started = None
+        while True:
+            batch = list(itertools.islice(self._items, self.group))
+            if not batch:
+                break
+            # Make room first: at most `window` unconfirmed once this batch is out.
+            yield from self._settle(max(0, self.window - len(batch)))
+            if self.rate:
+                now = self._clock()
+                if started is None:
+                    started = now
+                delay = started + self.sent / self.rate - now
+                if delay > 0:
+                    self._sleep(delay)
+            futs = self._client.publish_many_nowait([self._key(item) for item in batch])
+            self._inflight.extend(zip(futs, batch))
+            self.sent += len(batch)
+        yield from self.drain()
+
+    def drain(self) -> Iterator[Published]:
+        """Wait for everything in flight; its outcomes in order."""
+        return self._settle(0)
+
+    def _settle(self, limit: int) -> Iterator[Published]:
+        """Outcomes of the oldest items: those settled already, and, blocking, as many more as
+        keep at most `limit` in flight."""
+        inflight = self._inflight
+        while inflight:
+            fut, item = inflight[0]
+            if fut is None:  # fire-and-forget
+                inflight.popleft()
+                yield Published(item, None)
+                continue
+            if len(inflight) <= limit and not fut.done():
+                return
+            try:
+                with _publish_timeout():
+                    seq = fut.result(self._timeout)
+            except (PublishTimeout, ConnectionAbortedError) as exc:
+                inflight.popleft()
+                self.failed += 1
+                yield Published(item, None, exc)
+                continue
+            inflight.popleft()  # only now: an interrupted wait leaves it for drain()
+            self.confirmed += 1
+            yield Published(item, seq)
