@@ -15,31 +15,9 @@ from fastpath.csocket cimport (mmsghdr, sockaddr_in, recvmmsg, sendmmsg, poll, p
 
 import socket
 
+from fastpath.refbatchio import enable_gro, set_buffers  # plain socket options: written once
+
 cdef int SEND_BLOCKED_WAIT_MS = 50  # default: how long a full socket buffer may stall one flush
-SO_SNDBUFFORCE = 32
-SO_RCVBUFFORCE = 33
-
-
-def set_buffers(sock, int size, bint force=True):
-    """Ask for `size`-byte receive and send buffers. With force, SO_RCVBUFFORCE/SO_SNDBUFFORCE
-    go past rmem_max/wmem_max when we are privileged; otherwise the kernel caps the size."""
-    for plain, forced in ((socket.SO_RCVBUF, SO_RCVBUFFORCE), (socket.SO_SNDBUF, SO_SNDBUFFORCE)):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, forced if force else plain, size)
-        except OSError:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, plain, size)
-            except OSError:
-                pass
-
-
-def enable_gro(sock):
-    """Set UDP_GRO on a UDP socket, so a GSO run arrives as one read (see RecvBatch control);
-    OSError in one line where the kernel lacks it."""
-    try:
-        sock.setsockopt(SOL_UDP, UDP_GRO, 1)
-    except OSError as exc:
-        raise OSError(exc.errno, "this kernel does not support UDP_GRO (needs Linux >= 5.0)") from None
 
 
 cdef Py_ssize_t CONTROL_SPACE = 64  # per slot: room for a UDP_GRO cmsg (an int) and more
