@@ -4,6 +4,7 @@ import time
 from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, Union
 
+from pelotari.adapter import CoreTimer
 from pelotari.fyrehose.backbone import DEFAULT_PORT
 from pelotari.fyrehose.client import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, Backlog, Item,
                                       _Adapter, _publish_timeout, parse_address)
@@ -32,8 +33,7 @@ class AsyncClient(_Adapter, asyncio.DatagramProtocol):
         self._backlog = Backlog(max_queued, max_queued_bytes)
         self._ready = asyncio.Event()  # set when the backlog has items or the client closed
         self._futures: Dict[int, asyncio.Future] = {}
-        self._timer: Optional[asyncio.TimerHandle] = None
-        self._timer_at: Optional[float] = None  # the core's timer _timer was armed for
+        self._timer = CoreTimer(self._loop, self._handle_timer, self._clock_offset)
         self._transport: Optional[asyncio.DatagramTransport] = None
         self._up = asyncio.Event()
         self._closed = False
@@ -135,9 +135,7 @@ class AsyncClient(_Adapter, asyncio.DatagramProtocol):
 
     async def close(self) -> None:
         """Close the socket; pending publishes fail."""
-        if self._timer:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         if self._transport:
             self._transport.close()
         self._abort_futures()
@@ -160,10 +158,8 @@ class AsyncClient(_Adapter, asyncio.DatagramProtocol):
         self._process_events(iter(self.core.next_event, None))
         self._transmit()
 
-    def _handle_timer(self) -> None:
-        now = max(self._timer_at, self._now())  # the loop may call back a hair early
-        self._timer = self._timer_at = None
-        self.core.handle_timer(now)
+    def _handle_timer(self, when: float) -> None:
+        self.core.handle_timer(max(when, self._now()))  # the loop may call back a hair early
         self._pump()
 
     def _transmit(self) -> None:
@@ -173,13 +169,7 @@ class AsyncClient(_Adapter, asyncio.DatagramProtocol):
         sendto = self._transport.sendto
         for data, addr in self.core.datagrams_to_send():
             sendto(data, addr)
-        when = self.core.get_timer()
-        if self._timer is not None and self._timer_at != when:
-            self._timer.cancel()
-            self._timer = None
-        if self._timer is None:
-            self._timer_at = when
-            self._timer = self._loop.call_at(when - self._clock_offset, self._handle_timer)
+        self._timer.arm(self.core.get_timer())
 
     def _queue(self, item: Item) -> None:
         if not self._closed and self._backlog.put(item):
