@@ -67,6 +67,8 @@ def test_cli_import_does_not_pull_scapy_or_the_backbone():
     (["backbone", "--port", "70000"], "70000"),
     (["pub", "-b", "127.0.0.1:notaport", "x"], "bad port"),
     (["sub", "--count", "0"], "0"),
+    (["pub", "--pack", "8", "x"], "pack must be 0 or within 9..65507"),  # the library's limit
+    (["sub", "--pack", "8"], "pack must be 0 or within 9..65507"),
     (["backbone", "--bogus"], "No such option"),
 ])
 def test_bad_options_give_one_clear_line(args, needle):

@@ -133,6 +133,16 @@ def _client_options(fn):
     return BACKBONE_OPTION(fn)
 
 
+def _client_config(**options):
+    """ClientConfig(**options); the limits it checks are the library's, reported as usage."""
+    from pelotari.fyrehose import ClientConfig
+
+    try:
+        return ClientConfig(**options)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @main.command()
 @_client_options
 @click.argument("messages", nargs=-1)
@@ -175,14 +185,13 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     leaves when it is full or input ends), each packed into as few datagrams as fit.
     """
     _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
-    from pelotari.fyrehose import Client, ClientConfig
+    from pelotari.fyrehose import Client
     from pelotari.fyrehose.codec import MAX_DATA, NOJOURNAL, NOSUBSCRIBE
 
     if file is not None and messages:
         raise click.UsageError("give MESSAGES or --file, not both")
     flags = NOJOURNAL | (NOSUBSCRIBE if no_confirm else 0)
-    if pack and pack < 9:
-        raise click.BadParameter("must be 0 or at least 9 (one frame header)", param_hint="--pack")
+    config = _client_config(flags=flags, publish_timeout=timeout, pack=pack)
     skipped = 0
 
     def skip(label, why):
@@ -191,8 +200,7 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
         click.echo(f"{label}: {why}; skipped", err=True)
 
     source = _pub_source(messages, file, count, binary, MAX_DATA, skip)
-    client = Client(backbone, bind=bind, receive=False,
-                    config=ClientConfig(flags=flags, publish_timeout=timeout, pack=pack))
+    client = Client(backbone, bind=bind, receive=False, config=config)
     interrupted = False
     started = time.monotonic()
     status = StatusLine()
@@ -358,15 +366,13 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     silently. So are messages dropped because output was not read in time (--max-queued).
     """
     _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
-    from pelotari.fyrehose import Client, ClientConfig, Lost, Message, Resync
+    from pelotari.fyrehose import Client, Lost, Message, Resync
     from pelotari.fyrehose.codec import NOJOURNAL
 
     if raw and as_json:
         raise click.UsageError("--raw and --json exclude each other")
-    if pack and pack < 9:
-        raise click.BadParameter("must be 0 or at least 9 (one frame header)", param_hint="--pack")
-    config = ClientConfig(flags=NOJOURNAL if no_journal else 0, journal_size=journal_size,
-                          pack=pack)
+    config = _client_config(flags=NOJOURNAL if no_journal else 0, journal_size=journal_size,
+                            pack=pack)
     received = 0
     try:
         client = Client(backbone, bind=bind, config=config, gro=gro, max_queued=max_queued,
