@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Callable
 
+from pelotari.adapter import CoreTimer
 from pelotari.potato.core import Config, PotatoNode
 from pelotari.potato.wire import INITIAL
 
@@ -41,8 +42,7 @@ class Node:
         cls = tr.TcpTransport if transport == "tcp" else tr.WebRtcTransport
         self.transport = cls(name, host, port, on_peer_up=self._up, on_peer_down=self._down,
                              on_message=self._message, **transport_args)
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._timer: CoreTimer | None = None  # made on the running loop, at the first use
         self._closed = False
         self._keepers: set[asyncio.Task] = set()  # keep_connected tasks
         self._gone: dict[str, list[asyncio.Future]] = {}  # peer -> waiting for its down
@@ -52,7 +52,7 @@ class Node:
     async def start(self) -> None:
         """Listen for peers."""
         await self.transport.start()
-        self._pump()
+        self._process_events()
 
     async def connect(self, host: str, port: int) -> str:
         """Become peers with the client at host:port; its name."""
@@ -164,10 +164,12 @@ class Node:
 
     def _call(self, fn):
         result = fn(time.monotonic())
-        self._pump()
+        self._process_events()
         return result
 
-    def _pump(self) -> None:
+    def _process_events(self) -> None:
+        """After any call into the core: send what it queued, deliver its events, re-arm the
+        timer if its time changed."""
         if self._closed:
             return
         for peer, data in self.core.messages_to_send():
@@ -177,22 +179,14 @@ class Node:
                 self.core.stats["send_dropped"] += 1
         while (ev := self.core.next_event()) is not None:
             self.on_event(ev)
-        when = self.core.get_timer()
-        if when == self._timer_at and self._timer is not None:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = when
-        if when is not None:
+        if self._timer is None:
             loop = asyncio.get_running_loop()
-            delay = max(0.0, when - time.monotonic())
-            self._timer = loop.call_later(delay, self._fire)
+            self._timer = CoreTimer(loop, self._on_timer, time.monotonic() - loop.time())
+        self._timer.arm(self.core.get_timer())
 
-    def _fire(self) -> None:
-        self._timer, self._timer_at = None, None
+    def _on_timer(self, when: float) -> None:
         now = time.monotonic()
         due = self.core.get_timer()
         if due is not None and due <= now:
             self.core.handle_timer(now)
-        self._pump()
+        self._process_events()
