@@ -7,8 +7,8 @@ import pytest
 
 from fastpath import refcodec as wire
 from fastpath.packets import NOJOURNAL, Keepalive, Push
-from pelotari.fyrehose import AsyncClient, Client, ClientConfig, Message, PublishTimeout
-from pelotari.fyrehose.client import Published
+from pelotari.fyrehose import (AsyncClient, Client, ClientConfig, Message, Published,
+                               PublishTimeout)
 from pelotari.fyrehose.core import ClientCore
 
 BB = ("127.0.0.1", 2323)
