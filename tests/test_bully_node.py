@@ -25,11 +25,12 @@ from pelotari.bully.wire import Message, Peer
 FAST = ["--heartbeat", "0.5"]
 
 
-def free_port():
-    """A TCP port free on 127.0.0.1 (and so, almost surely, on 127.0.0.2..9)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def bound_port(node):
+    """The port a node started on port 0 got (from its listening event); its peers take the
+    same number on their own 127.0.0.x."""
+    ev = node.wait(is_event("listening"), 10)
+    assert ev, "".join(node.stderr)
+    return ev["port"]
 
 
 class Bully:
@@ -123,10 +124,9 @@ def is_event(kind, **fields):
 
 def network(bully, peers=3, offsets=None, extra=()):
     """A leader on 127.0.0.1 and `peers` peers on 127.0.0.2..; (port, leader, [(peer, id)])."""
-    port = free_port()
     offsets = offsets or [0.0] * peers
-    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, *extra)
-    assert leader.wait(is_event("listening"), 10), "".join(leader.stderr)
+    leader = bully("start", "--bind", "127.0.0.1:0", *FAST, *extra)
+    port = bound_port(leader)
     out = []
     for k in range(peers):
         p = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.{k + 2}:{port}", *FAST,
@@ -284,11 +284,10 @@ def stop(p, sig):
 
 @pytest.mark.parametrize("stdin", ["devnull", "closed"])
 def test_a_service_answers_without_stdin_and_stops_cleanly(bully, stdin):
-    port = free_port()
     kwargs = {"devnull": {"stdin": subprocess.DEVNULL},
               "closed": {"stdin": subprocess.DEVNULL, "preexec_fn": lambda: os.close(0)}}[stdin]
-    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, **kwargs)
-    assert leader.wait(is_event("listening"), 10), "".join(leader.stderr)
+    leader = bully("start", "--bind", "127.0.0.1:0", *FAST, **kwargs)
+    port = bound_port(leader)
     peer = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.2:{port}", *FAST,
                  stdin=subprocess.DEVNULL)
     assert peer.wait(is_event("joined", id=1), 10), "".join(peer.stderr)
@@ -307,9 +306,10 @@ def test_a_service_answers_without_stdin_and_stops_cleanly(bully, stdin):
 
 
 def test_quit_and_ctrl_c_in_text_mode(bully):
-    port = free_port()
-    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, as_json=False)
-    assert leader.wait(lambda line: "listening on 127.0.0.1" in line and "ID 25" in line, 10)
+    leader = bully("start", "--bind", "127.0.0.1:0", *FAST, as_json=False)
+    line = leader.wait(lambda line: "listening on 127.0.0.1" in line and "ID 25" in line, 10)
+    assert line, "".join(leader.stderr)
+    port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
     peer = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.2:{port}", *FAST,
                  as_json=False)
     line = peer.wait(lambda line: " joined as ID " in line, 10)
@@ -330,10 +330,15 @@ def test_quit_and_ctrl_c_in_text_mode(bully):
 
 
 def test_join_where_nothing_listens_is_one_line_and_status_1(bully):
-    port = free_port()
+    closed = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections to it are refused
+    port = closed.getsockname()[1]
     p = bully("join", f"127.0.0.1:{port}", "--bind", f"127.0.0.2:{port}", *FAST,
               stdin=subprocess.DEVNULL, as_json=False)
-    assert p.proc.wait(10) == 1
+    try:
+        assert p.proc.wait(10) == 1
+    finally:
+        closed.close()
     time.sleep(0.1)
     err = "".join(p.stderr)
     assert err == (f"Error: cannot join: the leader at 127.0.0.1:{port} refused the "
@@ -561,10 +566,51 @@ def test_nodes_bound_to_any_address_name_the_connections_end():
 
 
 def test_a_hangup_stops_the_node_cleanly(bully):
-    port = free_port()
-    leader = bully("start", "--bind", f"127.0.0.1:{port}", *FAST, stdin=subprocess.DEVNULL)
-    assert leader.wait(is_event("listening"), 10), "".join(leader.stderr)
+    leader = bully("start", "--bind", "127.0.0.1:0", *FAST, stdin=subprocess.DEVNULL)
+    port = bound_port(leader)
     code, took = stop(leader, signal.SIGHUP)
     assert (code, "".join(leader.stderr)) == (0, "") and took < 3, took
     assert leader.wait(is_event("stopped", signal="SIGHUP"), 2)
     assert group_gone(leader.proc) and port_is_free("127.0.0.1", port)
+
+
+def test_the_adapter_rearms_its_timer_only_when_the_cores_changes():
+    """A leader (127.0.0.1) and a peer (127.0.0.2); 100 texts from the peer, each on a
+    connection of its own: the leader's timer is armed again only when the core's next
+    deadline moves, far fewer times than the calls into its core."""
+    from pelotari.bully.core import Joined, TextReceived
+
+    async def scenario():
+        cfg = Config(heartbeat=5.0, peer_timeout=16.0)
+        led, got = [], []
+        leader = await Node.start("127.0.0.1", 0, config=cfg, on_event=led.append)
+        peer = await Node.start("127.0.0.2", 0, leader=("127.0.0.1", leader.port), config=cfg,
+                                on_event=got.append)
+        try:
+            await wait_until(lambda: any(isinstance(e, Joined) for e in got))
+            calls = []
+            real = leader.core.data_received
+            leader.core.data_received = lambda *a: (calls.append(1), real(*a))[1]
+            before = leader._timer.rearms
+            for i in range(100):  # in tens: a host has 16 connections open at most
+                peer.text(25, b"t%d" % i)
+                if i % 10 == 9:
+                    await wait_until(lambda n=i + 1: sum(isinstance(e, TextReceived)
+                                                         for e in led) == n)
+            texts = sorted(e.text for e in led if isinstance(e, TextReceived))
+            return texts, leader._timer.rearms - before, len(calls)
+        finally:
+            await peer.close()
+            await leader.close()
+
+    texts, rearms, calls = asyncio.run(scenario())
+    assert texts == sorted(f"t{i}" for i in range(100))
+    assert calls >= 100 and rearms < calls / 4, (rearms, calls)
+
+
+async def wait_until(predicate, timeout=5.0):
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")

@@ -2,10 +2,10 @@
 connections, one timer.
 
 The core numbers connections; this module maps each number to a transport. After every call
-into the core it pumps: it carries out the core's actions (Connect: a connect task; Send:
+into the core, _process_events carries out the core's actions (Connect: a connect task; Send:
 transport.write, held here until the connection is up; Close: flush and close, and the core is
-not told of that connection again), hands the events to a callback, and re-arms the one loop
-timer at core.get_timer(). `now` is time.monotonic() (asyncio's loop clock is monotonic too).
+not told of that connection again), hands the events to a callback, and keeps the one loop
+timer at core.get_timer() (re-armed only when that changes: pelotari.adapter.CoreTimer). `now` is time.monotonic() (asyncio's loop clock is monotonic too).
 
 What the core leaves to the adapter:
   * a connect that fails (refused, unreachable, any OSError) is reported as connection_lost;
@@ -25,6 +25,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
+from pelotari.adapter import CoreTimer
 from pelotari.bully.core import Address, BullyNode, Close, Config, Connect, Send
 
 log = logging.getLogger("pelotari.bully")
@@ -113,8 +114,7 @@ class Node:
         self._streams: dict[int, _Stream] = {}  # connections that are up
         self._pending: dict[int, asyncio.Task] = {}  # connects under way
         self._held: dict[int, list[bytes]] = {}  # bytes sent before the connection was up
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._timer = CoreTimer(self._loop, self._on_timer, self._offset)
         self._flushing: set[_Stream] = set()  # closed by the core, still writing
         self._pumping = False
         self._closed = False
@@ -151,16 +151,14 @@ class Node:
         except BaseException:
             sock.close()
             raise
-        self._pump()
+        self._process_events()
 
     async def close(self) -> None:
         """Stop the timer, the server, every connect under way and every connection."""
         if self._closed:
             return
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         if self._server is not None:
             self._server.close()
         tasks = list(self._pending.values())
@@ -191,14 +189,14 @@ class Node:
         """Connections open or being opened."""
         return len(self._streams) + len(self._pending)
 
-    # ---- commands (each a core command, then a pump) --------------------------------------
+    # ---- commands (each a core command, then _process_events) --------------------------------------
 
     def call(self, fn: Callable[[BullyNode, float], object]) -> object:
         """fn(core, now), then carry out what it queued; its result (exceptions pass)."""
         try:
             return fn(self.core, self._now())
         finally:
-            self._pump()
+            self._process_events()
 
     def search(self, destination_id: int) -> int | None:
         return self.call(lambda c, now: c.search(destination_id, now))
@@ -228,7 +226,7 @@ class Node:
     def _now(self) -> float:
         return self._loop.time() + self._offset
 
-    def _pump(self, not_before: float | None = None) -> None:
+    def _process_events(self, not_before: float | None = None) -> None:
         """Carry out the core's actions, deliver its events, re-arm the timer (no sooner than
         not_before seconds from now, when given)."""
         if self._closed or self._pumping:
@@ -252,7 +250,10 @@ class Node:
                     break
         finally:
             self._pumping = False
-        self._arm(not_before)
+        when = self.core.get_timer()
+        if not_before is not None and when is not None:
+            when = max(when, self._now() + not_before)
+        self._timer.arm(when)
 
     def _act(self, action) -> None:
         if isinstance(action, Send):
@@ -297,23 +298,9 @@ class Node:
             if task is not None:
                 task.cancel()
             self._held.pop(conn, None)
-        self.core.connection_lost(conn, self._now())  # its actions: the pump's next round
+        self.core.connection_lost(conn, self._now())  # its actions: the next round of _process_events
 
-    def _arm(self, not_before: float | None = None) -> None:
-        when = self.core.get_timer()
-        if not_before is not None and when is not None:
-            when = max(when, self._now() + not_before)
-        if when == self._timer_at and self._timer is not None:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = when
-        if when is not None:
-            self._timer = self._loop.call_at(when - self._offset, self._fire)
-
-    def _fire(self) -> None:
-        self._timer, self._timer_at = None, None
+    def _on_timer(self, when: float) -> None:
         if self._closed:
             return
         now = self._now()
@@ -328,7 +315,7 @@ class Node:
                     self.stats["timer_still_due"] += 1
                     not_before = 0.001
         finally:  # whatever happened, the timer is armed again
-            self._pump(not_before)
+            self._process_events(not_before)
 
     # ---- sockets -----------------------------------------------------------------------
 
@@ -358,7 +345,7 @@ class Node:
             self.stats["connect_errors"] += 1
             log.debug("connect %s to %s:%s failed: %s", conn, address[0], address[1], exc)
             self.core.connection_lost(conn, self._now())
-            self._pump()
+            self._process_events()
             return
         self._pending.pop(conn, None)  # normally gone already (_outgoing_up)
 
@@ -374,7 +361,7 @@ class Node:
             stream.transport.write(data)
         local = stream.transport.get_extra_info("sockname")
         self.core.connection_made(conn, (local[0], local[1]), self._now())
-        self._pump()
+        self._process_events()
 
     def _incoming(self, stream: _Stream) -> None:
         peer = stream.transport.get_extra_info("peername")
@@ -385,11 +372,11 @@ class Node:
             stream.detached = True
             stream.transport.abort()
             if not self._closed:
-                self._pump()
+                self._process_events()
             return
         stream.conn = conn
         self._streams[conn] = stream
-        self._pump()
+        self._process_events()
 
     def _data(self, stream: _Stream, data: bytes) -> None:
         if self._closed or self._streams.get(stream.conn) is not stream:
@@ -397,14 +384,14 @@ class Node:
         try:
             self.core.data_received(stream.conn, data, self._now())
         finally:
-            self._pump()
+            self._process_events()
 
     def _lost(self, stream: _Stream) -> None:
         if self._closed or self._streams.get(stream.conn) is not stream:
             return
         del self._streams[stream.conn]
         self.core.connection_lost(stream.conn, self._now())
-        self._pump()
+        self._process_events()
 
 
 __all__ = ["DEFAULT_WRITE_LIMIT", "BindError", "Node"]
