@@ -16,8 +16,24 @@ PACKAGES = ["fastpath", "pelotari", "pelotari.analysis", "pelotari.harness", "pe
             "pelotari.prototari", "pelotari.swarm"]
 
 
+def write_wire_constants():
+    """fastpath/packets.pxi from the wire table (Cython needs its constants at compile time)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_packets", "fastpath/packets.py")
+    packets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(packets)
+    text = packets.cython_constants()
+    path = "fastpath/packets.pxi"
+    if not os.path.exists(path) or open(path).read() != text:  # unchanged: no rebuild
+        with open(path, "w") as f:
+            f.write(text)
+
+
 def extensions():
     from Cython.Build import cythonize
+
+    write_wire_constants()
 
     macros = [("_GNU_SOURCE", "1")]
     directives = {"language_level": "3"}
@@ -36,7 +52,7 @@ def extensions():
 
 setup(
     packages=PACKAGES,
-    package_data={"fastpath": ["*.pxd", "*.pyi", "py.typed", "include/*.h"],
+    package_data={"fastpath": ["*.pxd", "*.pxi", "*.pyi", "py.typed", "include/*.h"],
                   "pelotari.analysis": ["log4j2.properties"]},
     exclude_package_data={"fastpath": ["*.c"]},
     include_package_data=False,

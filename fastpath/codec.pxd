@@ -1,27 +1,7 @@
 from libc.stdint cimport uint8_t, uint64_t
 
-cdef enum:
-    T_DELIVER = 0x01
-    T_PUSH = 0x02
-    T_REQUEST = 0x04
-    T_FORWARD = 0x08
-    T_KEEPALIVE = 0x10
-    T_KEEPALIVE_ACK = 0x20
-
-cdef enum:
-    HEADER_SIZE = 9
-    RANGE_SIZE = 19
-    KEEPALIVE_SIZE = 29
-    KEEPALIVE_ACK_SIZE = 17
-    TOKEN_SIZE = 16
-    MAX_DATA = 65498
-    MAX_DATAGRAM = 65507
-
-# Packing extension: KEEPALIVE FLAGS bit and the pack limit carried in bits 16..31.
-cdef enum:
-    F_PACKED = 0x4
-    PACK_LIMIT_SHIFT = 16
-    DEFAULT_PACK_LIMIT = 1472
+# Packet types, sizes, field offsets, FLAGS bits and limits: the wire table in packets.py.
+include "packets.pxi"
 
 # Why classify() rejected a datagram (returned as the negative of one of these).
 cdef enum:

@@ -1,5 +1,13 @@
-"""Decoded fyrehose packets, shared by the Cython codec and the pure-Python reference."""
-from typing import NamedTuple, Union
+"""The fyrehose wire table: everything that defines the protocol, once (h11 `_state.py`'s rule).
+
+The Cython codec (through the generated `packets.pxi`), the reference codec, the scapy layer, the
+load generator and the CLI all derive from this module; a new packet type is one TABLE row plus
+its handling. `setup.py` writes `packets.pxi` from `cython_constants()`; tests/test_codec.py fails
+when the file is out of date.
+"""
+from typing import NamedTuple, Tuple, Union
+
+DEFAULT_PORT = 2323  # UDP port a backbone binds unless told otherwise
 
 DELIVER = 0x01
 PUSH = 0x02
@@ -8,15 +16,44 @@ FORWARD = 0x08
 KEEPALIVE = 0x10
 KEEPALIVE_ACK = 0x20
 
-PACKET_TYPES = (DELIVER, PUSH, REQUEST, FORWARD, KEEPALIVE, KEEPALIVE_ACK)
-TYPE_NAMES = {
-    DELIVER: "DELIVER",
-    PUSH: "PUSH",
-    REQUEST: "REQUEST",
-    FORWARD: "FORWARD",
-    KEEPALIVE: "KEEPALIVE",
-    KEEPALIVE_ACK: "KEEPALIVE-ACK",
-}
+
+class PacketType(NamedTuple):
+    """One row of the wire table: type byte, name, and the fields after the type byte."""
+
+    code: int
+    name: str
+    layout: Tuple[Tuple[str, int], ...]  # (field, bytes), big-endian, in wire order
+    data: bool = False  # DATA (LENGTH bytes) follows the layout
+
+    @property
+    def size(self) -> int:
+        """Bytes of a packet without DATA: the type byte plus the layout."""
+        return 1 + sum(width for _, width in self.layout)
+
+    def offset(self, field: str) -> int:
+        """Byte offset of `field` in the datagram."""
+        at = 1
+        for name, width in self.layout:
+            if name == field:
+                return at
+            at += width
+        raise KeyError(field)
+
+
+_RANGE = (("addr", 4), ("port", 2), ("from_seq", 6), ("to_seq", 6))
+TABLE: Tuple[PacketType, ...] = (
+    PacketType(DELIVER, "DELIVER", (("length", 2), ("sequence", 6)), data=True),
+    PacketType(PUSH, "PUSH", (("length", 2), ("unused", 6)), data=True),
+    PacketType(REQUEST, "REQUEST", _RANGE),
+    PacketType(FORWARD, "FORWARD", _RANGE),
+    PacketType(KEEPALIVE, "KEEPALIVE", (("addr", 4), ("port", 2), ("flags", 6), ("token", 16))),
+    PacketType(KEEPALIVE_ACK, "KEEPALIVE-ACK", (("token", 16),)),
+)
+BY_CODE = {t.code: t for t in TABLE}
+PACKET_TYPES = tuple(BY_CODE)
+TYPE_NAMES = {t.code: t.name for t in TABLE}
+# Fixed-size types: their exact datagram size (a DELIVER/PUSH is HEADER_SIZE + LENGTH).
+FIXED_SIZES = {t.code: t.size for t in TABLE if not t.data}
 
 # KEEPALIVE FLAGS (seed: 0x1 -> NOSUBSCRIBE, 0x2 -> NOJOURNAL); other bits are reserved.
 NOSUBSCRIBE = 0x1
@@ -24,14 +61,15 @@ NOJOURNAL = 0x2
 # Packing extension (docs/protocols/fyrehose.md): 0x4 says "send me packed DELIVERs", and bits
 # 16..31 carry the largest packed datagram the client accepts (0 = DEFAULT_PACK_LIMIT).
 PACKED = 0x4
+FLAG_NAMES = ("NOSUBSCRIBE", "NOJOURNAL", "PACKED")  # bit 0, 1, 2
 PACK_LIMIT_SHIFT = 16
 DEFAULT_PACK_LIMIT = 1472  # a 1,500-byte Ethernet MTU minus the IPv4 and UDP headers
 
-HEADER_SIZE = 9  # DELIVER/PUSH: type(1) LENGTH(2) SEQUENCE-or-UNUSED(6)
-RANGE_SIZE = 19  # REQUEST/FORWARD: type(1) ADDR(4) PORT(2) FROM_SEQ(6) TO_SEQ(6)
-KEEPALIVE_SIZE = 29  # type(1) ADDR(4) PORT(2) FLAGS(6) TOKEN(16)
-KEEPALIVE_ACK_SIZE = 17  # type(1) TOKEN(16)
-TOKEN_SIZE = 16
+HEADER_SIZE = BY_CODE[DELIVER].size  # 9: type(1) LENGTH(2) SEQUENCE-or-UNUSED(6)
+RANGE_SIZE = BY_CODE[REQUEST].size  # 19: type(1) ADDR(4) PORT(2) FROM_SEQ(6) TO_SEQ(6)
+KEEPALIVE_SIZE = BY_CODE[KEEPALIVE].size  # 29: type(1) ADDR(4) PORT(2) FLAGS(6) TOKEN(16)
+KEEPALIVE_ACK_SIZE = BY_CODE[KEEPALIVE_ACK].size  # 17: type(1) TOKEN(16)
+TOKEN_SIZE = dict(BY_CODE[KEEPALIVE_ACK].layout)["token"]
 
 # 65,535 (IPv4 total length) - 20 (IP header) - 8 (UDP header) = 65,507 bytes of UDP payload,
 # minus the 9-byte header. The seed's 65,526 does not fit an IPv4 datagram.
@@ -39,6 +77,45 @@ MAX_DATAGRAM = 65507
 MAX_DATA = MAX_DATAGRAM - HEADER_SIZE
 MAX_SEQUENCE = (1 << 48) - 1
 MAX_FLAGS = (1 << 48) - 1
+
+
+
+def _offsets():
+    """OFF_<FIELD> for a field at one offset in every layout naming it, else OFF_<TYPE>_<FIELD>."""
+    seen = {}
+    for t in TABLE:
+        for field, _ in t.layout:
+            seen.setdefault(field, {})[t.name.replace("-", "_")] = t.offset(field)
+    out = {}
+    for field, at in seen.items():
+        if len(set(at.values())) == 1:
+            out[f"OFF_{field.upper()}"] = next(iter(at.values()))
+        else:
+            out.update((f"OFF_{name}_{field.upper()}", o) for name, o in at.items())
+    return out
+
+
+OFFSETS = _offsets()  # e.g. OFF_SEQUENCE = 3, OFF_KEEPALIVE_TOKEN = 13
+
+
+def cython_constants() -> str:
+    """The text of `fastpath/packets.pxi`: this table as Cython compile-time constants."""
+    groups = [
+        ("packet types", [(f"T_{t.name.replace('-', '_')}", f"0x{t.code:02x}") for t in TABLE]),
+        ("sizes and limits", [(n, globals()[n]) for n in (
+            "HEADER_SIZE", "RANGE_SIZE", "KEEPALIVE_SIZE", "KEEPALIVE_ACK_SIZE", "TOKEN_SIZE",
+            "MAX_DATA", "MAX_DATAGRAM")]),
+        ("field offsets", list(OFFSETS.items())),
+        ("KEEPALIVE FLAGS and the packing extension", [
+            ("F_NOSUBSCRIBE", NOSUBSCRIBE), ("F_NOJOURNAL", NOJOURNAL), ("F_PACKED", PACKED),
+            ("PACK_LIMIT_SHIFT", PACK_LIMIT_SHIFT), ("DEFAULT_PACK_LIMIT", DEFAULT_PACK_LIMIT),
+            ("DEFAULT_PORT", DEFAULT_PORT)]),
+    ]
+    lines = ["# Generated by setup.py from fastpath/packets.py (cython_constants()); do not edit.",
+             "# tests/test_codec.py fails when this file is out of date."]
+    for title, names in groups:
+        lines += ["", f"# {title}", "cdef enum:"] + [f"    {n} = {v}" for n, v in names]
+    return "\n".join(lines) + "\n"
 
 
 class Deliver(NamedTuple):

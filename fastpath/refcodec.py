@@ -4,10 +4,20 @@ import struct
 
 from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, OversizePacket,
                              TruncatedPacket, UnknownPacketType)
-from fastpath.packets import (DEFAULT_PACK_LIMIT, DELIVER, FORWARD, MAX_DATAGRAM, HEADER_SIZE, KEEPALIVE, KEEPALIVE_ACK,
-                              KEEPALIVE_ACK_SIZE, KEEPALIVE_SIZE, MAX_DATA, MAX_SEQUENCE, PUSH,
-                              RANGE_SIZE, REQUEST, TOKEN_SIZE, Deliver, Forward, Keepalive,
-                              KeepaliveAck, Push, Request)
+from fastpath.packets import (BY_CODE, DEFAULT_PACK_LIMIT, DELIVER, FIXED_SIZES, FORWARD,
+                              HEADER_SIZE, KEEPALIVE, KEEPALIVE_ACK, MAX_DATA, MAX_DATAGRAM,
+                              MAX_SEQUENCE, PUSH, REQUEST, TOKEN_SIZE, Deliver, Forward,
+                              Keepalive, KeepaliveAck, Push, Request)
+
+
+def _fields(code):
+    """Field name -> slice of the datagram, from the wire table's layout of `code`."""
+    return {name: slice(BY_CODE[code].offset(name), BY_CODE[code].offset(name) + width)
+            for name, width in BY_CODE[code].layout}
+
+
+# REQUEST and FORWARD share a layout; so do DELIVER and PUSH (SEQUENCE or UNUSED).
+_DATA, _RANGE, _KEEPALIVE, _ACK = (_fields(c) for c in (DELIVER, REQUEST, KEEPALIVE, KEEPALIVE_ACK))
 
 
 def _u48(value, field):
@@ -154,21 +164,20 @@ def _validate(view, max_data):
             raise TruncatedPacket(f"{n}-byte datagram is shorter than the 0x{ptype:x} packet's header")
         if n - HEADER_SIZE > max_data:
             raise OversizePacket(f"DATA of {n - HEADER_SIZE} bytes exceeds the limit of {max_data}")
-        length = int.from_bytes(view[1:3], "big")
+        length = int.from_bytes(view[_DATA["length"]], "big")
         if length != n - HEADER_SIZE:
             raise LengthMismatch(
                 f"LENGTH says {length} bytes of DATA, datagram carries {n - HEADER_SIZE}")
         return ptype
-    sizes = {REQUEST: RANGE_SIZE, FORWARD: RANGE_SIZE, KEEPALIVE: KEEPALIVE_SIZE,
-             KEEPALIVE_ACK: KEEPALIVE_ACK_SIZE}
-    if ptype not in sizes:
+    if ptype not in FIXED_SIZES:
         raise UnknownPacketType(f"unknown packet type 0x{ptype:02x}")
-    if n < sizes[ptype]:
+    if n < FIXED_SIZES[ptype]:
         raise TruncatedPacket(f"{n}-byte datagram is shorter than the 0x{ptype:x} packet's header")
-    if n != sizes[ptype]:
+    if n != FIXED_SIZES[ptype]:
         raise LengthMismatch(f"0x{ptype:x} packet is fixed-size; datagram has {n} bytes")
     if ptype in (REQUEST, FORWARD):
-        lo, hi = int.from_bytes(view[7:13], "big"), int.from_bytes(view[13:19], "big")
+        lo = int.from_bytes(view[_RANGE["from_seq"]], "big")
+        hi = int.from_bytes(view[_RANGE["to_seq"]], "big")
         if lo > hi:
             raise InvalidField(f"FROM_SEQ {lo} is after TO_SEQ {hi}")
     return ptype
@@ -184,17 +193,21 @@ def decode(data, max_data=MAX_DATA):
     view = memoryview(data).cast("B")
     ptype = _validate(view, max_data)
     if ptype == DELIVER:
-        return Deliver(int.from_bytes(view[3:9], "big"), view[HEADER_SIZE:])
+        return Deliver(int.from_bytes(view[_DATA["sequence"]], "big"), view[HEADER_SIZE:])
     if ptype == PUSH:
         return Push(view[HEADER_SIZE:])
     if ptype in (REQUEST, FORWARD):
         cls = Request if ptype == REQUEST else Forward
-        return cls(socket.inet_ntoa(view[1:5]), int.from_bytes(view[5:7], "big"),
-                   int.from_bytes(view[7:13], "big"), int.from_bytes(view[13:19], "big"))
+        return cls(socket.inet_ntoa(view[_RANGE["addr"]]),
+                   int.from_bytes(view[_RANGE["port"]], "big"),
+                   int.from_bytes(view[_RANGE["from_seq"]], "big"),
+                   int.from_bytes(view[_RANGE["to_seq"]], "big"))
     if ptype == KEEPALIVE:
-        return Keepalive(socket.inet_ntoa(view[1:5]), int.from_bytes(view[5:7], "big"),
-                         int.from_bytes(view[7:13], "big"), bytes(view[13:29]))
-    return KeepaliveAck(bytes(view[1:17]))
+        return Keepalive(socket.inet_ntoa(view[_KEEPALIVE["addr"]]),
+                         int.from_bytes(view[_KEEPALIVE["port"]], "big"),
+                         int.from_bytes(view[_KEEPALIVE["flags"]], "big"),
+                         bytes(view[_KEEPALIVE["token"]]))
+    return KeepaliveAck(bytes(view[_ACK["token"]]))
 
 
 def decode_pack(data, max_data=MAX_DATA):
@@ -210,12 +223,12 @@ def decode_pack(data, max_data=MAX_DATA):
     while off < n:
         if n - off < HEADER_SIZE or view[off] != ptype:
             raise LengthMismatch(f"the frames' LENGTHs do not tile the {n}-byte datagram")
-        length = int.from_bytes(view[off + 1:off + 3], "big")
+        length = int.from_bytes(view[off + 1:off + 3], "big")  # LENGTH, as in _DATA
         if length > max_data:
             raise OversizePacket(f"a frame's DATA exceeds the limit of {max_data}")
         data_view = view[off + HEADER_SIZE:off + HEADER_SIZE + length]
         if ptype == DELIVER:
-            out.append(Deliver(int.from_bytes(view[off + 3:off + 9], "big"), data_view))
+            out.append(Deliver(int.from_bytes(view[off + 3:off + HEADER_SIZE], "big"), data_view))
         else:
             out.append(Push(data_view))
         off += HEADER_SIZE + length

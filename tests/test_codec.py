@@ -258,3 +258,41 @@ def test_unpack_into_indexes_frames_without_an_object_per_message(codec):
         codec.unpack_into(codec.encode_push(b"a") * 2, seqs, offs, lens)
     with pytest.raises(LengthMismatch):
         codec.unpack_into(pack[:-1], seqs, offs, lens)
+
+
+def test_generated_cython_constants_match_the_wire_table():
+    # setup.py writes packets.pxi from the table; a table edit without a rebuild fails here.
+    from pathlib import Path
+
+    from fastpath import packets
+    pxi = Path(packets.__file__).with_name("packets.pxi")
+    assert pxi.read_text() == packets.cython_constants(), "stale: run setup.py build_ext"
+
+
+def test_codec_types_and_sizes_come_from_the_wire_table(codec):
+    from fastpath.packets import BY_CODE
+    for code, row in BY_CODE.items():
+        smallest = bytes([code]) + bytes(row.size - 1)  # LENGTH 0, FROM_SEQ = TO_SEQ: valid
+        assert codec.packet_type(smallest) == code, row.name
+        with pytest.raises(TruncatedPacket):
+            codec.packet_type(smallest[:-1])
+        with pytest.raises(LengthMismatch):
+            codec.packet_type(smallest + b"\0")
+    for code in set(range(256)) - set(BY_CODE):
+        with pytest.raises(UnknownPacketType):
+            codec.packet_type(bytes([code]) + bytes(40))
+
+
+def test_buffers_other_than_bytes_are_read_and_written(codec):
+    import array
+    wire = codec.encode_deliver(5, b"abcd")
+    for buf in (bytearray(wire), memoryview(wire), array.array("B", wire)):
+        assert codec.decode(buf) == Deliver(5, b"abcd")
+        assert codec.packet_type(buf) == 0x01
+        assert codec.decode_pack(buf) == [Deliver(5, b"abcd")]
+    out = array.array("B", bytes(20))
+    assert codec.encode_push_into(out, 1, memoryview(b"xy")) == 11
+    assert out.tobytes()[1:12] == codec.encode_push(b"xy")
+    assert codec.encode_keepalive_ack(bytearray(TOKEN)) == b"\x20" + TOKEN
+    with pytest.raises((TypeError, BufferError, ValueError)):
+        codec.encode_push_into(bytes(20), 0, b"")  # read-only

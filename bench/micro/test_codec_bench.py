@@ -3,6 +3,8 @@ side by side in one run.
 
     .venv/bin/python -m pytest bench/micro --benchmark-enable --benchmark-group-by=param:case
 """
+import array
+
 import pytest
 from scapy.all import raw
 
@@ -52,3 +54,24 @@ def test_codec(benchmark, impl, case):
         benchmark(c.encode_deliver, 123456789, b"x" * 16)
     else:
         benchmark(c.encode_push, b"x" * 1024)
+
+
+# Buffers other than bytes in and bytearray out take the codec's typed-memoryview path.
+BUFFER_CASES = {
+    "decode-deliver-16-memoryview": lambda c: (c.decode, memoryview(DELIVER_16)),
+    "encode-deliver-16-into-bytearray": lambda c: (c.encode_deliver_into, bytearray(64), 0,
+                                                   123456789, b"x" * 16),
+    "encode-deliver-16-into-memoryview": lambda c: (c.encode_deliver_into,
+                                                    memoryview(bytearray(64)), 0, 123456789,
+                                                    b"x" * 16),
+    "encode-keepalive": lambda c: (c.encode_keepalive, "", 0, 2, b"t" * 16),
+    "unpack-into-deliver-16": lambda c: (c.unpack_into, DELIVER_16, array.array("Q", [0]),
+                                         array.array("I", [0]), array.array("I", [0])),
+}
+
+
+@pytest.mark.parametrize("impl", ["cython", "python"])
+@pytest.mark.parametrize("case", sorted(BUFFER_CASES))
+def test_codec_buffers(benchmark, impl, case):
+    fn, *args = BUFFER_CASES[case](IMPLS[impl])
+    benchmark(fn, *args)
