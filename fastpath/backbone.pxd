@@ -1,3 +1,4 @@
+cimport cython
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from posix.uio cimport iovec
 from fastpath.csocket cimport sockaddr_in
@@ -26,7 +27,7 @@ cdef enum:
 cdef struct Subscriber:
     uint64_t key          # (IPv4 address << 16) | port, host byte order
     sockaddr_in sa        # where DELIVERs and FORWARDs go
-    int64_t expires_ns    # CLOCK_MONOTONIC; live while now < expires_ns
+    int64_t expires_ns    # the core's clock (ns); live while now < expires_ns
     uint64_t flags
     uint32_t pack_limit   # packing extension: largest datagram it accepts; 0 = plain
     double repair_tokens  # REQUEST budget in sequences (token bucket)
@@ -53,14 +54,12 @@ cdef struct Slot:
     iovec iov[2]
 
 cdef struct Pack:
-    int iov_start         # into BackboneLoop.pack_iov
+    int iov_start         # into BackboneCore.pack_iov
     int iov_count
     int frames
 
-cdef class BackboneLoop:
-    cdef int fd
-    cdef volatile int stopping
-    cdef readonly bint running
+@cython.final
+cdef class BackboneCore:
     cdef int64_t window_ns
     cdef Py_ssize_t max_data
     cdef uint64_t max_request_range
@@ -68,8 +67,11 @@ cdef class BackboneLoop:
     cdef uint64_t next_seq
     cdef uint64_t rng
     cdef Counters c
-    cdef RecvBatch rx
-    cdef SendBatch tx
+    cdef RecvBatch rx            # receive slots: the adapter (or receive_datagrams) fills them
+    cdef SendBatch tx            # the send queue: iovecs into rx's slots and the arrays below
+    cdef int sink_fd             # flush sink: the adapter's socket; -1 = in memory
+    cdef bint keep_sends         # in memory: keep the sends for datagrams_to_send(), else count
+    cdef list outbox             # the in-memory sink's [(datagram, (host, port))]
     cdef Slot* slots
     cdef Subscriber* subs
     cdef Subscriber** plain      # this fan-out's live plain subscribers
@@ -86,8 +88,7 @@ cdef class BackboneLoop:
     cdef Py_ssize_t max_pack_frames
     cdef int64_t next_full_sweep_ns  # a full table is swept at most this often
     cdef int refused             # why upsert() last returned NULL (a DROP_ reason)
-    cdef int64_t next_sweep_ns
-    cdef bint dry                # dry_run(): queued sends are discarded, never sent
+    cdef int64_t next_sweep_ns   # the timer: when expired entries are next swept out
     cdef readonly bint gso       # DELIVER runs go to each subscriber in one UDP_SEGMENT send
     cdef Py_ssize_t gso_max_segment
     cdef readonly bint packing   # accept packed PUSHes; honour the PACKED KEEPALIVE flag
@@ -105,6 +106,10 @@ cdef class BackboneLoop:
     cdef int npacks
     cdef Py_ssize_t packs_limit  # the limit `packs` was built for; 0 = not built
 
+    cdef void receive_batch(self, int count, int64_t now) noexcept nogil
+    cdef void on_timer(self, int64_t now) noexcept nogil
+    cdef void fill_slot(self, int i, const char* data, Py_ssize_t n, sockaddr_in* sa) noexcept nogil
+    cdef void collect(self) noexcept
     cdef void handle(self, int i, int64_t now) noexcept nogil
     cdef void on_push(self, uint8_t* p, Py_ssize_t n, Py_ssize_t count, int64_t now) noexcept nogil
     cdef void on_keepalive(self, int i, const uint8_t* p, int64_t now) noexcept nogil
@@ -122,3 +127,11 @@ cdef class BackboneLoop:
     cdef void build_packs(self, Py_ssize_t limit) noexcept nogil
     cdef void fan_out_pending(self, int64_t now) noexcept nogil
     cdef void flush(self) noexcept nogil
+
+
+@cython.final
+cdef class BackboneLoop:
+    cdef int fd
+    cdef volatile int stopping
+    cdef readonly bint running
+    cdef readonly BackboneCore core

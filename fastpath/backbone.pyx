@@ -1,9 +1,14 @@
 # cython: language_level=3
-"""The fyrehose backbone loop: sequencing, subscriber table, fan-out, REQUEST→FORWARD.
+"""The fyrehose backbone: a sans-IO core (sequencing, subscriber table, fan-out,
+REQUEST→FORWARD) and the batch I/O loop that drives it.
 
-Runs entirely without the GIL and creates no Python object per datagram. The seed's rules
-are cited as (B1)..(B5) for RULES (BACKBONE).
+BackboneCore decides everything from what it is given (datagrams in its receive slots, their
+sources, `now`) and hands what to send to a flush sink; BackboneLoop owns the socket and the
+clock. The hot path runs without the GIL and creates no Python object per datagram. The seed's
+rules are cited as (B1)..(B5) for RULES (BACKBONE).
 """
+cimport cython
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy, memset
@@ -17,7 +22,7 @@ from fastpath.codec cimport (classify, count_frames, T_DELIVER, T_PUSH, T_REQUES
                              DEFAULT_PACK_LIMIT, FAULT_LENGTH_MISMATCH)
 from fastpath.csocket cimport (sockaddr_in, AF_INET, htons, htonl, ntohs, ntohl, cmsghdr,
                                CMSG_SPACE, CMSG_LEN, CMSG_DATA, SOL_UDP, UDP_SEGMENT, SOL_SOCKET,
-                               SO_RCVTIMEO, setsockopt, timeval)
+                               SO_RCVTIMEO, setsockopt, timeval, mmsghdr, MSG_TRUNC)
 from fastpath.wire cimport get_u16, get_u32, get_u48, put_u16, put_u32, put_u48
 from fastpath.batchio cimport RecvBatch, SendBatch
 
@@ -90,16 +95,21 @@ def realtime_first_sequence():
     return (<uint64_t>ts.tv_sec * 1000000 + <uint64_t>ts.tv_nsec // 1000) & SEQ_MASK
 
 
-cdef class BackboneLoop:
-    """Owns a bound UDP socket's file descriptor and serves fyrehose on it until stopped."""
+cdef str dotted(uint32_t a):
+    return f"{a >> 24}.{(a >> 16) & 0xff}.{(a >> 8) & 0xff}.{a & 0xff}"
 
-    def __cinit__(self, int fd, *, double window=5.0, int max_subscribers=4096,
+
+@cython.final
+cdef class BackboneCore:
+    """The backbone's every rule, limit and counter, driven only by datagrams and `now` (ns)."""
+
+    def __cinit__(self, *, double window=5.0, int max_subscribers=4096,
                   Py_ssize_t max_data=MAX_DATA, uint64_t max_request_range=1024,
                   bint allow_foreign_addresses=False, first_sequence=None, int batch=64,
-                  uint64_t seed=0, gso=None, Py_ssize_t gso_max_segment=1472,
+                  uint64_t seed=0, bint gso=False, Py_ssize_t gso_max_segment=1472,
                   bint packing=True, Py_ssize_t max_pack=MAX_DATAGRAM, int max_per_address=256,
                   double repair_rate=16384, double repair_burst=16384,
-                  Py_ssize_t max_pack_frames=1024):
+                  Py_ssize_t max_pack_frames=1024, bint keep_sends=True):
         cdef uint64_t cap = 1
         if max_subscribers < 1:
             raise ValueError("max_subscribers must be at least 1")
@@ -121,7 +131,9 @@ cdef class BackboneLoop:
         self.repair_rate = repair_rate
         self.repair_burst = repair_burst
         self.max_pack_frames = max_pack_frames
-        self.fd = fd
+        self.sink_fd = -1
+        self.keep_sends = keep_sends
+        self.outbox = []
         self.window_ns = <int64_t>(window * 1e9)
         self.max_data = max_data
         self.max_request_range = max_request_range
@@ -154,7 +166,7 @@ cdef class BackboneLoop:
         memset(self.host_counts, 0, cap * sizeof(int))
         # GSO: runs of equal-size DELIVERs go to a subscriber in one send. Segments are kept
         # within a standard Ethernet MTU (1500 - 28) by default so any path can carry them.
-        self.gso = gso_supported() if gso is None else bool(gso)
+        self.gso = gso
         self.gso_max_segment = gso_max_segment
         self.ctrl_space = CMSG_SPACE(sizeof(uint16_t))
         self.packing = packing
@@ -188,54 +200,19 @@ cdef class BackboneLoop:
         """SEQUENCE the next PUSH will get."""
         return self.next_seq
 
-    def stop(self):
-        """Ask serve() to return; safe to call from any thread. An empty datagram to the socket
-        wakes the loop at once (otherwise it notices within WAKE_INTERVAL)."""
-        self.stopping = 1
-        if not self.running:
-            return
-        try:
-            with socket.fromfd(self.fd, socket.AF_INET, socket.SOCK_DGRAM) as own:
-                host, port = own.getsockname()
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.sendto(b"", ("127.0.0.1" if host == "0.0.0.0" else host, port))
-        except OSError:
-            pass
+    cdef void receive_batch(self, int count, int64_t now) noexcept nogil:
+        """Handle the first `count` receive slots, all received at `now`, and flush the sends
+        they set off (every queued send points into the slots, which the next batch reuses)."""
+        cdef int i
+        self.c.batches += 1
+        for i in range(count):
+            self.handle(i, now)
+        self.fan_out_pending(now)
+        self.flush()
 
-    def serve(self):
-        """Run the loop (GIL released) until stop() is called. Makes the socket blocking: the
-        loop sleeps in recvmmsg (one system call per wake-up) with a WAKE_INTERVAL timeout."""
-        cdef int rc, i
-        cdef int64_t now
-        cdef timeval tv
-        if self.running:
-            raise RuntimeError("the loop is already running")
-        fcntl(self.fd, F_SETFL, fcntl(self.fd, F_GETFL, 0) & ~O_NONBLOCK)
-        tv.tv_sec = 0
-        tv.tv_usec = WAKE_INTERVAL_US
-        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv))
-        self.running = True
-        try:
-            with nogil:
-                self.next_sweep_ns = monotonic_ns() + SWEEP_INTERVAL_NS
-                while not self.stopping:
-                    rc = self.rx.receive_wait(self.fd)
-                    now = monotonic_ns()
-                    if now >= self.next_sweep_ns:
-                        self.sweep(now)
-                    if rc <= 0:
-                        if rc < 0:
-                            self.c.receive_errors += 1
-                        continue
-                    self.c.batches += 1
-                    for i in range(rc):
-                        self.handle(i, now)
-                    self.fan_out_pending(now)
-                    # Every queued datagram points into rx's slots: flush before they are reused.
-                    self.flush()
-        finally:
-            self.stopping = 0
-            self.running = False
+    cdef void on_timer(self, int64_t now) noexcept nogil:
+        if now >= self.next_sweep_ns:
+            self.sweep(now)
 
     cdef void queue(self, sockaddr_in* dst, iovec* iov, int iovlen, void* control=NULL,
                     size_t controllen=0) noexcept nogil:
@@ -247,8 +224,6 @@ cdef class BackboneLoop:
         cdef uint8_t* p = <uint8_t*>self.rx.slot(i)  # PUSH frames are stamped in place
         cdef Py_ssize_t n = self.rx.length(i), count
         cdef int t
-        if n == 0 and self.stopping:
-            return  # stop()'s wake-up
         self.c.datagrams_in += 1
         self.c.bytes_in += n
         if self.rx.truncated(i):
@@ -411,10 +386,47 @@ cdef class BackboneLoop:
         self.packs_limit = limit
 
     cdef void flush(self) noexcept nogil:
-        if self.dry:
-            self.tx.count = 0
+        """Hand the queued sends to the sink: the adapter's socket, else the in-memory outbox
+        (or, with keep_sends off, only the count)."""
+        if self.sink_fd >= 0:
+            self.tx.flush(self.sink_fd)
+        elif self.tx.count == 0:
+            return
+        elif self.keep_sends:
+            with gil:
+                self.collect()
         else:
-            self.tx.flush(self.fd)
+            self.tx.sent += self.tx.count
+            self.tx.count = 0
+
+    cdef void collect(self) noexcept:
+        # The in-memory sink: each queued send as the datagrams the kernel would put on the
+        # wire (a UDP_SEGMENT send cut into its segments).
+        cdef mmsghdr* m
+        cdef sockaddr_in* sa
+        cdef cmsghdr* cm
+        cdef Py_ssize_t seg, off
+        cdef size_t j
+        cdef int k
+        for k in range(self.tx.count):
+            m = &self.tx.msgs[k]
+            sa = <sockaddr_in*>m.msg_hdr.msg_name
+            dst = (dotted(ntohl(sa.sin_addr.s_addr)), ntohs(sa.sin_port))
+            data = b"".join([PyBytes_FromStringAndSize(<char*>m.msg_hdr.msg_iov[j].iov_base,
+                                                       m.msg_hdr.msg_iov[j].iov_len)
+                             for j in range(m.msg_hdr.msg_iovlen)])
+            seg = 0
+            cm = <cmsghdr*>m.msg_hdr.msg_control
+            if cm != NULL and cm.cmsg_level == SOL_UDP and cm.cmsg_type == UDP_SEGMENT:
+                seg = (<uint16_t*>CMSG_DATA(cm))[0]
+            if seg:
+                for off in range(0, len(data), seg):
+                    self.outbox.append((data[off:off + seg], dst))
+            else:
+                self.outbox.append((data, dst))
+            self.tx.bytes_sent += len(data)
+        self.tx.sent += self.tx.count
+        self.tx.count = 0
 
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil:
         # ADDR/PORT of zero mean "the packet's source". Anything else must *be* the source
@@ -625,59 +637,73 @@ cdef class BackboneLoop:
             self.host_slot(<uint32_t>(self.subs[k].key >> 16), True)[0] += 1
         self.next_sweep_ns = now + SWEEP_INTERVAL_NS
 
-    def dry_run(self, datagrams, int repeat=1):
-        """Benchmark hook: run [(datagram, (host, port))] through the real receive path
-        `repeat` times, as if received in batches, with every queued send discarded. Measures
-        sequencing, the table and fan-out without the kernel (plus re-copying the datagrams
-        into the slots each time, since PUSHes are stamped in place). Not while serve() runs."""
-        cdef int i = 0, k, n = len(datagrams)
-        cdef int64_t now = monotonic_ns()
-        cdef bytes data
+    def receive_datagrams(self, datagrams, int64_t now, int repeat=1):
+        """Handle [(datagram, (host, port))] received at `now` (ns), in receive batches of
+        `batch`, as the kernel would fill the slots (a datagram past a slot is truncated); the
+        sends go to the sink. `repeat` feeds the same datagrams that many times (benchmarks)."""
+        cdef int i, k, start, count, n = len(datagrams)
         cdef list originals = [bytes(d) for d, _ in datagrams]
         cdef const char** src
         cdef Py_ssize_t* lens
-        if self.running:
-            raise RuntimeError("dry_run() cannot run while the loop serves")
-        if n > self.rx.capacity:
-            raise ValueError(f"at most {self.rx.capacity} datagrams (one receive batch)")
-        for i in range(n):
-            data = originals[i]
-            host, port = datagrams[i][1]
-            if len(data) > self.rx.slot_size:
-                raise ValueError("datagram larger than a receive slot")
-            self.rx.msgs[i].msg_len = len(data)
-            self.rx.msgs[i].msg_hdr.msg_flags = 0
-            packed = socket.inet_aton(host)
-            self.rx.addrs[i].sin_family = AF_INET
-            self.rx.addrs[i].sin_addr.s_addr = htonl(int.from_bytes(packed, "big"))
-            self.rx.addrs[i].sin_port = htons(port)
+        cdef sockaddr_in* sas
+        if self.sink_fd >= 0:
+            raise RuntimeError("the core is driven by its socket loop")
         src = <const char**>PyMem_Calloc(n + 1, sizeof(char*))
         lens = <Py_ssize_t*>PyMem_Calloc(n + 1, sizeof(Py_ssize_t))
-        if not (src and lens):
-            PyMem_Free(src)
-            PyMem_Free(lens)
-            raise MemoryError()
-        for i in range(n):
-            src[i] = <const char*>(<bytes>originals[i])
-            lens[i] = len(originals[i])
-        self.dry = True
+        sas = <sockaddr_in*>PyMem_Calloc(n + 1, sizeof(sockaddr_in))
         try:
+            if not (src and lens and sas):
+                raise MemoryError()
+            for i in range(n):
+                host, port = datagrams[i][1]
+                sas[i].sin_family = AF_INET
+                sas[i].sin_addr.s_addr = htonl(int.from_bytes(socket.inet_aton(host), "big"))
+                sas[i].sin_port = htons(port)
+                src[i] = <const char*>(<bytes>originals[i])
+                lens[i] = len(originals[i])
             with nogil:
                 for k in range(repeat):
-                    for i in range(n):
-                        memcpy(<void*>self.rx.slot(i), src[i], lens[i])
-                        self.handle(i, now)
-                    self.fan_out_pending(now)
-                    self.tx.count = 0
+                    start = 0
+                    while start < n:
+                        count = min(n - start, self.rx.capacity)
+                        for i in range(count):
+                            if k == 0 or n > self.rx.capacity:
+                                self.fill_slot(i, src[start + i], lens[start + i], &sas[start + i])
+                            else:  # the same slot again: only the bytes (PUSHes were stamped)
+                                memcpy(<void*>self.rx.slot(i), src[i], self.rx.msgs[i].msg_len)
+                        self.receive_batch(count, now)
+                        start += count
         finally:
-            self.dry = False
             PyMem_Free(src)
             PyMem_Free(lens)
-        return self.c.delivers
+            PyMem_Free(sas)
 
-    def stats(self):
-        """Counters and table size as a dict (read without stopping the loop)."""
-        cdef int64_t now = monotonic_ns()
+    cdef void fill_slot(self, int i, const char* data, Py_ssize_t n, sockaddr_in* sa) noexcept nogil:
+        self.rx.msgs[i].msg_hdr.msg_flags = 0
+        if n > self.rx.slot_size:
+            n = self.rx.slot_size
+            self.rx.msgs[i].msg_hdr.msg_flags = MSG_TRUNC
+        memcpy(<void*>self.rx.slot(i), data, n)
+        self.rx.msgs[i].msg_len = <unsigned int>n
+        self.rx.addrs[i] = sa[0]
+
+    def datagrams_to_send(self):
+        """What the handled datagrams and timers set off since the last call, as
+        [(datagram, (host, port))] in sending order (empty with keep_sends off)."""
+        out, self.outbox = self.outbox, []
+        return out
+
+    def get_timer(self):
+        """When (ns) handle_timer() next has work: the sweep of expired table entries."""
+        return self.next_sweep_ns
+
+    def handle_timer(self, int64_t now):
+        """Sweep expired entries out of the table if the sweep is due at `now` (ns)."""
+        with nogil:
+            self.on_timer(now)
+
+    def stats(self, int64_t now):
+        """Counters, and the table's live entries at `now` (ns), as a dict."""
         cdef int k, live = 0, subscribers = 0, journaling = 0
         for k in range(self.nsubs):
             if self.subs[k].expires_ns > now:
@@ -725,16 +751,97 @@ cdef class BackboneLoop:
                 n += 1
         return longest, (total / n if n else 0.0)
 
-    def subscribers(self):
-        """Live table entries as [(host, port, flags, seconds_left)]."""
-        cdef int64_t now = monotonic_ns()
+    def subscribers(self, int64_t now):
+        """Table entries live at `now` (ns) as [(host, port, flags, seconds_left)]."""
         cdef Subscriber s
-        cdef uint64_t a
         out = []
         for k in range(self.nsubs):
             s = self.subs[k]
             if s.expires_ns > now:
-                a = s.key >> 16
-                out.append((f"{a >> 24}.{(a >> 16) & 0xff}.{(a >> 8) & 0xff}.{a & 0xff}",
-                            s.key & 0xffff, s.flags, (s.expires_ns - now) / 1e9))
+                out.append((dotted(<uint32_t>(s.key >> 16)), s.key & 0xffff, s.flags,
+                            (s.expires_ns - now) / 1e9))
         return out
+
+
+@cython.final
+cdef class BackboneLoop:
+    """Serves a BackboneCore on a bound UDP socket's file descriptor until stopped: the socket,
+    recvmmsg/sendmmsg and CLOCK_MONOTONIC; every decision is the core's."""
+
+    def __cinit__(self, int fd, *, gso=None, **options):
+        self.fd = fd
+        self.core = BackboneCore(gso=gso_supported() if gso is None else bool(gso), **options)
+        self.core.sink_fd = fd
+
+    @property
+    def next_sequence(self):
+        """SEQUENCE the next PUSH will get."""
+        return self.core.next_seq
+
+    @property
+    def gso(self):
+        """Whether DELIVER runs go out in UDP_SEGMENT sends."""
+        return self.core.gso
+
+    @property
+    def packing(self):
+        """Whether packed PUSHes and the PACKED flag are honoured."""
+        return self.core.packing
+
+    def stop(self):
+        """Ask serve() to return; safe to call from any thread. An empty datagram to the socket
+        wakes the loop at once (otherwise it notices within WAKE_INTERVAL)."""
+        self.stopping = 1
+        if not self.running:
+            return
+        try:
+            with socket.fromfd(self.fd, socket.AF_INET, socket.SOCK_DGRAM) as own:
+                host, port = own.getsockname()
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"", ("127.0.0.1" if host == "0.0.0.0" else host, port))
+        except OSError:
+            pass
+
+    def serve(self):
+        """Run the loop (GIL released) until stop() is called. Makes the socket blocking: the
+        loop sleeps in recvmmsg (one system call per wake-up) with a WAKE_INTERVAL timeout."""
+        cdef int rc
+        cdef int64_t now
+        cdef timeval tv
+        cdef BackboneCore core = self.core
+        if self.running:
+            raise RuntimeError("the loop is already running")
+        fcntl(self.fd, F_SETFL, fcntl(self.fd, F_GETFL, 0) & ~O_NONBLOCK)
+        tv.tv_sec = 0
+        tv.tv_usec = WAKE_INTERVAL_US
+        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv))
+        self.running = True
+        try:
+            with nogil:
+                core.next_sweep_ns = monotonic_ns() + SWEEP_INTERVAL_NS
+                while not self.stopping:
+                    rc = core.rx.receive_wait(self.fd)
+                    now = monotonic_ns()
+                    core.on_timer(now)
+                    if self.stopping:
+                        break  # stop()'s wake-up (and whatever came with it) is not served
+                    if rc <= 0:
+                        if rc < 0:
+                            core.c.receive_errors += 1
+                        continue
+                    core.receive_batch(rc, now)
+        finally:
+            self.stopping = 0
+            self.running = False
+
+    def stats(self):
+        """The core's counters and table size now (read without stopping the loop)."""
+        return self.core.stats(monotonic_ns())
+
+    def subscribers(self):
+        """Live table entries as [(host, port, flags, seconds_left)]."""
+        return self.core.subscribers(monotonic_ns())
+
+    def probe_lengths(self):
+        """(longest, mean) probe distance in the subscriber index."""
+        return self.core.probe_lengths()

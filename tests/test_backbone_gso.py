@@ -60,19 +60,6 @@ def test_segments_over_the_limit_go_the_plain_way(backbone_factory, raw_peer):
     assert bb.stats()["gso_sends"] == 0
 
 
-def test_dry_run_counts_gso_delivers():
-    from fastpath.backbone import BackboneLoop
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    loop = BackboneLoop(sock.fileno(), gso=True)
-    ka = wire.encode_keepalive("", 0, 0, b"t" * 16)
-    loop.dry_run([(ka, ("127.0.0.%d" % k, 5)) for k in range(2, 6)])
-    assert loop.dry_run([(wire.encode_push(b"x" * 16), ("127.0.0.1", 9))] * 64, repeat=3) == 768
-    assert loop.stats()["gso_segments"] == 768 and loop.stats()["gso_sends"] == 12
-    sock.close()
-
-
 def test_a_gro_client_receives_gso_runs_as_the_datagrams_sent(backbone_factory):
     from pelotari.fyrehose import Client, Message
 
@@ -93,4 +80,3 @@ def test_a_gro_client_receives_gso_runs_as_the_datagrams_sent(backbone_factory):
     assert all(isinstance(m, Message) for m in got)
     assert [(m.sequence, m.data) for m in got] == [(100 + i, p) for i, p in enumerate(payloads)]
     assert bb.stats()["gso_sends"] > 0 and stats.get("requests", 0) == 0  # no gap was seen
-

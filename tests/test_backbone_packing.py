@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from fastpath import refcodec as wire
-from fastpath.backbone import BackboneLoop, gso_supported
+from fastpath.backbone import gso_supported
 from fastpath.batchio import SendBatch
 from fastpath.packets import NOSUBSCRIBE, PACKED, Deliver, packed_flags
 
@@ -135,21 +135,6 @@ def test_zero_length_frames_and_the_largest_pack(backbone_factory, raw_peer):
     got, sizes = frames_of(sub)
     assert len(got) == 1 + 65507 // 9 and got[0] == (0, b"q" * 65498)
     assert sizes == [65507, 65502]
-
-
-def test_dry_run_fans_out_packs():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    loop = BackboneLoop(sock.fileno(), gso=False)
-    kas = [(wire.encode_keepalive("", 0, packed_flags(1472), TOKEN), ("127.0.0.%d" % k, 5))
-           for k in range(2, 6)]
-    loop.dry_run(kas + [(wire.encode_keepalive("", 0, NOSUBSCRIBE | PACKED, TOKEN),
-                         ("127.0.0.1", 9))])
-    pack = wire.encode_push(b"x" * 16) * 58  # 1,450 bytes
-    assert loop.dry_run([(pack, ("127.0.0.1", 9))] * 64, repeat=2) == 2 * 64 * 58 * 4
-    st = loop.stats()
-    assert st["pushes"] == 2 * 64 * 58 and st["packs_in"] == 128 and st["packs_out"] == 2 * 64 * 4
-    sock.close()
 
 
 def test_decode_pack_gives_each_frame(codec):
