@@ -36,9 +36,9 @@ def test_async_client_rearms_its_timer_only_when_the_cores_timer_moves():
         armed = []
         real_call_at = loop.call_at
 
-        def call_at(when, callback, *args):
+        def call_at(when, callback, *args, **kw):
             armed.append(when)
-            return real_call_at(when, callback, *args)
+            return real_call_at(when, callback, *args, **kw)
 
         loop.call_at = call_at
         client = AsyncClient(BB, ClientConfig(request_delay=0.1))
