@@ -500,139 +500,6 @@ def _answers(sock, wait, dissect):
         click.echo(f"no answer within {wait:g}s", err=True)
 
 
-def _payload(layer) -> bytes:
-    """The bytes a UDP or TCP layer carries, without the link layer's padding (an Ethernet
-    frame is at least 60 bytes: a short segment or datagram comes with zeros after it)."""
-    from scapy.layers.inet import UDP
-    from scapy.packet import Padding
-
-    data = bytes(layer.payload)
-    pad = layer.payload.getlayer(Padding) if data else None
-    if pad is not None:
-        data = data[:len(data) - len(pad.load)]
-    if isinstance(layer, UDP) and layer.len is not None and 8 <= layer.len <= len(data) + 8:
-        data = data[:layer.len - 8]  # UDP says its length: what follows is padding
-    return data
-
-
-BAD = ("MALFORMED", "UNKNOWN", "PARTIAL")
-
-
-class Streams:
-    """What inspect remembers from packet to packet for line protocols (a layer whose FRAMING
-    is "lines": potato): TCP connections taken as the protocol's because their first payload
-    looked like it (`recognise`: a potato hello), on ports nobody named; and each direction's
-    unfinished last line, put in front of that direction's next segment (when its sequence
-    number follows on)."""
-
-    def __init__(self):
-        self.known = set()  # (protocol module name, frozenset of both ends)
-        self.pending = {}  # (module name, src, sport, dst, dport) -> (next seq, bytes)
-
-    def claims(self, module, pkt, layer, data) -> bool:
-        from scapy.layers.inet import IP
-
-        ends = frozenset({(pkt[IP].src, layer.sport), (pkt[IP].dst, layer.dport)})
-        key = (module.__name__, ends)
-        if key not in self.known and data and module.recognise(data):
-            self.known.add(key)
-        return key in self.known
-
-    def join(self, module, pkt, layer, data):
-        """(data with the direction's unfinished line in front, bytes taken from before)."""
-        from scapy.layers.inet import IP
-
-        if not data:  # an ACK, SYN or FIN: the line goes on in a later segment
-            return data, 0
-        flow = (module.__name__, pkt[IP].src, layer.sport, pkt[IP].dst, layer.dport)
-        seq, before = self.pending.pop(flow, (None, b""))
-        if seq != layer.seq:
-            before = b""
-        tail = module.unfinished(before + data)
-        if tail:
-            self.pending[flow] = ((layer.seq + len(data)) % (1 << 32), tail)
-        return before + data, len(before)
-
-
-def _rows(pkt, ports, streams=None):
-    """A captured packet as rows. Every protocol bound to one of its ports (UDP, or TCP for a
-    layer whose TRANSPORT is "tcp") tries to read it; the first that recognises it wins, else
-    the first one's "malformed" reading is shown. A datagram or segment of several frames (a
-    packed or GSO fyrehose datagram, bully messages coalesced in one TCP segment, potato lines)
-    becomes one row per frame. Segments without payload (SYN, ACK, FIN) are no rows. With
-    `streams` (a Streams), line protocols are also read on connections they recognise, and a
-    line split over segments is read whole (its row says how many bytes came before)."""
-    from scapy.layers.inet import IP, TCP, UDP
-
-    if not pkt.haslayer(IP):
-        return []
-    readings = []  # (protocol's rows) per protocol that read the packet
-    every = []  # per reading: whether each of its malformed rows is shown (a line protocol)
-    for module, bound in ports:
-        layer = pkt.getlayer(TCP if getattr(module, "TRANSPORT", "udp") == "tcp" else UDP)
-        if layer is None:
-            continue
-        lines = getattr(module, "FRAMING", None) == "lines" and isinstance(layer, TCP)
-        data = _payload(layer)
-        if not (layer.sport in bound or layer.dport in bound or (
-                lines and streams is not None and streams.claims(module, pkt, layer, data))):
-            continue
-        before = 0
-        if lines and streams is not None:
-            data, before = streams.join(module, pkt, layer, data)
-        if not data:
-            continue
-        frames = getattr(module, "split_frames", lambda _: None)(data)
-        gso = frames is not None and getattr(module, "split_gso", lambda _: None)(data) is not None
-        rows = []
-        for frame in frames or [data]:
-            dissected = module.dissect(frame)
-            dissected.time = pkt.time  # a layer that checks times (swarm's MAC epochs) reads it
-            described = module.describe(dissected)
-            if described is not None:
-                if frames:
-                    # Several frames in one datagram or segment: packed, coalesced, or (equal
-                    # sizes, on lo) one GSO send captured before the device split it.
-                    described["frames"] = len(frames)
-                    if gso:
-                        described["gso"] = True
-                rows.append((layer, len(frame), described))
-        if before and rows:
-            rows[0][2]["continued"] = before  # bytes of the line from earlier segments
-        if rows:
-            readings.append(rows)
-            every.append(lines)
-            if any(r[2]["type"] not in BAD for r in rows):
-                break
-    if not readings:
-        return []
-    good = [rows for rows in readings if any(r[2]["type"] not in BAD for r in rows)]
-    chosen = good[0] if good else readings[0] if every[0] else readings[0][:1]
-    return [{"time": float(pkt.time), "src": f"{pkt[IP].src}:{layer.sport}",
-             "dst": f"{pkt[IP].dst}:{layer.dport}", "length": length, **described}
-            for layer, length, described in chosen]
-
-
-class GapFollower:
-    """Missing DELIVER sequence numbers per stream (source → destination)."""
-
-    def __init__(self):
-        self.seen = {}
-
-    def add(self, row) -> None:
-        if row.get("type") == "DELIVER":
-            self.seen.setdefault((row["src"], row["dst"]), set()).add(row["sequence"])
-
-    def gaps(self):
-        """{(src, dst): [(first, last), ...]} of sequences missing between the lowest and highest seen."""
-        out = {}
-        for stream, seqs in sorted(self.seen.items()):
-            ordered = sorted(seqs)
-            missing = [(a + 1, b - 1) for a, b in zip(ordered, ordered[1:]) if b > a + 1]
-            out[stream] = missing
-        return out
-
-
 @main.command()
 @click.argument("pcap", type=click.Path(exists=True, dir_okay=False), required=False)
 @click.option("-i", "--interface", default=None,
@@ -675,6 +542,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     """
     import json
 
+    from pelotari.inspect import Inspection, PortSpecError, bind_ports, capture_filter
+
     if (pcap is None) == (interface is None):
         raise click.UsageError("give a PCAP file or --interface (not both)")
     if interface is not None and os.geteuid() != 0:
@@ -686,42 +555,23 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     conf.verb = 0
     modules = registry.load()
     _swarm_keyring(key_file)
-    bound = {name: set(m.DEFAULT_PORTS) for name, m in modules.items()}
-    for spec in ports:
-        proto, _, number = spec.rpartition(":")
-        if proto and proto not in modules:
-            raise click.BadParameter(f"unknown protocol {proto!r} in {spec!r}", param_hint="--port")
-        try:
-            number = int(number)
-        except ValueError:
-            raise click.BadParameter(f"{spec!r} is not PORT or PROTOCOL:PORT", param_hint="--port") from None
-        for name in ([proto] if proto else modules):
-            bound[name].add(number)
-            modules[name].bind_port(number)
-    layer_ports = [(modules[name], ports_) for name, ports_ in bound.items()]
-    counts = {}
-    streams = Streams()
-    follower = GapFollower()
+    try:
+        bound = bind_ports(modules, ports)
+    except PortSpecError as exc:
+        raise click.BadParameter(str(exc), param_hint="--port") from None
+    inspection = Inspection(modules, bound)
     writer = PcapWriter(out, sync=True) if out else None
-    shown = 0
     start = None
 
     def handle(pkt):
-        wrote = False
-        for row in _rows(pkt, layer_ports, streams):
-            show(pkt, row, write=not wrote)
-            wrote = True
-
-    def show(pkt, row, write):
-        nonlocal shown, start
-        shown += 1
-        counts[row["type"]] = counts.get(row["type"], 0) + 1
-        follower.add(row)
-        if writer and write:
+        nonlocal start
+        found = inspection.read(pkt)
+        if writer and found:
             writer.write(pkt)
-        if as_json:
-            click.echo(json.dumps(row))
-        else:
+        for row in found:
+            if as_json:
+                click.echo(json.dumps(row))
+                continue
             start = start if start is not None else row["time"]
             seq = row.get("sequence", "")
             if "from_seq" in row:
@@ -734,31 +584,25 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
             with PcapReader(pcap) as reader:
                 for pkt in reader:
                     handle(pkt)
-                    if count and shown >= count:
+                    if count and inspection.rows >= count:
                         break
         else:
-            every = sorted({(getattr(modules[name], "TRANSPORT", "udp"), p)
-                            for name, ports_ in bound.items() for p in ports_},
-                           key=lambda tp: (tp[0] != "udp", tp[1]))
-            expr = bpf or " or ".join(f"{transport} port {p}" for transport, p in every)
+            expr = bpf or capture_filter(modules, bound)
             click.echo(f"capturing on {interface} ({expr}); Ctrl-C to stop", err=True)
             sniff(iface=interface, filter=expr, prn=handle, store=False, timeout=timeout,
-                  stop_filter=lambda _: bool(count) and shown >= count)
+                  stop_filter=lambda _: bool(count) and inspection.rows >= count)
     except KeyboardInterrupt:
         pass
     finally:
         if writer:
             writer.close()
-    gaps = follower.gaps() if follow_gaps else {}
+    summary = inspection.summary(follow_gaps)
     if as_json:
-        summary = {"counts": counts, "packets": shown}
-        if follow_gaps:
-            summary["gaps"] = [{"src": s, "dst": d, "missing": [list(g) for g in m]}
-                               for (s, d), m in gaps.items()]
         click.echo(json.dumps({"summary": summary}))
         return
-    click.echo(f"{shown} packets: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"),
-               err=True)
-    for (src, dst), missing in gaps.items():
-        text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in missing) or "none"
-        click.echo(f"stream {src} > {dst}: missing {text}", err=True)
+    counts = summary["counts"]
+    click.echo(f"{summary['packets']} packets: "
+               + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"), err=True)
+    for gap in summary.get("gaps", ()):
+        text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in gap["missing"]) or "none"
+        click.echo(f"stream {gap['src']} > {gap['dst']}: missing {text}", err=True)
