@@ -154,3 +154,31 @@ def lan():
         pytest.skip(why)
     with lan_module.LanHarness() as harness:
         yield harness
+
+
+@pytest.fixture
+def port_pair():
+    """A UDP port and the next one for prototari nodes on 127.0.0.2 and 127.0.0.3 (unicast,
+    broadcast), held for the test: prototari puts every node on one shared pair, so the numbers
+    precede the nodes; 127.0.0.1:port stays bound (no wildcard or 127.0.0.1 bind takes it) and
+    port + 1 is shared with SO_REUSEPORT as the nodes' listeners share it (no one else binds it)."""
+    for _ in range(50):
+        unicast = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        broadcast = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        broadcast.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        broadcast.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            unicast.bind(("127.0.0.1", 0))
+            port = unicast.getsockname()[1]
+            broadcast.bind(("", port + 1))  # port 65535 has no next: OverflowError
+        except (OSError, OverflowError):
+            unicast.close()
+            broadcast.close()
+            continue
+        try:
+            yield port
+        finally:
+            unicast.close()
+            broadcast.close()
+        return
+    raise RuntimeError("no free port pair")

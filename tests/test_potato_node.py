@@ -13,7 +13,6 @@ import time
 import psutil
 import pytest
 from conftest import PELOTARI, wait_event
-from test_bully_node import free_port
 
 
 class Potato:
@@ -64,9 +63,8 @@ def potato():
 
 @pytest.mark.parametrize("transport", ["webrtc", "tcp"])
 def test_three_clients_in_a_chain_relay_broadcast_and_elect(potato, transport):
-    port = free_port()
-    a = potato("--name", "A", "--listen", f"127.0.0.1:{port}", "--transport", transport)
-    assert a.wait("listening")
+    a = potato("--name", "A", "--listen", "127.0.0.1:0", "--transport", transport)
+    port = a.wait("listening")["port"]  # the others take the same number on their own 127.0.0.x
     b = potato("--name", "B", "--listen", f"127.0.0.2:{port}", "--connect", f"127.0.0.1:{port}",
                "--transport", transport)
     assert b.wait("connected", peer="A")
@@ -93,10 +91,9 @@ def test_three_clients_in_a_chain_relay_broadcast_and_elect(potato, transport):
 
 
 def test_a_client_runs_as_a_service_and_says_what_is_wrong_in_one_line(potato):
-    port = free_port()
-    a = potato("--name", "A", "--listen", f"127.0.0.1:{port}", "--transport", "tcp",
+    a = potato("--name", "A", "--listen", "127.0.0.1:0", "--transport", "tcp",
                stdin=subprocess.DEVNULL)
-    assert a.wait("listening")
+    port = a.wait("listening")["port"]
     b = potato("--name", "B", "--listen", f"127.0.0.2:{port}", "--connect", f"127.0.0.1:{port}",
                "--transport", "tcp", stdin=subprocess.DEVNULL)
     assert a.wait("peer_up", peer="B")
@@ -114,9 +111,12 @@ def test_a_client_runs_as_a_service_and_says_what_is_wrong_in_one_line(potato):
 
 
 def test_the_mesh_benchmark_measures_a_small_mesh_over_tcp():
+    from pelotari.harness.systems import free_port
     from pelotari.potato import bench
-    r = bench.run_mesh([("A", "B"), ("B", "C")], "tcp", port=free_port(), elections=3,
-                       broadcasts=20, label="chain")
+
+    # run_mesh starts every node on one port at once: the number is chosen before any binds
+    r = bench.run_mesh([("A", "B"), ("B", "C")], "tcp", port=free_port(socket.SOCK_STREAM),
+                       elections=3, broadcasts=20, label="chain")
     assert r["elections"] == 3 and 0 < r["election_p50_ms"] <= r["election_p99_ms"] < 1000
     assert r["setup_s"] < 30 and r["cpu_us_per_delivery"] >= 0
 
@@ -166,9 +166,8 @@ def test_sigint_while_a_connect_is_pending_stops_at_once(potato, transport):
 
 @pytest.mark.parametrize("transport", ["tcp", "webrtc"])
 def test_a_connect_target_that_goes_away_is_reconnected(potato, transport):
-    port = free_port()
-    a = potato("--name", "A", "--listen", f"127.0.0.1:{port}", "--transport", transport)
-    assert a.wait("listening", timeout=20)
+    a = potato("--name", "A", "--listen", "127.0.0.1:0", "--transport", transport)
+    port = a.wait("listening", timeout=20)["port"]
     b = potato("--name", "B", "--listen", f"127.0.0.2:{port}", "--connect", f"127.0.0.1:{port}",
                "--transport", transport)
     assert b.wait("connected", peer="A", timeout=20)
@@ -196,9 +195,8 @@ def test_a_broadcast_flood_does_not_get_good_peers_dropped(potato, transport):
     """The attack review: peers flooding broadcasts at A starved A's loop, so the pings of
     its good peers arrived (or were read) more than 1 s late and good peers were dropped.
     Mesh A-B, A-C, A-D, B-C, C-D; three flooders at A for 5 s."""
-    port = free_port()
-    a = potato("--name", "A", "--listen", f"127.0.0.1:{port}", "--transport", transport)
-    assert a.wait("listening", timeout=20)
+    a = potato("--name", "A", "--listen", "127.0.0.1:0", "--transport", transport)
+    port = a.wait("listening", timeout=20)["port"]
     good = {"A": a}
     for name, i, targets in (("B", 2, (1,)), ("C", 3, (1, 2)), ("D", 4, (1, 3))):
         args = ["--name", name, "--listen", f"127.0.0.{i}:{port}", "--transport", transport]

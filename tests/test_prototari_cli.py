@@ -23,23 +23,6 @@ FAST = ["--broadcast-interval", "0.5", "--inactive-peer-time", "0.3", "--heartbe
         "--reservation-timeout", "1", "--response-window", "0.5"]
 
 
-def free_port_pair():
-    """A unicast port whose next port is free too (UDP, on loopback)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.bind(("", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
-
-
 class Loopback:
     """`pelotari prototari` bound to one loopback address, with events on a queue."""
 
@@ -103,8 +86,8 @@ def close_stdin():
 
 
 @pytest.mark.parametrize("stdin", ["devnull", "closed", "pipe closed at once"])
-def test_runs_until_sigterm_whatever_stdin_is(nodes, stdin):
-    port = free_port_pair()
+def test_runs_until_sigterm_whatever_stdin_is(nodes, stdin, port_pair):
+    port = port_pair
     kwargs = {"devnull": {"stdin": subprocess.DEVNULL},
               "closed": {"stdin": subprocess.DEVNULL, "preexec_fn": close_stdin},
               "pipe closed at once": {"stdin": subprocess.PIPE}}[stdin]
@@ -125,16 +108,15 @@ def test_runs_until_sigterm_whatever_stdin_is(nodes, stdin):
     assert (code, stderr) == (0, ""), stderr
 
 
-def test_ctrl_c_in_text_mode_prints_no_traceback(nodes):
-    a = nodes("127.0.0.2", free_port_pair(), stdin=subprocess.DEVNULL, as_json=False)
+def test_ctrl_c_in_text_mode_prints_no_traceback(nodes, port_pair):
+    a = nodes("127.0.0.2", port_pair, stdin=subprocess.DEVNULL, as_json=False)
     assert a.wait(lambda line: " started " in line, 10)
     code, _, stderr = a.stop(signal.SIGINT)
     assert code == 0 and stderr == ""
     assert a.wait(lambda line: " stopped by SIGINT" in line, 5)
 
 
-def pair(nodes):
-    port = free_port_pair()
+def pair(nodes, port):
     a = nodes("127.0.0.2", port)
     b = nodes("127.0.0.3", port, stdin=subprocess.DEVNULL)
     assert a.wait(is_event("joined", peer=f"127.0.0.3:{port}"), 5)
@@ -142,8 +124,8 @@ def pair(nodes):
     return a, b, port
 
 
-def test_a_partial_line_does_not_stop_the_node_from_answering(nodes):
-    a, b, port = pair(nodes)
+def test_a_partial_line_does_not_stop_the_node_from_answering(nodes, port_pair):
+    a, b, port = pair(nodes, port_pair)
     a.write(b"half a li")  # no newline: a node that blocked reading it would miss heartbeats
     time.sleep(2.5)  # b drops a silent peer after 0.3 + 3 x 0.2 = 0.9 s
     assert b.wait(is_event("left"), 0.1) is None
@@ -151,8 +133,8 @@ def test_a_partial_line_does_not_stop_the_node_from_answering(nodes):
     assert b.wait(is_event("message", peer=f"127.0.0.2:{port}", data="half a line"), 5)
 
 
-def test_lines_too_long_or_not_utf8_are_reported_and_skipped(nodes):
-    a, b, port = pair(nodes)
+def test_lines_too_long_or_not_utf8_are_reported_and_skipped(nodes, port_pair):
+    a, b, port = pair(nodes, port_pair)
     a.write(b"x" * 70000 + b"\n")
     a.write(b"caf\xe9\n")
     a.write(b"y" * 65503 + b"\n")  # the largest DATA: sent
@@ -169,8 +151,8 @@ def test_lines_too_long_or_not_utf8_are_reported_and_skipped(nodes):
     assert a.proc.poll() is None
 
 
-def test_bad_lines_in_text_mode_are_one_line_each_on_stderr(nodes):
-    a = nodes("127.0.0.2", free_port_pair(), as_json=False)
+def test_bad_lines_in_text_mode_are_one_line_each_on_stderr(nodes, port_pair):
+    a = nodes("127.0.0.2", port_pair, as_json=False)
     assert a.wait(lambda line: " started " in line, 10)
     a.write(b"z" * 100000 + b"\n\xff\xfe\nfine\n")
     assert a.wait(lambda line: " sent " in line, 5)
@@ -316,12 +298,12 @@ def test_an_unread_stdout_does_not_stop_the_node_answering_heartbeats(lan):
     assert len(warnings) == 1 and "output cannot keep up" in warnings[0], warnings
 
 
-def test_a_peers_data_is_one_escaped_line_in_text_mode(nodes):
+def test_a_peers_data_is_one_escaped_line_in_text_mode(nodes, port_pair):
     """A peer cannot forge output lines or send terminal escapes: its data is escaped as
     `pelotari sub` escapes it (not-UTF-8 as a bytes literal)."""
     from pelotari.prototari.core import DATA_MAGIC
 
-    port = free_port_pair()
+    port = port_pair
     a = nodes("127.0.0.2", port, stdin=subprocess.DEVNULL, as_json=False)
     b = nodes("127.0.0.3", port, stdin=subprocess.DEVNULL)
     assert a.wait(lambda line: f" joined  127.0.0.3:{port} " in line, 5), a.seen

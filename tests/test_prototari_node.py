@@ -2,8 +2,6 @@
 order, the timer re-armed only when the core's changes, socket errors counted, close()."""
 import asyncio
 
-from test_prototari_cli import free_port_pair
-
 from pelotari.prototari import Config, Message, Node, PeerJoined
 
 
@@ -21,10 +19,10 @@ async def _pair(port, **kw):
     return a, b
 
 
-def test_the_timer_is_rearmed_only_when_the_cores_changes():
+def test_the_timer_is_rearmed_only_when_the_cores_changes(port_pair):
     async def main():
         # Inactivity far off: the broadcast is the core's next timer, and traffic moves it not.
-        a, b = await _pair(free_port_pair(), inactive_peer_time=30.0)
+        a, b = await _pair(port_pair, inactive_peer_time=30.0)
         try:
             before = a._timer.rearms
             for i in range(200):
@@ -41,9 +39,9 @@ def test_the_timer_is_rearmed_only_when_the_cores_changes():
     asyncio.run(main())
 
 
-def test_close_ends_the_event_stream_and_stops_the_timer():
+def test_close_ends_the_event_stream_and_stops_the_timer(port_pair):
     async def main():
-        a, b = await _pair(free_port_pair())
+        a, b = await _pair(port_pair)
         await a.close()
         assert await a.next_event(1) is None
         assert [ev async for ev in a.events()] == []

@@ -4,6 +4,7 @@ import json
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -62,6 +63,20 @@ class JsonProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.p.pid, signal.SIGKILL)
             self.p.wait()
+
+
+def bound_port(pid: int, kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1",
+               timeout: float = 10.0) -> int:
+    """The port a process bound on host (it was asked for any port): read from the kernel's
+    socket table, so nothing else can take it between choosing and binding."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for c in psutil.Process(pid).net_connections(kind="inet4"):
+            if c.type == kind and c.laddr and c.laddr.ip == host and c.laddr.port:
+                return c.laddr.port
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} bound no port on {host} in {timeout} s")
+        time.sleep(0.02)
 
 
 def wait_all(procs: list[JsonProcess], done: Callable[[], bool], timeout: float) -> bool:

@@ -15,6 +15,7 @@ import psutil
 
 import pelotari
 from pelotari.harness import source_tree
+from pelotari.harness.procs import bound_port
 
 
 class Unavailable(Exception):
@@ -55,7 +56,9 @@ def compile_c(source: pathlib.Path, extra: List[str] = ()) -> pathlib.Path:
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    """A port on 127.0.0.1 that is free right now (UDP by default)."""
+    """A port on 127.0.0.1 free a moment ago (UDP by default), for a program that cannot be
+    asked for any port; another process may take it before that program binds it, so
+    System.start retries when the program says the address is in use."""
     s = socket.socket(socket.AF_INET, kind)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -130,6 +133,9 @@ class System:
     two_ports: bool = False  # publishers and subscribers connect to different ports
     version_command: List[str] = field(default_factory=list, repr=False)
     agent_args: List[str] = field(default_factory=list)  # for both load-generator roles
+    # the port argument that has it bind any free port (read back from the kernel); None: it
+    # has none, a free port is chosen for it
+    any_port: Optional[int] = None
 
     def version(self) -> str:
         """What `version_command` prints (first line), or pelotari's own version."""
@@ -152,25 +158,43 @@ class System:
             return str(exc)
         return None
 
-    def start(self, cpus: Optional[set] = None, timeout: float = 10.0) -> Server:
-        """Start on free port(s) and wait until its output says it is ready."""
-        port = free_port(self.transport)
-        sub_port = free_port(self.transport) if self.two_ports else port
-        argv = self.command(port, sub_port) if self.two_ports else self.command(port)
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, preexec_fn=pin(cpus))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if self.ready_text in line:
-                # Keep draining its output so a chatty server never blocks on a full pipe.
-                import threading
+    def start(self, cpus: Optional[set] = None, timeout: float = 10.0,
+              attempts: int = 5) -> Server:
+        """Start it on any port (the one it bound is read back) or, where it cannot be asked for
+        any, on free port(s), again on new ones while it says they were taken meanwhile; return
+        once it says it is ready."""
+        for _ in range(attempts):
+            if self.any_port is not None:
+                port = sub_port = self.any_port
+            else:  # redis (0 turns TCP off), zmq_proxy (two ports): a number is chosen first
+                port = free_port(self.transport)
+                sub_port = free_port(self.transport) if self.two_ports else port
+            argv = self.command(port, sub_port) if self.two_ports else self.command(port)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, preexec_fn=pin(cpus))
+            said = []
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                said.append(line)
+                if self.ready_text in line:
+                    if self.any_port is not None:
+                        try:
+                            port = sub_port = bound_port(proc.pid, self.transport, timeout=2)
+                        except (TimeoutError, psutil.Error):
+                            break
+                    # Keep draining its output so a chatty server never blocks on a full pipe.
+                    import threading
 
-                threading.Thread(target=proc.stdout.read, daemon=True).start()
-                return Server(self.name, port, proc, sub_port)
-            if not line and proc.poll() is not None:
+                    threading.Thread(target=proc.stdout.read, daemon=True).start()
+                    return Server(self.name, port, proc, sub_port)
+                if not line and proc.poll() is not None:
+                    break
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            if "address already in use" not in "".join(said).lower():  # EADDRINUSE's text
                 break
-        proc.kill()
         raise Unavailable(f"{self.name} did not start (exit {proc.poll()})")
 
 
@@ -257,29 +281,30 @@ def _pelotari(*extra: str):
 
 SYSTEMS: Dict[str, System] = {s.name: s for s in [
     System("pelotari", "fyrehose", "the pelotari backbone (Cython, recvmmsg/sendmmsg)",
-           _pelotari()),
+           _pelotari(), any_port=0),
     System("pelotari-packed", "fyrehose",
            f"the pelotari backbone; clients use the packing extension ({PACK} B datagrams)",
-           _pelotari("--max-pack-frames", str(PACK_FRAMES)),
+           _pelotari("--max-pack-frames", str(PACK_FRAMES)), any_port=0,
            agent_args=["--pack", str(PACK), "--pack-frames", str(PACK_FRAMES)]),
     System("pelotari-gro", "fyrehose",
            "the pelotari backbone (GSO fan-out); subscribers read with UDP_GRO",
-           _pelotari(), requires=_require_gso_and_gro, agent_args=["--gro"]),
+           _pelotari(), requires=_require_gso_and_gro, agent_args=["--gro"], any_port=0),
     System("pelotari-plain", "fyrehose", "the pelotari backbone without GSO (--no-gso)",
-           _pelotari("--no-gso")),
+           _pelotari("--no-gso"), any_port=0),
     System("reference", "fyrehose", "minimal C backbone, sendmmsg fan-out (bench/reference)",
-           _reference(gso=False), version_command=["cc", "--version"]),
+           _reference(gso=False), version_command=["cc", "--version"], any_port=0),
     System("reference-gso", "fyrehose", "minimal C backbone, UDP GSO fan-out (bench/reference)",
-           _reference(gso=True), requires=_require_gso, version_command=["cc", "--version"]),
+           _reference(gso=True), requires=_require_gso, version_command=["cc", "--version"],
+           any_port=0),
     System("asyncio", "fyrehose", "naive asyncio backbone (bench/baseline)",
            lambda port: [sys.executable, str(bench_dir() / "baseline" / "asyncio_backbone.py"),
-                         str(port)], version_command=[sys.executable, "--version"]),
+                         str(port)], version_command=[sys.executable, "--version"], any_port=0),
     System("redis", "redis", "Redis pub/sub, pipelined PUBLISH (Debian redis-server)", _redis,
            ready_text="Ready to accept connections", transport=socket.SOCK_STREAM,
            version_command=["redis-server", "--version"]),
     System("nats", "nats", "NATS, pipelined PUB (Debian nats-server)", _nats,
            ready_text="Server is ready", transport=socket.SOCK_STREAM,
-           version_command=["nats-server", "--version"]),
+           version_command=["nats-server", "--version"], any_port=-1),  # -1: nats' random port
     System("zeromq", "zeromq", "ZeroMQ XSUB/XPUB proxy (libzmq zmq_proxy)", _zeromq,
            transport=socket.SOCK_STREAM, two_ports=True,
            version_command=["pkg-config", "--modversion", "--print-errors", "libzmq"]),
