@@ -1,4 +1,5 @@
-"""Shared CLI plumbing: one-line errors, address parsing, live status lines, inert text."""
+"""Shared CLI plumbing: one-line errors, address parsing (every protocol's), live status
+lines, inert text."""
 import re
 import sys
 import time
@@ -38,6 +39,42 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def split_address(text: str, default_port: int) -> tuple[str, int]:
+    """HOST, HOST:PORT, an IPv6 address, or [IPv6]:PORT -> (host, port), unresolved;
+    ValueError (one line naming the text) for a missing host or a bad port."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"bad address {text!r} (an IPv6 one is written [ADDRESS]:PORT)")
+        port_text = rest[1:] if rest else str(default_port)
+    elif text.count(":") > 1:  # an IPv6 address without a port
+        host, port_text = text, str(default_port)
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, str(default_port)
+    if not host:
+        raise ValueError(f"no host in address {text!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"bad port in address {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} outside 0..65535")
+    return host, port
+
+
+def resolve_ipv4(address: tuple[str, int]) -> tuple[str, int]:
+    """(host, port) with host resolved to an IPv4 address (blocking); ValueError."""
+    import socket
+
+    try:
+        return socket.gethostbyname(address[0]), address[1]
+    except OSError:
+        raise ValueError(f"cannot resolve host {address[0]!r}") from None
+
+
 class AddressType(click.ParamType):
     """HOST:PORT, HOST or :PORT, resolved to an IPv4 address."""
 
@@ -47,14 +84,12 @@ class AddressType(click.ParamType):
         self.default_port = default_port
 
     def convert(self, value, param, ctx):
-        from pelotari.fyrehose.client import parse_address
-
         if isinstance(value, tuple):
             return value
-        if value.startswith(":"):
+        if value.startswith(":") and value.count(":") == 1:  # :PORT
             value = "0.0.0.0" + value
         try:
-            return parse_address(value, self.default_port)
+            return resolve_ipv4(split_address(value, self.default_port))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 

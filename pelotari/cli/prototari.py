@@ -1,14 +1,13 @@
 """`pelotari prototari`: run a LAN discovery node, see peers come and go, send lines."""
 import asyncio
-import os
 import signal
 
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import escape_text
-from pelotari.cli.service import Output, ensure_standard_fds, read_commands
-
+from pelotari.cli.common import escape_text, split_address
+from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, quiet_logging,
+                                  read_commands, run_until_stopped)
 
 
 @main.command()
@@ -97,7 +96,7 @@ def _show(data: bytes) -> str:
 
 
 async def _run(config, interface, host, as_json):
-    _quiet_logging()
+    quiet_logging("pelotari.prototari")
     out = Output(as_json)
     try:
         await _serve(config, interface, host, as_json, out)
@@ -109,19 +108,11 @@ async def _serve(config, interface, host, as_json, out):
     from pelotari.prototari import Message, Node, NodeWarning, PeerJoined, PeerLeft
 
     _emit = out.event
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    why = []
-
-    def on_signal(name):
-        why.append(name)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):  # from here on, both stop the node cleanly
-        loop.add_signal_handler(sig, on_signal, sig.name)
+    stopper = Stopper((signal.SIGINT, signal.SIGTERM))  # from here on, both stop it cleanly
     try:
         node = await Node.start(config, interface=interface, host=host)
     except (OSError, ValueError) as exc:
+        stopper.close()
         raise click.ClickException(f"cannot start: {getattr(exc, 'strerror', None) or exc}") from None
     address = f"{node.address[0]}:{node.address[1]}"
     broadcast = "{}:{}".format(*node.broadcast)
@@ -155,47 +146,23 @@ async def _serve(config, interface, host, as_json, out):
         try:
             if text.startswith("@") and " " in text:
                 target, body = text[1:].split(" ", 1)
-                h, sep, p = target.rpartition(":")
-                peer = (h, int(p)) if sep else (target, config.unicast_port)
-                node.send(peer, body.encode())
+                node.send(split_address(target, config.unicast_port), body.encode())
             else:
                 n = node.send_all(text.encode())
                 _emit("sent", peers=n)
         except (KeyError, ValueError) as exc:
             error(str(exc).strip("'\""))
 
-    def on_eof():
-        if not as_json and os.isatty(0):
-            out.line("end of input: the node keeps running until Ctrl-C or SIGTERM", err=True)
-
-    tasks = [asyncio.ensure_future(show_events()),
-             asyncio.ensure_future(read_commands(on_line, error, on_eof))]
     try:
-        await stop.wait()
+        await run_until_stopped(stopper, [show_events(),
+                                          read_commands(on_line, error, out.end_of_input)])
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        for t in tasks:
-            t.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
         await node.close()
-    for result in results:  # a bug in either task must not pass silently
-        if isinstance(result, Exception):
-            raise result
     peers = {f"{a}:{p}": {"missed": s.missed, "pongs": s.pongs}
              for (a, p), s in sorted(node.core.peers.items())}
     dropped = out.dropped
-    _emit("stopped", f"by {why[0] if why else 'request'} with {len(peers)} peers" +
+    _emit("stopped", f"by {stopper.why or 'request'} with {len(peers)} peers" +
           (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
-          signal=why[0] if why else None, peers=peers,
+          signal=stopper.why, peers=peers,
           stats=dict(sorted(node.core.stats.items())), output_dropped=dropped)
 
-
-def _quiet_logging():
-    """Socket warnings reach the user as events; keep logging's last-resort handler from
-    printing them a second time."""
-    import logging
-
-    logger = logging.getLogger("pelotari.prototari")
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())

@@ -1,10 +1,12 @@
 """What every long-running `pelotari` command shares to run as a service: output that never
-blocks the event loop, stdin read in a thread (a terminal, a pipe, /dev/null or closed), and the
-standard fds kept open."""
+blocks the event loop (events as text or JSON lines), stdin read in a thread (a terminal, a pipe,
+/dev/null or closed), the standard fds kept open, and the signals that stop it cleanly."""
 import asyncio
 import collections
 import json
+import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -13,6 +15,7 @@ from collections.abc import Callable
 MAX_LINE = 65536  # bytes per stdin line (prototari's largest DATA is 65,503 bytes)
 OUTPUT_LIMIT = 1 << 20  # bytes of output waiting per stream (stdout, stderr) before lines drop
 DRAIN_TIMEOUT = 2.0  # seconds a stopping command waits for a slow reader to take what is left
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service stop, a hangup
 
 
 def ensure_standard_fds():
@@ -94,8 +97,10 @@ class Output:
     stopped or gone never blocks the event loop (and with it the heartbeat). What cannot wait
     is dropped and counted; the first drop is reported by one line on stderr."""
 
-    def __init__(self, as_json, limit=OUTPUT_LIMIT):
+    def __init__(self, as_json, limit=OUTPUT_LIMIT, time_key="time", label=True):
         self.as_json = as_json
+        self.time_key = time_key  # the JSON field of the wall-clock time
+        self.label = label  # text lines name the event after the time
         self.encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
         self.writers = {fd: Writer(fd, limit) for fd in (1, 2)}
         for w in self.writers.values():
@@ -116,13 +121,20 @@ class Output:
                             "the stopped event)\n".encode())
 
     def event(self, event, text=None, err=False, force=False, **fields):
-        """One event: a JSON line on stdout, or a text line (`text`, else the fields' values; on
-        stderr when err)."""
+        """One event: a JSON line on stdout (json.dumps escapes every control and non-ASCII
+        character), or a text line (`text`, else the fields' values; on stderr when err)."""
         if self.as_json:
-            self.line(json.dumps({"time": time.time(), "event": event, **fields}), force=force)
+            self.line(json.dumps({self.time_key: time.time(), "event": event, **fields}),
+                      force=force)
         else:
             text = text if text is not None else " ".join(f"{v}" for v in fields.values())
-            self.line(f"{time.strftime('%H:%M:%S')} {event:<7} {text}", err, force)
+            label = f" {event:<7}" if self.label else ""
+            self.line(f"{time.strftime('%H:%M:%S')}{label} {text}", err, force)
+
+    def end_of_input(self, what="node"):
+        """On a terminal, say that the end of stdin does not stop the command."""
+        if not self.as_json and os.isatty(0):
+            self.line(f"end of input: the {what} keeps running until Ctrl-C or SIGTERM", err=True)
 
     def close(self, timeout=DRAIN_TIMEOUT) -> None:
         """Give a slow reader up to `timeout` seconds for what is queued; then leave it (the
@@ -206,3 +218,54 @@ async def read_commands(on_line: Callable[[str], None], on_error: Callable[[str]
             on_eof()
             return
         (on_error if kind == "error" else on_line)(text)
+
+
+class Stopper:
+    """What stops a long-running command cleanly: `signals` (each handled from construction until
+    close()) or stop(why), e.g. a `quit` command. `why`: the first reason, None if none."""
+
+    def __init__(self, signals=STOP_SIGNALS):
+        self.loop = asyncio.get_running_loop()
+        self.signals = signals
+        self.stopped = asyncio.Event()
+        self.reasons: list[str] = []
+        for sig in signals:
+            self.loop.add_signal_handler(sig, self.stop, sig.name)
+
+    def stop(self, why: str) -> None:
+        """Stop, for this reason (a signal's name, "quit")."""
+        self.reasons.append(why)
+        self.stopped.set()
+
+    @property
+    def why(self) -> str | None:
+        return self.reasons[0] if self.reasons else None
+
+    def close(self) -> None:
+        """Give the signals back their default handling."""
+        for sig in self.signals:
+            self.loop.remove_signal_handler(sig)
+
+
+async def run_until_stopped(stopper: Stopper, coros) -> None:
+    """Run the coroutines as tasks until the stopper stops; then close it, cancel them and
+    raise the first exception one of them ended with (a bug must not pass silently)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await stopper.stopped.wait()
+    finally:
+        stopper.close()
+        for t in tasks:
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+
+
+def quiet_logging(name: str) -> None:
+    """Warnings of logger `name` reach the user as events: keep logging's last-resort handler
+    from printing them a second time."""
+    logger = logging.getLogger(name)
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())

@@ -5,7 +5,6 @@ The CLI only wires: keys from a file or the environment, the asyncio adapter
 """
 import asyncio
 import os
-import signal
 import socket
 import stat
 import time
@@ -13,11 +12,10 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import PelotariGroup, escape_text
+from pelotari.cli.common import PelotariGroup, escape_text, split_address
 
 PORT = 21452  # pelotari.swarm.wire.DEFAULT_PORT (not imported here: --help stays fast)
 ENV_KEYS = "PELOTARI_SWARM_KEYS"  # pelotari.swarm.wire.ENV_KEYS
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service stop, a hangup
 PING_TIMEOUT = 2.0  # s a `ping` command waits for its Pong
 MAX_PENDING = 256  # commands read and not yet run; past it a line is dropped with an error
 MAX_INTERVAL = 86400.0  # s: --ping-interval and --get-interval at most (the core's times are
@@ -217,31 +215,6 @@ def _check_listen(listen, host):
                                    "their scope; listen on a global or loopback address")
 
 
-def split_address(text, default_port=PORT):
-    """HOST, HOST:PORT, an IPv6 address, or [IPv6]:PORT -> (host, port); ValueError."""
-    text = text.strip()
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise ValueError(f"bad address {text!r} (an IPv6 one is written [ADDRESS]:PORT)")
-        port_text = rest[1:] if rest else str(default_port)
-    elif text.count(":") > 1:  # an IPv6 address without a port
-        host, port_text = text, str(default_port)
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            host, port_text = text, str(default_port)
-    if not host:
-        raise ValueError(f"no host in address {text!r}")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"bad port in address {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} outside 0..65535")
-    return host, port
-
-
 def _literal(host, family):
     """host as the address text the socket reports, if it is an address of the family; None
     for a name; ValueError for an address of the other family."""
@@ -259,7 +232,7 @@ def _literal(host, family):
 
 def _option_address(option, text, allow_zero=False, family=None):
     try:
-        host, port = split_address(text)
+        host, port = split_address(text, PORT)
         if family is None:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
         literal = _literal(host, family)
@@ -390,7 +363,7 @@ def _describe(ev, config):
 async def _resolve(text, family=socket.AF_INET):
     """HOST:PORT, HOST (port 21452) or [IPv6]:PORT from a command line, an address of the
     node's family, resolved without blocking the loop."""
-    host, port = split_address(text)
+    host, port = split_address(text, PORT)
     if port == 0:
         raise ValueError("port 0 is not a node's port")
     literal = _literal(host, family)
@@ -406,13 +379,9 @@ async def _resolve(text, family=socket.AF_INET):
 
 async def _run(listen, boots, keyring, key_source, config, as_json):
     """Run the node until a signal or `quit` (None), or its one-line failure."""
-    import logging
+    from pelotari.cli.service import Output, quiet_logging
 
-    from pelotari.cli.service import Output
-
-    logger = logging.getLogger("pelotari.swarm")  # warnings reach the user as events
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
+    quiet_logging("pelotari.swarm")
     out = Output(as_json)
     try:
         return await _serve(listen, boots, keyring, key_source, config, as_json, out)
@@ -421,13 +390,10 @@ async def _run(listen, boots, keyring, key_source, config, as_json):
 
 
 async def _serve(listen, boots, keyring, key_source, config, as_json, out):
-    from pelotari.cli.service import read_commands
+    from pelotari.cli.service import Stopper, read_commands, run_until_stopped
     from pelotari.swarm import wire
     from pelotari.swarm.node import Node, NodeWarning
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    why = []
     family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
 
     def emit(event, human, err=False, force=False, **fields):
@@ -436,20 +402,13 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
     def error(message):
         emit("error", f"error: {message}", err=True, message=message)
 
-    def on_signal(name):
-        why.append(name)
-        stop.set()
-
-    for sig in STOP_SIGNALS:  # from here on, each stops the node cleanly
-        loop.add_signal_handler(sig, on_signal, sig.name)
+    stopper = Stopper()  # from here on, each signal stops the node cleanly
     try:
-        try:
-            node = await Node.start(listen[0], listen[1], keyring, config)
-        except OSError as exc:
+        node = await Node.start(listen[0], listen[1], keyring, config)
+    except BaseException as exc:
+        stopper.close()
+        if isinstance(exc, OSError):
             return f"cannot listen on {_peer(listen)}: {exc.strerror or exc}"
-    except BaseException:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
         raise
     me = _peer(node.address)
     fingerprint = _fingerprint(keyring)
@@ -561,8 +520,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
                 for line in COMMANDS.splitlines():
                     out.line(line)
         elif name == "quit" and len(words) == 1:
-            why.append("quit")
-            stop.set()
+            stopper.stop("quit")
         elif name in ("connections", "ping", "send", "connect", "stats", "quit"):
             usage = {"ping": "ping HOST:PORT", "send": "send HOST:PORT TYPE TEXT",
                      "connect": "connect HOST:PORT"}.get(name, name)
@@ -590,28 +548,15 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
                 error(str(exc))
             await asyncio.sleep(0)  # a queue of commands never holds up datagrams and timers
 
-    def on_eof():
-        if not as_json and os.isatty(0):
-            out.line("end of input: the node keeps running until Ctrl-C or SIGTERM", err=True)
-
-    tasks = [asyncio.ensure_future(show_events()), asyncio.ensure_future(run_commands()),
-             asyncio.ensure_future(read_commands(take, error, on_eof))]
     try:
-        await stop.wait()
+        await run_until_stopped(stopper, [show_events(), run_commands(),
+                                          read_commands(take, error, out.end_of_input)])
     finally:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-        for t in tasks:
-            t.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
         await node.close()
-    for result in results:  # a bug in a task must not pass silently
-        if isinstance(result, Exception):
-            raise result
     dropped = out.dropped
-    emit("stopped", f"stopped by {why[0] if why else 'request'}" +
+    emit("stopped", f"stopped by {stopper.why or 'request'}" +
          (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
-         signal=why[0] if why else None, stats=dict(sorted(node.stats.items())),
+         signal=stopper.why, stats=dict(sorted(node.stats.items())),
          output_dropped=dropped)
     return None
 
