@@ -173,3 +173,15 @@ def test_keepalive_flags_name_the_packed_bit():
     ka = fl.FyrehoseKeepalive(flags=NOJOURNAL | packed_flags(1472), token=b"t" * 16)
     assert "PACKED" in ka.sprintf("%flags%")
     assert raw(ka) == codec.encode_keepalive("", 0, NOJOURNAL | packed_flags(1472), b"t" * 16)
+
+
+def test_layer_types_fields_and_sizes_come_from_the_wire_table():
+    from fastpath.packets import BY_CODE, DEFAULT_PORT
+    assert set(fl.CLASSES) == set(BY_CODE) and fl.DEFAULT_PORTS == (DEFAULT_PORT,)
+    for code, row in BY_CODE.items():
+        cls = fl.CLASSES[code]
+        assert cls().name == f"fyrehose {row.name}" and fl.TYPES[code] == row.name
+        names = [f.name for f in cls.fields_desc]
+        assert names == ["type"] + [n for n, _ in row.layout] + (["data"] if row.data else [])
+        assert len(raw(cls())) == row.size, row.name
+        assert raw(cls())[0] == code

@@ -11,7 +11,7 @@ import click
 from pelotari.cli import main
 from pelotari.cli.common import AddressType, StatusLine, escape_text, human_rate
 
-DEFAULT_PORT = 2323  # pelotari.fyrehose.DEFAULT_PORT, repeated so --help imports nothing heavy
+from fastpath.packets import DEFAULT_PORT  # the wire table: imports only typing, so --help stays fast
 BACKBONE_OPTION = click.option(
     "-b", "--backbone", type=AddressType(DEFAULT_PORT), default=f"127.0.0.1:{DEFAULT_PORT}",
     show_default=True, help="Backbone address (HOST:PORT or HOST).")

@@ -8,9 +8,7 @@ from typing import Callable, Optional
 
 from fastpath.backbone import BackboneLoop
 from pelotari.fyrehose.batchio import set_buffers
-from fastpath.packets import MAX_DATA, MAX_DATAGRAM
-
-DEFAULT_PORT = 2323
+from fastpath.packets import DEFAULT_PORT, MAX_DATA, MAX_DATAGRAM
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,32 @@ from scapy.packet import Packet, Raw, bind_layers
 
 from fastpath import refcodec
 from fastpath.errors import CodecError
-from fastpath.packets import HEADER_SIZE
+from fastpath.packets import (BY_CODE, DEFAULT_PORT, DELIVER, FLAG_NAMES, FORWARD, HEADER_SIZE,
+                              KEEPALIVE, KEEPALIVE_ACK, PUSH, REQUEST, TYPE_NAMES)
 
-DEFAULT_PORT = 2323
 DEFAULT_PORTS = (DEFAULT_PORT,)
+TYPES = TYPE_NAMES
 
-TYPES = {0x01: "DELIVER", 0x02: "PUSH", 0x04: "REQUEST", 0x08: "FORWARD", 0x10: "KEEPALIVE",
-         0x20: "KEEPALIVE-ACK"}
-FLAG_NAMES = ["NOSUBSCRIBE", "NOJOURNAL", "PACKED"] + [f"bit{i}" for i in range(3, 48)]
+
+def _field(name, width):
+    """The scapy field for one (name, bytes) of the wire table's layouts."""
+    if name == "addr":
+        return IPField(name, "0.0.0.0")
+    if name in ("length", "port"):
+        return ShortField(name, None if name == "length" else 0)
+    if name == "flags":
+        return FlagsField(name, 0, width * 8, list(FLAG_NAMES)
+                          + [f"bit{i}" for i in range(len(FLAG_NAMES), width * 8)])
+    if name == "token":
+        return StrFixedLenField(name, b"\0" * width, width)
+    return BitField(name, 0, width * 8)
+
+
+def _fields(code):
+    """fields_desc of a packet type, from its row of the wire table (fastpath/packets.py)."""
+    row = BY_CODE[code]
+    data = [StrLenField("data", b"", length_from=lambda p: p.length)] if row.data else []
+    return [ByteEnumField("type", code, TYPES)] + [_field(*f) for f in row.layout] + data
 
 
 class _Fyrehose(Packet):
@@ -59,26 +77,16 @@ class _DataPacket(_Fyrehose):
 
     def post_build(self, pkt, pay):
         if self.length is None:  # LENGTH: bytes of DATA
-            n = len(pkt) - 9
+            n = len(pkt) - HEADER_SIZE
             pkt = pkt[:1] + n.to_bytes(2, "big") + pkt[3:]
         return pkt + pay
-
-
-def _data_fields(packet_type, middle):
-    """DELIVER and PUSH share one layout; the 6-byte field is SEQUENCE or UNUSED."""
-    return [
-        ByteEnumField("type", packet_type, TYPES),
-        ShortField("length", None),
-        BitField(middle, 0, 48),
-        StrLenField("data", b"", length_from=lambda p: p.length),
-    ]
 
 
 class FyrehoseDeliver(_DataPacket):
     """0x1 DELIVER: SEQUENCE and DATA."""
 
     name = "fyrehose DELIVER"
-    fields_desc = _data_fields(0x01, "sequence")
+    fields_desc = _fields(DELIVER)
 
     def mysummary(self):
         return self.sprintf("fyrehose DELIVER seq=%sequence% len=%length%")
@@ -88,7 +96,7 @@ class FyrehosePush(_DataPacket):
     """0x2 PUSH: DATA to publish."""
 
     name = "fyrehose PUSH"
-    fields_desc = _data_fields(0x02, "unused")
+    fields_desc = _fields(PUSH)
 
     def mysummary(self):
         return self.sprintf("fyrehose PUSH len=%length%")
@@ -99,42 +107,25 @@ class _RangePacket(_Fyrehose):
         return self.sprintf(f"fyrehose {TYPES[self.type]} %addr%:%port% seq %from_seq%..%to_seq%")
 
 
-def _range_fields(packet_type):
-    """REQUEST and FORWARD share one layout; only the type byte differs."""
-    return [
-        ByteEnumField("type", packet_type, TYPES),
-        IPField("addr", "0.0.0.0"),
-        ShortField("port", 0),
-        BitField("from_seq", 0, 48),
-        BitField("to_seq", 0, 48),
-    ]
-
-
 class FyrehoseRequest(_RangePacket):
     """0x4 REQUEST: re-send FROM_SEQ..TO_SEQ (inclusive) to ADDR:PORT (0 = the sender)."""
 
     name = "fyrehose REQUEST"
-    fields_desc = _range_fields(0x04)
+    fields_desc = _fields(REQUEST)
 
 
 class FyrehoseForward(_RangePacket):
     """0x8 FORWARD: the backbone asks a journaling client to serve a REQUEST."""
 
     name = "fyrehose FORWARD"
-    fields_desc = _range_fields(0x08)
+    fields_desc = _fields(FORWARD)
 
 
 class FyrehoseKeepalive(_Fyrehose):
     """0x10 KEEPALIVE: sign on for the subscriber window, with FLAGS and a TOKEN to echo."""
 
     name = "fyrehose KEEPALIVE"
-    fields_desc = [
-        ByteEnumField("type", 0x10, TYPES),
-        IPField("addr", "0.0.0.0"),
-        ShortField("port", 0),
-        FlagsField("flags", 0, 48, FLAG_NAMES),
-        StrFixedLenField("token", b"\0" * 16, 16),
-    ]
+    fields_desc = _fields(KEEPALIVE)
 
     def mysummary(self):
         return self.sprintf("fyrehose KEEPALIVE %addr%:%port% flags=%flags%")
@@ -144,10 +135,7 @@ class FyrehoseKeepaliveAck(_Fyrehose):
     """0x20 KEEPALIVE-ACK: the TOKEN of the KEEPALIVE it answers."""
 
     name = "fyrehose KEEPALIVE-ACK"
-    fields_desc = [
-        ByteEnumField("type", 0x20, TYPES),
-        StrFixedLenField("token", b"\0" * 16, 16),
-    ]
+    fields_desc = _fields(KEEPALIVE_ACK)
 
     def mysummary(self):
         return "fyrehose KEEPALIVE-ACK token=" + self.token.hex()
@@ -177,8 +165,8 @@ CRAFT = {"deliver": FyrehoseDeliver, "push": FyrehosePush, "request": FyrehoseRe
          "forward": FyrehoseForward, "keepalive": FyrehoseKeepalive,
          "keepalive-ack": FyrehoseKeepaliveAck}
 
-CLASSES = {0x01: FyrehoseDeliver, 0x02: FyrehosePush, 0x04: FyrehoseRequest,
-           0x08: FyrehoseForward, 0x10: FyrehoseKeepalive, 0x20: FyrehoseKeepaliveAck}
+CLASSES = {cls.fields_desc[0].default: cls for cls in CRAFT.values()}  # type byte -> class
+assert set(CLASSES) == set(BY_CODE), "a packet type of the wire table has no layer class"
 
 
 class Fyrehose(Packet):
@@ -206,7 +194,7 @@ dissect = Fyrehose  # a datagram of this protocol -> its packet
 def split_frames(data: bytes):
     """The frames of a datagram holding several DELIVER or several PUSH frames back to back
     (a packed datagram, or a GSO send captured before segmentation), or None."""
-    if len(data) < 2 * HEADER_SIZE or data[0] not in (0x01, 0x02):
+    if len(data) < 2 * HEADER_SIZE or data[0] not in (DELIVER, PUSH):
         return None
     try:
         packets = refcodec.decode_pack(data)
@@ -231,7 +219,7 @@ def split_gso(data: bytes):
     """
     frames, offset = [], 0
     while offset + HEADER_SIZE <= len(data):
-        if data[offset] != 0x01:
+        if data[offset] != DELIVER:
             return None
         end = offset + HEADER_SIZE + int.from_bytes(data[offset + 1:offset + 3], "big")
         if end > len(data):
