@@ -31,6 +31,8 @@ from fastpath import refcodec as wire  # noqa: E402
 from fastpath.batchio import SendBatch  # noqa: E402
 from fastpath.packets import NOJOURNAL  # noqa: E402
 from pelotari import netlab  # noqa: E402
+from pelotari.harness.procs import bound_port  # noqa: E402
+from pelotari.harness.soak import rss_kib  # noqa: E402
 
 PY = [sys.executable, "-m", "pelotari"]
 FIRST = 1000
@@ -51,12 +53,6 @@ class Result:
     @property
     def factor(self) -> Optional[float]:
         return self.victim_bytes / self.attacker_bytes if self.attacker_bytes else None
-
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def udp(host: str = "127.0.0.1", buffer: int = 8 << 20) -> socket.socket:
@@ -83,14 +79,6 @@ def drain(sock: socket.socket, quiet: float = 0.5, only: Optional[int] = None,
             total += len(data)
             last = time.monotonic()
     return total
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 RUNNING: List[subprocess.Popen] = []  # killed on the way out, whatever happened
@@ -136,8 +124,7 @@ class Backbone(Proc):
     """`pelotari backbone` on 127.0.0.1 with JSON stats every 0.2 s."""
 
     def __init__(self, *options: str):
-        self.address = ("127.0.0.1", free_port("127.0.0.1"))
-        super().__init__([*PY, "backbone", "--host", "127.0.0.1", "--port", str(self.address[1]),
+        super().__init__([*PY, "backbone", "--host", "127.0.0.1", "--port", "0",
                           "--first-sequence", str(FIRST), "--json-stats",
                           "--stats-interval", "0.2", *options])
         deadline = time.monotonic() + 10
@@ -145,6 +132,7 @@ class Backbone(Proc):
             time.sleep(0.05)
         if not self.lines:
             raise RuntimeError("the backbone did not start: " + self.stop())
+        self.address = ("127.0.0.1", bound_port(self.p.pid))
 
     def stats(self) -> dict:
         time.sleep(0.45)
@@ -152,12 +140,12 @@ class Backbone(Proc):
 
 
 class Sub(Proc):
-    """`pelotari sub --json` bound to a chosen 127.x address and port."""
+    """`pelotari sub --json` bound to a chosen 127.x address, any port."""
 
     def __init__(self, bb: Backbone, host: str, *options: str):
-        self.address = (host, free_port(host))
         super().__init__([*PY, "sub", "--json", "-b", f"{bb.address[0]}:{bb.address[1]}",
-                          "--bind", f"{host}:{self.address[1]}", *options])
+                          "--bind", f"{host}:0", *options])
+        self.address = (host, bound_port(self.p.pid, host=host))
 
     def messages(self) -> list:
         return [(m["sequence"], m.get("data")) for m in self.lines if "sequence" in m]
