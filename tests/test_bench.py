@@ -6,8 +6,10 @@ import subprocess
 import pytest
 
 from pelotari.harness.results import combine_rounds, table
+from pelotari.harness.runner import BenchRunner, Failed, Measured, Probe, Skipped, Turn
 from pelotari.harness.search import find_lossless_rate
-from pelotari.harness.trial import TrialResult
+from pelotari.harness.systems import Unavailable
+from pelotari.harness.trial import Scenario, TrialResult
 
 from conftest import PELOTARI
 
@@ -235,3 +237,168 @@ def test_soak_samples_the_servers_memory_and_writes_a_record(tmp_path):
 def test_soak_refuses_an_unknown_system_in_one_line():
     res = subprocess.run(PELOTARI + ["soak", "--system", "nope"], capture_output=True, text=True)
     assert res.returncode == 2 and "unknown system 'nope'" in res.stderr
+
+
+class FakeSystem:
+    """A system the runner can start: `why` says why it cannot run (None: it can)."""
+
+    def __init__(self, name, capacity, why=None, fail_on=()):
+        self.name, self.capacity, self.why, self.fail_on = name, capacity, why, set(fail_on)
+        self.sessions = 0
+
+    def check(self):
+        return self.why
+
+    def version(self):
+        return f"{self.name} 1.0"
+
+
+class FakeSession:
+    """A system on a scenario as a model; each trial costs a second of the fake clock."""
+
+    def __init__(self, system, scenario, clock, log):
+        system.sessions += 1
+        if system.sessions in system.fail_on:
+            raise Unavailable(f"{system.name} exited during the run")
+        self.trial_model = model(system.capacity, subscribers=scenario.subscribers)
+        self.clock, self.log = clock, log
+        log.append((system.name, scenario.name))
+
+    def trial(self, rate, duration):
+        self.clock.now += duration
+        return self.trial_model(rate)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_runner(tmp_path, systems, rounds=1, subscribers=(1,)):
+    clock, log = FakeClock(), []
+    runner = BenchRunner({s.name: s for s in systems}, [s.name for s in systems],
+                         [Scenario(16, n) for n in subscribers], 1.0, tmp_path / "r.jsonl",
+                         repeats=1, rounds=rounds, precision=0.05, env={"commit": "x"},
+                         placement="here",
+                         session=lambda system, scenario: FakeSession(system, scenario, clock, log),
+                         clock=clock)
+    return runner, log
+
+
+def test_the_runner_takes_systems_in_turn_and_keeps_each_ones_median_round(tmp_path):
+    fast, slow = FakeSystem("fast", 200_000), FakeSystem("slow", 50_000)
+    runner, log = fake_runner(tmp_path, [fast, slow], rounds=3, subscribers=(1, 4))
+    events = []
+    done = runner.run(events.append)
+    assert log == [("fast", "S=16 N=1 P=1"), ("slow", "S=16 N=1 P=1")] * 3 + [
+        ("fast", "S=16 N=4 P=1"), ("slow", "S=16 N=4 P=1")] * 3
+    measured = [e for e in events if isinstance(e, Measured)]
+    assert [(e.turn.number, e.turn.total, e.turn.system, e.turn.round) for e in measured[:3]] == [
+        (1, 12, "fast", 0), (2, 12, "slow", 0), (3, 12, "fast", 1)]
+    assert all(isinstance(e.turn, Turn) for e in events if isinstance(e, Probe))
+    assert done.runnable == ["fast", "slow"] and len(done.records) == 4
+    assert [(r["system"], r["scenario"], r["rounds_run"]) for r in done.records] == [
+        ("fast", "S=16 N=1 P=1", 3), ("slow", "S=16 N=1 P=1", 3),
+        ("fast", "S=16 N=4 P=1", 3), ("slow", "S=16 N=4 P=1", 3)]
+    assert 200_000 / 1.05 <= done.records[0]["lossless_rate"] <= 200_000
+    assert done.records[3]["delivered_rate"] == pytest.approx(4 * done.records[3]["lossless_rate"])
+    written = [json.loads(line) for line in open(tmp_path / "r.jsonl")]
+    assert written == done.records
+    assert done.elapsed == sum(1 for e in events if isinstance(e, Probe))  # a second per trial
+
+
+def test_the_runner_reports_the_eta_from_the_pace_so_far(tmp_path):
+    runner, _ = fake_runner(tmp_path, [FakeSystem("a", 100_000), FakeSystem("b", 100_000)])
+    events = []
+    runner.run(events.append)
+    turns_ = [e.turn for e in events if isinstance(e, Measured)]
+    first_turn = sum(1 for e in events if isinstance(e, Probe) and e.turn.number == 1)
+    assert turns_[0].eta is None and turns_[0].done == 0
+    assert turns_[1].eta == pytest.approx(first_turn * 1.0) and turns_[1].done == 0.5
+
+
+def test_the_runner_skips_a_system_that_cannot_run_or_stops_running(tmp_path):
+    gone = FakeSystem("gone", 1, why="not installed")
+    flaky = FakeSystem("flaky", 100_000, fail_on={1})  # its first session dies, its second runs
+    runner, log = fake_runner(tmp_path, [gone, flaky], rounds=2)
+    events = []
+    done = runner.run(events.append)
+    assert events[0] == Skipped("gone", "not installed")
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert [(e.turn.system, e.turn.round, e.reason) for e in failed] == [
+        ("flaky", 0, "flaky exited during the run")]
+    assert done.runnable == ["flaky"] and log == [("flaky", "S=16 N=1 P=1")]
+    skipped, ran = done.records
+    assert skipped == {"kind": "bench-skipped", "system": "gone", "reason": "not installed",
+                       "env": {"commit": "x"}}
+    assert ran["kind"] == "bench" and ran["rounds_run"] == 2 and len(ran["rounds"]) == 1
+    assert ran["system_version"] == "flaky 1.0" and ran["placement"] == "here"
+
+
+def test_the_soak_sampler_samples_every_interval_until_stopped():
+    from pelotari.harness.soak import MemoryTrend, sample_memory
+
+    clock, memory, seen, waits = FakeClock(), MemoryTrend(), [], []
+    readings = iter([1000, 1100, 1200, 1300])
+
+    def stop(interval):  # as Event.wait: waits `interval`, true once the trial is over
+        waits.append(interval)
+        clock.now += interval
+        return len(waits) == 3
+
+    sample_memory(memory, lambda: next(readings), interval=5.0, stop=stop, clock=clock,
+                  started=clock.now - 1.0, on_sample=lambda t, m: seen.append((t, len(m.samples))))
+    assert memory.samples == [(1.0, 1000), (6.0, 1100), (11.0, 1200)]
+    assert seen == [(1.0, 1), (6.0, 2), (11.0, 3)] and waits == [5.0] * 3
+
+    def gone():
+        raise ProcessLookupError("no such process")
+
+    quiet = MemoryTrend()
+    sample_memory(quiet, gone, interval=5.0, stop=stop, clock=clock, started=0.0)
+    assert quiet.samples == []  # the server exited: the sampler ends, the trial reports it
+
+
+def test_a_soak_samples_while_the_trial_runs_and_once_after():
+    import threading
+
+    from pelotari.harness.soak import soak
+
+    three = threading.Event()
+    kib = iter(range(5000, 6000, 100))
+
+    class Session:
+        def trial(self, rate, duration):
+            assert three.wait(10)  # the sampler runs beside the trial
+            return model(100_000)(rate)
+
+    done = soak(Session(), 2000.0, 60.0, interval=0.001, tolerance_kib=512, read_kib=lambda: next(kib),
+                on_sample=lambda t, m: len(m.samples) >= 3 and three.set())
+    assert [k for _, k in done.memory.samples] == list(range(5000, 5000 + 100 * len(done.memory.samples),
+                                                             100))
+    assert len(done.memory.samples) >= 4 and done.trial.offered_rate == 2000.0
+    assert done.passed == (done.flat and done.trial.loss < 0.001) and done.tolerance_kib == 512
+    rec = done.record("pelotari", Scenario(16, 2), 1.0, 0.8, "here", {})
+    assert rec["kind"] == "soak" and rec["rate"] == 2000.0 and rec["minutes"] == 1.0
+    assert rec["memory_samples"] == done.memory.samples and rec["flat"] == done.flat
+
+
+def test_memory_slope_is_the_least_squares_fit():
+    from pelotari.harness.soak import MemoryTrend
+
+    trend = MemoryTrend()
+    for t, k in ((0, 0), (10, 100), (20, 100), (30, 400), (40, 300)):
+        trend.add(float(t), 10_000 + k)
+    # Steady samples are t >= 4 s: least squares over (10,100),(20,100),(30,400),(40,300).
+    assert trend.slope_kib_per_min() == pytest.approx(60 * 9.0)
+    one_instant = MemoryTrend([(0.0, 5), (0.0, 9)])
+    assert one_instant.slope_kib_per_min() == 0.0

@@ -2,7 +2,6 @@
 import datetime
 import pathlib
 import sys
-import time
 
 import click
 
@@ -58,9 +57,9 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     and each one's median round is reported (every round's rates are kept in its record).
     """
     from pelotari.harness import results
-    from pelotari.harness.search import find_lossless_rate
-    from pelotari.harness.systems import SYSTEMS, Unavailable
-    from pelotari.harness.trial import Scenario, Session, placement
+    from pelotari.harness.runner import BenchRunner, Failed, Measured, Probe, Skipped
+    from pelotari.harness.systems import SYSTEMS
+    from pelotari.harness.trial import Scenario, placement
 
     if list_systems:
         for name, system in SYSTEMS.items():
@@ -77,61 +76,46 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
         raise click.BadParameter("payloads must be at least 16 bytes", param_hint="--payloads")
     output = output or pathlib.Path("results") / (
         "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + ".jsonl")
-    env = results.environment()
     where = placement()[2]
     click.echo(f"pelotari bench: {', '.join(names)}; S={payloads} N={subscribers} P={publishers}; "
                f"{duration:g}s trials; {where}", err=True)
-    records, runnable = [], []
-    for name in names:
-        why = SYSTEMS[name].check()
-        if why:
-            click.secho(f"skipping {name}: {why}", fg="yellow", err=True)
-            records.append(results.skipped(name, why, env))
-            results.write(output, records[-1:])
-        else:
-            runnable.append(name)
-    versions = {name: SYSTEMS[name].version() for name in runnable}
-    scenarios = [Scenario(s, n, publishers) for s in payloads for n in subscribers]
-    total = len(scenarios) * len(runnable) * rounds
-    started = time.monotonic()
-    done = 0
-    for scenario in scenarios:
-        per_round = {name: [] for name in runnable}
-        for name, rnd in [(n, r) for r in range(rounds) for n in runnable]:
-            done += 1
-            spent = time.monotonic() - started
-            eta = f" ETA {_clock(spent / (done - 1) * (total - done + 1))}" if done > 1 else ""
-            filled = round(20 * (done - 1) / total)
-            label = (f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total}{eta} {name:<13} "
-                     f"{scenario.name}" + (f" round {rnd + 1}/{rounds}" if rounds > 1 else ""))
+    runner = BenchRunner(SYSTEMS, names, [Scenario(s, n, publishers) for s in payloads
+                                          for n in subscribers],
+                         duration, output, repeats=repeats, rounds=rounds, precision=precision,
+                         env=results.environment(), placement=where)
 
-            def progress(what, r, label=label):
-                click.echo(f"\r{label}  {what:<14} offered {_r(r.offered_rate):>7}/s  "
-                           f"delivered {_r(r.delivered_rate):>7}/s  loss {r.loss:7.3%}"
-                           f"{'  client-bound' if r.client_bound else ''}\033[K", nl=False, err=True)
+    def show(event):
+        if isinstance(event, Skipped):
+            click.secho(f"skipping {event.system}: {event.reason}", fg="yellow", err=True)
+        elif isinstance(event, Probe):
+            r = event.result
+            click.echo(f"\r{_label(event.turn)}  {event.what:<14} offered {_r(r.offered_rate):>7}/s  "
+                       f"delivered {_r(r.delivered_rate):>7}/s  loss {r.loss:7.3%}"
+                       f"{'  client-bound' if r.client_bound else ''}\033[K", nl=False, err=True)
+        elif isinstance(event, Failed):
+            click.secho(f"\n{_label(event.turn)}: {event.reason}", fg="red", err=True)
+        elif isinstance(event, Measured):
+            rec = event.record
+            click.echo(f"\r{_label(event.turn)}  lossless {_r(rec['lossless_rate'])}/s in, "
+                       f"{_r(rec['delivered_rate'])}/s delivered, p99 "
+                       f"{rec['latency_p99_us']:.0f} µs at 50%, server "
+                       f"{rec['server_cpu_us_per_msg']:.2f} µs CPU/msg\033[K", err=True)
 
-            try:
-                with Session(SYSTEMS[name], scenario) as session:
-                    found = find_lossless_rate(lambda rate: session.trial(rate, duration),
-                                               repeats=repeats, precision=precision,
-                                               progress=progress)
-                rec = results.record(name, scenario, found, env, where, duration, versions[name])
-            except Unavailable as exc:
-                click.secho(f"\n{label}: {exc}", fg="red", err=True)
-                rec = results.skipped(name, str(exc), env)
-            per_round[name].append(rec)
-            if rnd == rounds - 1:
-                records.append(results.combine_rounds(per_round[name]))
-                results.write(output, records[-1:])
-            if rec["kind"] == "bench":
-                click.echo(f"\r{label}  lossless {_r(rec['lossless_rate'])}/s in, "
-                           f"{_r(rec['delivered_rate'])}/s delivered, p99 "
-                           f"{rec['latency_p99_us']:.0f} µs at 50%, server "
-                           f"{rec['server_cpu_us_per_msg']:.2f} µs CPU/msg\033[K", err=True)
-    elapsed = time.monotonic() - started
-    click.echo(f"\n{results.table(records, runnable)}\n")
+    done = runner.run(show)
+    click.echo(f"\n{results.table(done.records, done.runnable)}\n")
     click.echo(f"{where}; {duration:g}s trials; loss < 0.1 %; results in {output} "
-               f"({elapsed:.0f}s)", err=True)
+               f"({done.elapsed:.0f}s)", err=True)
+
+
+def _label(turn) -> str:
+    """The progress line's head: a bar of the turns done, ETA, system, scenario and round.
+    Our own bar, not click.progressbar: it shares its line with the search's probes (redrawn
+    after a carriage return) and must show in logs, where click's shows only its label (no tty)."""
+    filled = round(20 * (turn.number - 1) / turn.total)
+    eta = f" ETA {_clock(turn.eta)}" if turn.eta is not None else ""
+    return (f"[{'#' * filled}{'.' * (20 - filled)}] {turn.number}/{turn.total}{eta} "
+            f"{turn.system:<13} {turn.scenario.name}"
+            + (f" round {turn.round + 1}/{turn.rounds}" if turn.rounds > 1 else ""))
 
 
 def _clock(seconds: float) -> str:
@@ -173,11 +157,8 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
     when, after the first 10 % of the run, it grows by at most --tolerance KiB and shows no
     steady upward slope. Exit status 1 if it is not flat or the run lost messages.
     """
-    import threading
-
     from pelotari.harness import results
-    from pelotari.harness.search import LOSSLESS, find_lossless_rate
-    from pelotari.harness.soak import MemoryTrend, rss_kib
+    from pelotari.harness.soak import lossless_rate, soak as run_soak
     from pelotari.harness.systems import SYSTEMS, Unavailable
     from pelotari.harness.trial import Scenario, Session, placement
 
@@ -192,56 +173,33 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
     scenario = Scenario(payload, subscribers)
     where = placement()[2]
     duration = minutes * 60.0
+
+    def searching(what, r):
+        click.echo(f"\rsearching the lossless rate: {what:<12} offered "
+                   f"{_r(r.offered_rate):>7}/s  loss {r.loss:7.3%}\033[K", nl=False, err=True)
+
+    def sampled(t, memory):
+        click.echo(f"\r{_clock(t)} / {_clock(duration)}  server RSS "
+                   f"{memory.samples[-1][1] / 1024:.1f} MiB (start "
+                   f"{memory.samples[0][1] / 1024:.1f})\033[K", nl=False, err=True)
+
     try:
         with Session(SYSTEMS[system], scenario) as session:
             if rate is None:
-                def progress(what, r):
-                    click.echo(f"\rsearching the lossless rate: {what:<12} offered "
-                               f"{_r(r.offered_rate):>7}/s  loss {r.loss:7.3%}\033[K", nl=False,
-                               err=True)
-
-                found = find_lossless_rate(lambda x: session.trial(x, 1.0), repeats=1,
-                                           progress=progress)
-                if not found.rate:
+                found = lossless_rate(session, searching)
+                if not found:
                     raise click.ClickException(f"{system} was not lossless at any rate")
-                rate = fraction * found.rate
-                click.echo(f"\rhighest lossless rate {_r(found.rate)}/s; soaking at "
+                rate = fraction * found
+                click.echo(f"\rhighest lossless rate {_r(found)}/s; soaking at "
                            f"{fraction:.0%}: {_r(rate)}/s in, {_r(rate * subscribers)}/s "
                            f"delivered, for {minutes:g} min ({where})\033[K", err=True)
-            memory = MemoryTrend()
-            pid = session.server.proc.pid
-            done = threading.Event()
-            started = time.monotonic()
-
-            def sample():
-                while True:
-                    t = time.monotonic() - started
-                    try:
-                        memory.add(t, rss_kib(pid))
-                    except (OSError, ValueError):
-                        return
-                    click.echo(f"\r{_clock(t)} / {_clock(duration)}  server RSS "
-                               f"{memory.samples[-1][1] / 1024:.1f} MiB (start "
-                               f"{memory.samples[0][1] / 1024:.1f})\033[K", nl=False, err=True)
-                    if done.wait(interval):
-                        return
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-            trial = session.trial(rate, duration)
-            done.set()
-            sampler.join()
-            memory.add(time.monotonic() - started, rss_kib(pid))
+            done = run_soak(session, rate, duration, interval=interval, tolerance_kib=tolerance,
+                            on_sample=sampled)
     except Unavailable as exc:
         raise click.ClickException(str(exc)) from None
-    summary = memory.summary()
-    flat = memory.flat(tolerance)
-    rec = {"kind": "soak", "system": system, "scenario": scenario.name, "payload": payload,
-           "subscribers": subscribers, "rate": rate, "minutes": minutes, "fraction": fraction,
-           "memory": summary, "memory_samples": memory.samples, "flat": flat,
-           "tolerance_kib": tolerance, "trial": trial.as_dict(), "placement": where,
-           "env": results.environment()}
-    results.write(output, [rec])
+    trial, summary = done.trial, done.memory.summary()
+    results.write(output, [done.record(system, scenario, minutes, fraction, where,
+                                       results.environment())])
     click.echo(f"\n{system} {scenario.name}: {_r(trial.ingress_rate)}/s in for {minutes:g} min, "
                f"{trial.unique} of {trial.expected} delivered (loss {trial.loss:.4%}), server "
                f"{trial.server_cpu / max(trial.sent, 1) * 1e6:.2f} µs CPU/msg")
@@ -250,7 +208,7 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
                f"{summary['rss_end_kib'] / 1024:.1f} at the end (max "
                f"{summary['rss_max_kib'] / 1024:.1f}); growth after warm-up "
                f"{summary['growth_after_warmup_kib']:+d} KiB, slope "
-               f"{summary['slope_kib_per_min']:+.1f} KiB/min: {'FLAT' if flat else 'GROWING'}")
+               f"{summary['slope_kib_per_min']:+.1f} KiB/min: {'FLAT' if done.flat else 'GROWING'}")
     click.echo(f"record in {output}", err=True)
-    if not flat or trial.loss >= LOSSLESS:
+    if not done.passed:
         sys.exit(1)
