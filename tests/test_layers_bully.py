@@ -385,10 +385,10 @@ def test_craft_to_a_peer_that_closes_or_is_not_there():
     assert res.returncode == 0 and "closed the connection without an answer" in res.stderr
     assert got[0] == Message(5, Peer("0.0.0.0", 0, 0))
     probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
+    probe.bind(("127.0.0.1", 0))  # bound, never listening: held, so connecting is refused
     closed_port = probe.getsockname()[1]
-    probe.close()  # nothing listens there now
     res = run("craft", "IAmAlive", "--send", f"127.0.0.1:{closed_port}", "--wait", "1")
+    probe.close()
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1] == (
         f"Error: cannot send to 127.0.0.1:{closed_port} over TCP: Connection refused")

@@ -257,11 +257,11 @@ def test_connect_failures_are_clear(kind):
     async def scenario():
         a, = await started(kind, "a", handshake_timeout=0.5)
         dead = socket.socket()
-        dead.bind(("127.0.0.9", 0))
+        dead.bind(("127.0.0.9", 0))  # bound, never listening: held, so connecting is refused
         port = dead.getsockname()[1]
-        dead.close()
         with pytest.raises(OSError, match=f"127.0.0.9:{port}"):
             await a.connect("127.0.0.9", port)
+        dead.close()
         silent = socket.socket()  # accepts (in the backlog), never answers
         silent.bind(("127.0.0.9", 0))
         silent.listen()
