@@ -1,9 +1,6 @@
 """`pelotari bully start|join`: run a node of the bully P2P client (p2p-bully-client.md)."""
 import asyncio
 import datetime
-import json
-import os
-import signal
 import time
 
 import click
@@ -12,7 +9,6 @@ from pelotari.cli import main
 from pelotari.cli.common import AddressType, PelotariGroup, escape_text
 
 PORT = 3333
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service stop, a hangup
 SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
 
 COMMANDS = """\
@@ -187,24 +183,6 @@ def _iso(ms):
         timespec="milliseconds")
 
 
-class _Printer:
-    """Events as human lines or JSON objects, through the non-blocking writer threads."""
-
-    def __init__(self, out, as_json):
-        self.out, self.as_json = out, as_json
-
-    def emit(self, event, human, err=False, force=False, **fields):
-        if self.as_json:
-            # json.dumps escapes every control and non-ASCII character
-            self.out.line(json.dumps({"event": event, "t": time.time(), **fields}), force=force)
-        else:
-            stamp = time.strftime("%H:%M:%S")
-            self.out.line(f"{stamp} {human}", err=err, force=force)
-
-    def error(self, message):
-        self.emit("error", f"error: {message}", err=True, message=message)
-
-
 def _describe(ev, node):
     """(event name, human line, JSON fields) for one core event."""
     from pelotari.bully import core as c
@@ -268,7 +246,7 @@ async def _run(bind, leader, node_id, config, clock_offset, as_json):
     """Run the node until a signal or `quit` (None), or until joining fails (its reason)."""
     from pelotari.cli.service import Output
 
-    out = Output(as_json)
+    out = Output(as_json, time_key="t", label=False)
     try:
         return await _node(bind, leader, node_id, config, clock_offset, as_json, out)
     finally:
@@ -278,21 +256,16 @@ async def _run(bind, leader, node_id, config, clock_offset, as_json):
 async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
     from pelotari.bully import core as c
     from pelotari.bully.node import BindError, Node
-    from pelotari.cli.service import read_commands
+    from pelotari.cli.service import Stopper, read_commands, run_until_stopped
 
-    printer = _Printer(out, as_json)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    why = []
+    emit = out.event
+
+    def error(message):
+        emit("error", f"error: {message}", err=True, message=message)
+
+    stopper = Stopper()  # from here on, each signal stops the node cleanly
     failure = []
     node = None
-
-    def on_signal(name):
-        why.append(name)
-        stop.set()
-
-    for sig in STOP_SIGNALS:  # from here on, each stops the node cleanly
-        loop.add_signal_handler(sig, on_signal, sig.name)
 
     early = []  # events before the "listening" line (a founding leader's NewLeader)
 
@@ -302,31 +275,31 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
             return
         if isinstance(ev, c.JoinFailed):
             if as_json:  # the reason is also the one line on stderr
-                printer.emit("join_failed", "", reason=ev.reason)
+                emit("join_failed", "", reason=ev.reason)
             failure.append(f"cannot join: {ev.reason}")
-            stop.set()
+            stopper.stop("join_failed")
             return
         name, human, fields = _describe(ev, node)
-        printer.emit(name, human, **fields)
+        emit(name, human, **fields)
 
     node = Node(bind[0], bind[1], leader=leader, node_id=node_id, config=config,
                 clock_offset=clock_offset, on_event=on_event)
     try:
         await node.open()
-    except BindError as exc:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-        return str(exc)
+    except BaseException as exc:
+        stopper.close()
+        if isinstance(exc, BindError):
+            return str(exc)
+        raise
     host, port = node.address
     if leader is None:
         human = f"listening on {host}:{port} as the leader, ID {node.core.id}"
     else:
         human = f"listening on {host}:{port}; joining the leader at {leader[0]}:{leader[1]}"
-    printer.emit("listening", human, force=True, host=host, port=port,
+    emit("listening", human, force=True, host=host, port=port,
                  id=node.core.id or None,
                  leader=None if leader is None else {"host": leader[0], "port": leader[1]})
-    if not as_json and os.isatty(0):
-        out.line("type `help` for the commands", err=True)
+    out.hint("type `help` for the commands")
     held, early = early, None
     for ev in held:
         on_event(ev)
@@ -340,13 +313,13 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
                 me = f"ID {f['id']}" if f["id"] else "not joined yet"
                 lead = "this node" if f["is_leader"] else (
                     _name(node.core.leader) if node.core.leader else "none")
-                printer.emit("peers", f"{me}; leader: {lead}; neighbours: "
+                emit("peers", f"{me}; leader: {lead}; neighbours: "
                              f"{_names(node.core.peers())}; known "
                              f"({len(f['known'])}): {_names(node.core.known().values())}", **f)
             elif name == "search" and len(words) == 2:
                 sid = node.search(_id(words[1]))
                 if sid is None:
-                    printer.error("too many searches under way; try again")
+                    error("too many searches under way; try again")
             elif name == "text" and len(words) == 3:
                 node.text(_id(words[1]), words[2].encode())
             elif name == "elect" and len(words) == 1:
@@ -359,57 +332,46 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
                 node.start_sync()
             elif name == "time" and len(words) == 1:
                 ms, offset = node.time_ms(), node.clock_offset()
-                printer.emit("time", f"time {_iso(ms)} (offset {offset:+.6f} s from the system "
+                emit("time", f"time {_iso(ms)} (offset {offset:+.6f} s from the system "
                              "clock)", time=_iso(ms), ms=ms, offset=offset,
                              target=node.core.clock.target)
             elif name == "stats" and len(words) == 1:
                 stats = dict(sorted(node.all_stats().items()))
                 sent = dict(sorted(node.core.sent.items()))
                 text = " ".join(f"{k}={v}" for k, v in stats.items())
-                printer.emit("stats", f"stats: connections={node.connections} {text}; sent: " +
+                emit("stats", f"stats: connections={node.connections} {text}; sent: " +
                              " ".join(f"{k}={v}" for k, v in sent.items()),
                              connections=node.connections, stats=stats, sent=sent,
                              output_dropped=out.dropped)
             elif name == "help":
                 if as_json:
-                    printer.emit("help", "", commands=COMMANDS.splitlines())
+                    emit("help", "", commands=COMMANDS.splitlines())
                 else:
                     for line in COMMANDS.splitlines():
                         out.line(line)
             elif name == "quit" and len(words) == 1:
-                why.append("quit")
-                stop.set()
+                stopper.stop("quit")
             elif name in ("search", "text", "elect", "sync", "time", "stats", "quit"):
                 usage = {"search": "search ID", "text": "text ID MESSAGE"}.get(name, name)
-                printer.error(f"usage: {usage}")
+                error(f"usage: {usage}")
             else:
-                printer.error(f"unknown command {words[0]!r}; {HELP_LINE}")
+                error(f"unknown command {words[0]!r}; {HELP_LINE}")
         except ValueError as exc:  # NotLeader, NotJoined, a bad ID, our own ID, too long
-            printer.error(str(exc))
+            error(str(exc))
 
-    def on_eof():
-        if not as_json and os.isatty(0):
-            out.line("end of input: the node keeps running until Ctrl-C or SIGTERM", err=True)
-
-    task = asyncio.ensure_future(read_commands(
-        lambda text: command(text.lstrip()) if text.strip() else None, printer.error, on_eof))
     try:
-        await stop.wait()
+        await run_until_stopped(stopper, [read_commands(
+            lambda text: command(text.lstrip()) if text.strip() else None, error,
+            out.end_of_input)])
     finally:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-        task.cancel()
-        result, = await asyncio.gather(task, return_exceptions=True)
         await node.close()
-    if isinstance(result, Exception):  # a bug in the command handler must not pass silently
-        raise result
     if failure:
         return failure[0]
     dropped = out.dropped
-    printer.emit("stopped", f"stopped by {why[0] if why else 'request'}" +
-                 (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
-                 signal=why[0] if why else None, stats=dict(sorted(node.all_stats().items())),
-                 output_dropped=dropped)
+    emit("stopped", f"stopped by {stopper.why or 'request'}" +
+         (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
+         signal=stopper.why, stats=dict(sorted(node.all_stats().items())),
+         output_dropped=dropped)
     return None
 
 

@@ -139,22 +139,13 @@ def node(name, listen, connect, transport, as_json):
 
 
 async def _run(name, listen, targets, transport, as_json):
-    import asyncio
-    import os
-    import signal
-
     from pelotari.cli.common import escape_text
-    from pelotari.cli.service import Output, read_commands
+    from pelotari.cli.service import Output, Stopper, read_commands, run_until_stopped
     from pelotari.potato import core as c
     from pelotari.potato.node import Node
 
     out = Output(as_json)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    why = []
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    for sig in sigs:
-        loop.add_signal_handler(sig, lambda s=sig: (why.append(s.name), stop.set()))
+    stopper = Stopper()  # from here on, each signal stops the client cleanly
 
     def emit(event, text, **fields):
         out.event(event, escape_text(text), **fields)  # names and bodies are anybody's
@@ -235,8 +226,7 @@ async def _run(name, listen, targets, transport, as_json):
                 for line in COMMANDS.splitlines():
                     out.line(line)
             elif cmd == "quit" and len(words) == 1:
-                why.append("quit")
-                stop.set()
+                stopper.stop("quit")
             else:
                 emit("error", f"unknown command or usage {words[0]!r}; {HELP_LINE}",
                      message="unknown command")
@@ -248,20 +238,12 @@ async def _run(name, listen, targets, transport, as_json):
                 except ValueError as exc:
                     emit("error", str(exc), message=str(exc))
 
-        def on_eof():
-            if not as_json and os.isatty(0):
-                out.line("end of input: the client keeps running until Ctrl-C", err=True)
-
-        task = asyncio.ensure_future(read_commands(
-            on_line, lambda text: emit("error", text, message=text), on_eof))
-        await stop.wait()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        emit("stopped", f"stopped by {why[0] if why else 'request'}",
-             signal=why[0] if why else None)
+        await run_until_stopped(stopper, [read_commands(
+            on_line, lambda text: emit("error", text, message=text),
+            lambda: out.end_of_input("client"))])
+        emit("stopped", f"stopped by {stopper.why or 'request'}", signal=stopper.why)
     finally:
-        for sig in sigs:
-            loop.remove_signal_handler(sig)
+        stopper.close()
         await node.close()
         out.close()
 

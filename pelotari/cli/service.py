@@ -120,9 +120,10 @@ class Output:
                             "reader is gone): lines are dropped and counted (output_dropped in "
                             "the stopped event)\n".encode())
 
-    def event(self, event, text=None, err=False, force=False, **fields):
+    def event(self, event, text=None, /, err=False, force=False, **fields):
         """One event: a JSON line on stdout (json.dumps escapes every control and non-ASCII
-        character), or a text line (`text`, else the fields' values; on stderr when err)."""
+        character), or a text line (`text`, else the fields' values; on stderr when err). A
+        field may be named `text` or `event` too (positional-only parameters)."""
         if self.as_json:
             self.line(json.dumps({self.time_key: time.time(), "event": event, **fields}),
                       force=force)
@@ -131,10 +132,14 @@ class Output:
             label = f" {event:<7}" if self.label else ""
             self.line(f"{time.strftime('%H:%M:%S')}{label} {text}", err, force)
 
+    def hint(self, text):
+        """A line on stderr for a person at a terminal (stdin a terminal, text mode only)."""
+        if not self.as_json and os.isatty(0):
+            self.line(text, err=True)
+
     def end_of_input(self, what="node"):
         """On a terminal, say that the end of stdin does not stop the command."""
-        if not self.as_json and os.isatty(0):
-            self.line(f"end of input: the {what} keeps running until Ctrl-C or SIGTERM", err=True)
+        self.hint(f"end of input: the {what} keeps running until Ctrl-C or SIGTERM")
 
     def close(self, timeout=DRAIN_TIMEOUT) -> None:
         """Give a slow reader up to `timeout` seconds for what is queued; then leave it (the

@@ -415,8 +415,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
     emit("listening", f"listening on {me}; key {fingerprint} from {key_source} "
          f"({len(keyring.keys)} installed)", force=True, host=node.address[0],
          port=node.address[1], key=fingerprint, keys=len(keyring.keys), key_source=key_source)
-    if not as_json and os.isatty(0):
-        out.line("type `help` for the commands", err=True)
+    out.hint("type `help` for the commands")
     for b in boots:
         try:
             node.connect(b)
