@@ -1,15 +1,20 @@
 """The backbone's sans-IO core, in memory with a fake clock (integer nanoseconds): every rule,
-limit and drop reason without a socket or a sleep. (B1)..(B5) are the seed's RULES (BACKBONE).
-The adapter over real sockets is tested in test_backbone.py."""
+limit and drop reason without a socket or a sleep, on the compiled core and its pure-Python
+twin, and the two fed the same traffic must send the same bytes and count alike. (B1)..(B5)
+are the seed's RULES (BACKBONE). The socket loops are tested in test_backbone.py."""
 import pytest
 
 from fastpath import refcodec as wire
 from fastpath.packets import (MAX_DATA, MAX_SEQUENCE, NOJOURNAL, NOSUBSCRIBE, PACKED, Deliver,
                               Forward, KeepaliveAck, packed_flags)
 
-from fastpath.backbone import BackboneCore
+from fastpath.implementation import compiled
+from pelotari.fyrehose import backbone_core
 
-CORES = {"cython": BackboneCore}
+COMPILED = compiled("backbone")
+CORES = {"python": backbone_core.BackboneCore}
+if COMPILED is not None:
+    CORES["cython"] = COMPILED.BackboneCore
 S = 1_000_000_000  # one second of the core's clock
 TOKEN = b"T" * 16
 PUB = ("127.0.0.9", 9)
@@ -319,10 +324,11 @@ def test_a_pack_from_a_client_that_did_not_announce_packed_is_dropped_whole(make
     assert core.stats(0)["drops"]["pack_not_signed_on"] == 1
 
 
+@pytest.mark.skipif(COMPILED is None, reason="the compiled core's hash index (the twin's is a dict)")
 def test_many_hosts_on_one_port_spread_over_the_index():
     # Review of issue 11: hosts sharing a port shared one probe chain with a multiplicative
-    # hash (the index of the compiled core; the pure core uses a dict).
-    core = BackboneCore(max_subscribers=4096, max_per_address=0, window=60, keep_sends=False)
+    # hash.
+    core = COMPILED.BackboneCore(max_subscribers=4096, max_per_address=0, window=60, keep_sends=False)
     ka = wire.encode_keepalive("", 0, NOSUBSCRIBE, TOKEN)
     hosts = [("10.%d.%d.%d" % (k >> 16, (k >> 8) & 255, k & 255), 5000) for k in range(1, 4097)]
     core.receive_datagrams([(ka, h) for h in hosts], 0)
@@ -339,3 +345,63 @@ def test_limits_are_validated_at_and_past(make_core):
         with pytest.raises(ValueError):
             make_core(**bad)
     assert KeepaliveAck(TOKEN) == wire.decode(sign_on(make_core(), host(2))[0][0])
+
+
+def traffic(rng, sources, steps):
+    """Seeded random traffic: [(now, [(datagram, source), ...])], a handle_timer() when the
+    batch is None. Every kind of datagram, valid or not, from a few hosts and ports."""
+    now, out = 0, []
+    for _ in range(steps):
+        now += rng.choice((0, 1, 1_000_000, 50_000_000, 400_000_000))
+        if rng.random() < 0.1:
+            out.append((now, None))
+            continue
+        batch = []
+        for _ in range(rng.randint(1, 80)):
+            src = rng.choice(sources)
+            kind = rng.random()
+            if kind < 0.25:
+                flags = rng.choice((0, NOSUBSCRIBE, NOJOURNAL, NOJOURNAL | NOSUBSCRIBE, PACKED,
+                                    PACKED | rng.choice((1, 200, 1472, 65507)) << 16))
+                addr, port = rng.choice((("", 0), ("", 0), src, ("127.0.0.77", 7)))
+                batch.append((wire.encode_keepalive(addr, port, flags, rng.randbytes(16)), src))
+            elif kind < 0.6:
+                batch.append((wire.encode_push(b"p" * rng.choice((0, 1, 16, 16, 100, 1500))), src))
+            elif kind < 0.7:
+                sizes = [rng.choice((0, 16, 16, 300)) for _ in range(rng.randint(2, 40))]
+                batch.append((b"".join(wire.encode_push(b"q" * n) for n in sizes), src))
+            elif kind < 0.85:
+                lo = rng.randint(0, 1000)
+                batch.append((wire.encode_request("", 0, lo, lo + rng.choice((0, 5, 40, 99))), src))
+            else:
+                batch.append((rng.choice([d for d, _ in CORPUS]), src))
+        out.append((now, batch))
+    return out
+
+
+@pytest.mark.skipif(COMPILED is None, reason="compares the compiled core with its twin")
+@pytest.mark.parametrize("seed", range(6))
+def test_the_twin_sends_what_the_compiled_core_sends_byte_for_byte(seed):
+    import random
+
+    rng = random.Random(seed)
+    options = dict(first_sequence=MAX_SEQUENCE - 500, seed=seed + 1, window=1.0,
+                   max_subscribers=rng.choice((4, 12, 64)), max_per_address=rng.choice((0, 3)),
+                   repair_rate=50.0, repair_burst=120.0, max_request_range=64,
+                   batch=rng.choice((1, 7, 64)), gso=seed % 2 == 0, max_pack=4000,
+                   max_pack_frames=30, allow_foreign_addresses=seed % 3 == 0)
+    cores = [COMPILED.BackboneCore(**options), backbone_core.BackboneCore(**options)]
+    sources = [("127.0.0.%d" % h, 4000 + p) for h in (1, 2, 3, 4) for p in range(5)]
+    for now, batch in traffic(rng, sources, 120):
+        for core in cores:
+            if batch is None:
+                core.handle_timer(now)
+            else:
+                core.receive_datagrams(batch, now)
+        compiled_sends, twin_sends = (core.datagrams_to_send() for core in cores)
+        assert twin_sends == compiled_sends, now
+        assert cores[1].get_timer() == cores[0].get_timer()
+        assert cores[1].stats(now) == cores[0].stats(now)
+        assert cores[1].subscribers(now) == cores[0].subscribers(now)
+    st = cores[0].stats(now)
+    assert st["pushes"] and st["forwards"] and st["keepalives"] and sum(st["drops"].values())

@@ -5,7 +5,7 @@ import socket
 import pytest
 
 from fastpath import refcodec as wire
-from fastpath.backbone import gso_supported
+from pelotari.fyrehose.backbone_core import gso_supported
 from fastpath.batchio import SendBatch
 
 pytestmark = pytest.mark.skipif(not gso_supported(), reason="this kernel has no UDP_SEGMENT")

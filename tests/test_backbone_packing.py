@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from fastpath import refcodec as wire
-from fastpath.backbone import gso_supported
+from pelotari.fyrehose.backbone_core import gso_supported
 from fastpath.batchio import SendBatch
 from fastpath.packets import NOSUBSCRIBE, PACKED, Deliver, packed_flags
 

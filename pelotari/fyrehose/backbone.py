@@ -1,4 +1,6 @@
-"""The fyrehose backbone server: a thin wrapper over fastpath's nogil loop."""
+"""The fyrehose backbone server: runs a backbone socket loop (around its sans-IO core) on a
+thread: fastpath.backbone's nogil loop, or under PELOTARI_PURE_PYTHON=1 (or unbuilt) the
+pure-Python one in pelotari.fyrehose.backbone_core."""
 import signal
 import socket
 import threading
@@ -6,9 +8,16 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from fastpath.backbone import BackboneLoop
+from fastpath.implementation import compiled
 from pelotari.fyrehose.batchio import set_buffers
 from fastpath.packets import DEFAULT_PORT, MAX_DATA, MAX_DATAGRAM
+
+if compiled("backbone") is None:
+    from pelotari.fyrehose.backbone_core import BackboneLoop
+    IMPLEMENTATION = "python"
+else:
+    from fastpath.backbone import BackboneLoop
+    IMPLEMENTATION = "cython"
 
 
 @dataclass(frozen=True)
