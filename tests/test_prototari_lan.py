@@ -151,15 +151,15 @@ def test_lan_demo_narrates_discovery_message_death_and_return(lan):
 
 def _processes_with(marker):
     """Pids of live processes whose environment holds marker."""
-    import os
+    import psutil
 
+    name, value = marker.split("=")
     found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for p in psutil.process_iter():
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
+            if p.environ().get(name) == value:
+                found.append(p.pid)
+        except psutil.Error:
             continue
     return found
 
