@@ -1,8 +1,10 @@
+cimport cython
 from libc.stdint cimport uint8_t, uint64_t
 from posix.uio cimport iovec
 from fastpath.csocket cimport mmsghdr, sockaddr_in, MSG_TRUNC
 
 
+@cython.final
 cdef class RecvBatch:
     """Preallocated slots for recvmmsg: one buffer, iovec and source address per datagram."""
     cdef readonly int capacity
@@ -26,6 +28,7 @@ cdef class RecvBatch:
     cdef Py_ssize_t segment_size(self, int i) noexcept nogil
 
 
+@cython.final
 cdef class SendBatch:
     """A queue of datagrams described by pointers (nothing copied) flushed with sendmmsg.
 

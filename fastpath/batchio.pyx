@@ -1,5 +1,6 @@
 # cython: language_level=3
 """recvmmsg/sendmmsg batching; fan-out sends header and payload as separate iovecs."""
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
@@ -23,6 +24,7 @@ cdef int SEND_BLOCKED_WAIT_MS = 50  # default: how long a full socket buffer may
 cdef Py_ssize_t CONTROL_SPACE = 64  # per slot: room for a UDP_GRO cmsg (an int) and more
 
 
+@cython.final
 cdef class RecvBatch:
     def __cinit__(self, int capacity=64, Py_ssize_t slot_size=65536, bint control=False):
         cdef Py_ssize_t i
@@ -149,6 +151,7 @@ cdef int _fill_addr(sockaddr_in* sa, addr) except -1:
     return 0
 
 
+@cython.final
 cdef class SendBatch:
     def __cinit__(self, int capacity=1024, int max_wait_ms=SEND_BLOCKED_WAIT_MS):
         if capacity < 1 or capacity > 1024:  # UIO_MAXIOV caps one sendmmsg at 1024

@@ -1,5 +1,7 @@
+cimport cython
 from libc.stdint cimport uint64_t, int64_t
 
+@cython.final
 cdef class Journal:
     cdef readonly Py_ssize_t capacity
     cdef uint64_t* seqs      # seq + 1 per slot; 0 = empty
@@ -9,6 +11,7 @@ cdef class Journal:
     cpdef object get(self, uint64_t seq)
 
 
+@cython.final
 cdef class Gap:
     cdef readonly int64_t first
     cdef readonly int64_t last
@@ -17,6 +20,7 @@ cdef class Gap:
     cdef readonly bint lost
 
 
+@cython.final
 cdef class GapTracker:
     cdef readonly bint started
     cdef int64_t next_pos          # next position to release (unwrapped 48-bit sequence)

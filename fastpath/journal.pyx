@@ -3,6 +3,7 @@
 
 Client rules of the seed are cited as (C1)..(C6).
 """
+cimport cython
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.stdint cimport uint64_t, int64_t
 
@@ -22,6 +23,7 @@ DUPLICATE = 1
 RESYNCED = 2
 
 
+@cython.final
 cdef class Journal:
     """Ring buffer of the most recent DELIVERs, indexed by SEQUENCE (C4)."""
 
@@ -69,6 +71,7 @@ cdef class Journal:
         return out
 
 
+@cython.final
 cdef class Gap:
     """A run of missing positions and its repair state."""
 
@@ -81,6 +84,7 @@ cdef class Gap:
         return f"Gap({self.first}..{self.last}, attempts={self.attempts}, lost={self.lost})"
 
 
+@cython.final
 cdef class GapTracker:
     """Orders DELIVERs by SEQUENCE, drops duplicates (C3), and schedules REQUESTs for gaps (C2).
 

@@ -1,3 +1,4 @@
+cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint64_t
 
 cdef extern from "include/loadstats.h" nogil:
@@ -35,9 +36,11 @@ cdef extern from "include/loadstats.h" nogil:
     int ls_counter_record(ls_counter* c, const uint8_t* payload, size_t length, uint64_t now_ns)
 
 
+@cython.final
 cdef class LatencyHistogram:
     cdef ls_histogram h
 
 
+@cython.final
 cdef class StreamCounter:
     cdef ls_counter* c

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """The bench's load generator: paced sendmmsg publishers and recvmmsg subscribers for fyrehose,
 with per-publisher stream counting and a latency histogram kept in C (include/loadstats.h)."""
+cimport cython
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
 from libc.stdint cimport uint8_t, uint16_t, uint64_t, int64_t
 from libc.string cimport memset
@@ -11,12 +12,14 @@ from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, poll, pollfd, POL
                                htons, htonl, errno, EINTR)
 from fastpath.wire cimport get_u16, put_u16
 from fastpath.batchio cimport RecvBatch
+from fastpath.codec cimport (T_DELIVER, T_PUSH, T_KEEPALIVE_ACK, HEADER_SIZE, MAX_DATA,
+                             MAX_DATAGRAM, OFF_LENGTH, OFF_KEEPALIVE_TOKEN, TOKEN_SIZE)
 
 import socket
 
 from fastpath.batchio import enable_gro, set_buffers
 from fastpath.codec import encode_keepalive
-from fastpath.packets import packed_flags
+from fastpath.packets import NOJOURNAL, NOSUBSCRIBE, packed_flags
 
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t sendto(int fd, const void* buf, size_t n, int flags, const void* addr, unsigned int addrlen)
@@ -26,8 +29,10 @@ MAX_PUBLISHERS = LS_MAX_PUBLISHERS
 DEFAULT_BATCH = 64
 cdef int RECV_BATCH = 64
 cdef int RECV_SLOT = 65536
+cdef bytes _ACK = bytes([T_KEEPALIVE_ACK])  # a KEEPALIVE-ACK's first byte
 
 
+@cython.final
 cdef class LatencyHistogram:
     """Log-linear histogram of nanosecond values (16 sub-buckets per power of two)."""
 
@@ -66,6 +71,7 @@ cdef class LatencyHistogram:
                 "p90_ns": self.quantile(0.9), "p99_ns": self.quantile(0.99), "max_ns": self.max}
 
 
+@cython.final
 cdef class StreamCounter:
     """Per-publisher accounting of received payloads: unique, duplicates, reordered, latency."""
 
@@ -144,6 +150,27 @@ def _udp_socket(int buffer):
     return sock
 
 
+@cython.final
+cdef class _SendArena:
+    """The publisher's datagrams, iovecs and message headers; freed with the object, so an
+    allocation that fails (or any later error) leaks nothing."""
+    cdef uint8_t* arena
+    cdef mmsghdr* msgs
+    cdef iovec* iovs
+
+    def __cinit__(self, size_t batch, size_t dgram):
+        self.arena = <uint8_t*>PyMem_Calloc(batch, dgram)
+        self.msgs = <mmsghdr*>PyMem_Calloc(batch, sizeof(mmsghdr))
+        self.iovs = <iovec*>PyMem_Calloc(batch, sizeof(iovec))
+        if not (self.arena and self.msgs and self.iovs):
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.arena)
+        PyMem_Free(self.msgs)
+        PyMem_Free(self.iovs)
+
+
 def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double duration=1.0,
                      double rate=0.0, int pub_id=0, uint64_t count=0, int batch=DEFAULT_BATCH,
                      Py_ssize_t pack=0, Py_ssize_t max_frames=1024):
@@ -152,35 +179,40 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
     many PUSH frames as fit in `pack` bytes (at most `max_frames`) share a datagram (the
     packing extension): the socket then signs on first as a NOSUBSCRIBE NOJOURNAL PACKED client
     and keeps that alive every second, since the backbone takes packs only from such clients."""
-    if payload_size < LS_STAMP_SIZE or payload_size > 65498:
-        raise ValueError(f"payload_size must be within {LS_STAMP_SIZE}..65498")
+    if payload_size < LS_STAMP_SIZE or payload_size > MAX_DATA:
+        raise ValueError(f"payload_size must be within {LS_STAMP_SIZE}..{MAX_DATA}")
     if not 0 <= pub_id < LS_MAX_PUBLISHERS:
         raise ValueError(f"pub_id must be within 0..{LS_MAX_PUBLISHERS - 1}")
     if batch < 1 or batch > 1024:
         raise ValueError("batch must be within 1..1024")
-    if pack and not 9 <= pack <= 65507:
-        raise ValueError("pack must be 0 or within 9..65507")
+    if pack and not HEADER_SIZE <= pack <= MAX_DATAGRAM:
+        raise ValueError(f"pack must be 0 or within {HEADER_SIZE}..{MAX_DATAGRAM}")
     if max_frames < 1:
         raise ValueError("max_frames must be at least 1")
-    sock = _udp_socket(4 << 20)
+    with _udp_socket(4 << 20) as sock:  # closed on every way out
+        return _publish(sock, host, port, payload_size, duration, rate, pub_id, count, batch,
+                        pack, max_frames)
+
+
+def _publish(sock, host, int port, Py_ssize_t payload_size, double duration, double rate,
+             int pub_id, uint64_t count, int batch, Py_ssize_t pack, Py_ssize_t max_frames):
     cdef int fd = sock.fileno()
     cdef sockaddr_in dst
     _fill_sockaddr(&dst, host, port)
-    cdef Py_ssize_t frame = 9 + payload_size
+    cdef Py_ssize_t frame = HEADER_SIZE + payload_size
     cdef Py_ssize_t per = min(max(1, pack // frame), max_frames) if pack else 1  # frames/datagram
-    cdef bytes keepalive = encode_keepalive("", 0, 0x3 | packed_flags(pack), b"pelotari-loadpub") \
-        if pack else b""
+    cdef bytes keepalive = encode_keepalive("", 0, NOSUBSCRIBE | NOJOURNAL | packed_flags(pack),
+                                            b"pelotari-loadpub") if pack else b""
     cdef const uint8_t* ka = keepalive
     cdef Py_ssize_t ka_len = len(keepalive)
     cdef uint64_t next_keepalive = 0
     if pack:
         _sign_on_publisher(sock, host, port, keepalive)
     cdef Py_ssize_t dgram = per * frame
-    cdef uint8_t* arena = <uint8_t*>PyMem_Calloc(batch, dgram)
-    cdef mmsghdr* msgs = <mmsghdr*>PyMem_Calloc(batch, sizeof(mmsghdr))
-    cdef iovec* iovs = <iovec*>PyMem_Calloc(batch, sizeof(iovec))
-    if not (arena and msgs and iovs):
-        raise MemoryError()
+    cdef _SendArena mem = _SendArena(batch, dgram)
+    cdef uint8_t* arena = mem.arena
+    cdef mmsghdr* msgs = mem.msgs
+    cdef iovec* iovs = mem.iovs
     cdef int i, j, n, nd, rc, off
     cdef Py_ssize_t m
     cdef uint64_t sent = 0, failed = 0, calls = 0, due, datagrams = 0
@@ -189,64 +221,58 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
     cdef double interval_ns = 1e9 / rate if rate > 0 else 0.0
     for i in range(batch):
         for j in range(per):
-            arena[i * dgram + j * frame] = 0x02
-            put_u16(arena + i * dgram + j * frame + 1, <uint16_t>payload_size)
+            arena[i * dgram + j * frame] = T_PUSH
+            put_u16(arena + i * dgram + j * frame + OFF_LENGTH, <uint16_t>payload_size)
         iovs[i].iov_base = arena + i * dgram
         iovs[i].iov_len = dgram
         msgs[i].msg_hdr.msg_name = &dst
         msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_in)
         msgs[i].msg_hdr.msg_iov = &iovs[i]
         msgs[i].msg_hdr.msg_iovlen = 1
-    try:
-        with nogil:
-            start = ls_now_ns()
-            deadline = start + <uint64_t>(duration * 1e9)
-            next_keepalive = start + 1000000000
-            while True:
-                now = ls_now_ns()
-                if now >= deadline or (count and sent >= count):
-                    break
-                if ka_len and now >= next_keepalive:  # (C1) the sign-on packs depend on
-                    sendto(fd, ka, ka_len, 0, &dst, sizeof(sockaddr_in))
-                    next_keepalive = now + 1000000000
-                n = batch * per  # messages this round
-                if rate > 0:
-                    due = <uint64_t>((now - start) / interval_ns) + 1
-                    if due <= sent:
-                        # Always sleep, never spin: the subscribers may share this core.
-                        ahead = <int64_t>((sent * interval_ns) - (now - start))
-                        _sleep_ns(ahead if ahead > 1000 else 1000)
-                        continue
-                    if due - sent < <uint64_t>n:
-                        n = <int>(due - sent)
-                if count and count - sent < <uint64_t>n:
-                    n = <int>(count - sent)
-                nd = <int>((n + per - 1) // per)
-                for i in range(nd):
-                    m = per if (i + 1) * per <= n else n - i * per
-                    for j in range(m):
-                        ls_stamp(arena + i * dgram + j * frame + 9, <uint16_t>pub_id,
-                                 sent + i * per + j, now)
-                    iovs[i].iov_len = m * frame
-                datagrams += nd
-                off = 0
-                while off < nd:
-                    rc = sendmmsg(fd, msgs + off, nd - off, 0)
-                    calls += 1
-                    if rc > 0:
-                        off += rc
-                    elif rc < 0 and errno == EINTR:
-                        continue
-                    else:
-                        failed += 1
-                        off += 1
-                sent += n
+    with nogil:
+        start = ls_now_ns()
+        deadline = start + <uint64_t>(duration * 1e9)
+        next_keepalive = start + 1000000000
+        while True:
             now = ls_now_ns()
-    finally:
-        PyMem_Free(arena)
-        PyMem_Free(msgs)
-        PyMem_Free(iovs)
-        sock.close()
+            if now >= deadline or (count and sent >= count):
+                break
+            if ka_len and now >= next_keepalive:  # (C1) the sign-on packs depend on
+                sendto(fd, ka, ka_len, 0, &dst, sizeof(sockaddr_in))
+                next_keepalive = now + 1000000000
+            n = batch * per  # messages this round
+            if rate > 0:
+                due = <uint64_t>((now - start) / interval_ns) + 1
+                if due <= sent:
+                    # Always sleep, never spin: the subscribers may share this core.
+                    ahead = <int64_t>((sent * interval_ns) - (now - start))
+                    _sleep_ns(ahead if ahead > 1000 else 1000)
+                    continue
+                if due - sent < <uint64_t>n:
+                    n = <int>(due - sent)
+            if count and count - sent < <uint64_t>n:
+                n = <int>(count - sent)
+            nd = <int>((n + per - 1) // per)
+            for i in range(nd):
+                m = per if (i + 1) * per <= n else n - i * per
+                for j in range(m):
+                    ls_stamp(arena + i * dgram + j * frame + HEADER_SIZE, <uint16_t>pub_id,
+                             sent + i * per + j, now)
+                iovs[i].iov_len = m * frame
+            datagrams += nd
+            off = 0
+            while off < nd:
+                rc = sendmmsg(fd, msgs + off, nd - off, 0)
+                calls += 1
+                if rc > 0:
+                    off += rc
+                elif rc < 0 and errno == EINTR:
+                    continue
+                else:
+                    failed += 1
+                    off += 1
+            sent += n
+        now = ls_now_ns()
     return {"sent": sent, "datagrams": datagrams, "send_failures": failed,
             "sendmmsg_calls": calls, "elapsed": (now - start) / 1e9, "pub_id": pub_id}
 
@@ -261,7 +287,8 @@ def _sign_on_publisher(sock, host, int port, bytes keepalive, double timeout=3.0
             try:
                 while True:
                     data = sock.recv(64)
-                    if data[:1] == b"\x20" and data[1:] == keepalive[13:29]:
+                    if data[:1] == _ACK and data[1:] == keepalive[
+                            OFF_KEEPALIVE_TOKEN:OFF_KEEPALIVE_TOKEN + TOKEN_SIZE]:
                         return
             except socket.timeout:
                 continue
@@ -275,18 +302,19 @@ cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, 
     """Count one datagram's DELIVER frames (one, or several packed back to back); return
     whether it was all DELIVERs (a malformed tail is counted by the caller, never read)."""
     cdef Py_ssize_t off = 0, size
-    if n < 9 or p[0] != 0x01:
+    if n < HEADER_SIZE or p[0] != T_DELIVER:
         return False
-    while n - off >= 9 and p[off] == 0x01:
-        size = 9 + get_u16(p + off + 1)
+    while n - off >= HEADER_SIZE and p[off] == T_DELIVER:
+        size = HEADER_SIZE + get_u16(p + off + OFF_LENGTH)
         if size > n - off:
             break
-        ls_counter_record(c, p + off + 9, size - 9, now)
+        ls_counter_record(c, p + off + HEADER_SIZE, size - HEADER_SIZE, now)
         frames[0] += 1
         off += size
     return off == n
 
 
+@cython.final
 cdef class SubscriberGroup:
     """`subscribers` UDP sockets signed on to a fyrehose backbone, counting DELIVERs in trials.
 
@@ -310,13 +338,15 @@ cdef class SubscriberGroup:
         if subscribers < 1 or subscribers > 1024:
             raise ValueError("subscribers must be within 1..1024")
         self.host, self.port, self.nsub = host, port, subscribers
-        self.socks = [_udp_socket(buffer) for _ in range(subscribers)]
+        self.socks = []
+        for _ in range(subscribers):
+            self.socks.append(_udp_socket(buffer))
         self.gro = gro
         if gro:
             for sock in self.socks:
                 enable_gro(sock)
         # NOJOURNAL; with `pack`, also PACKED and the largest packed datagram accepted.
-        flags = 0x2 | (packed_flags(pack) if pack else 0)
+        flags = NOJOURNAL | (packed_flags(pack) if pack else 0)
         self.keepalive = encode_keepalive("", 0, flags, b"pelotari-loadgen")
         _fill_sockaddr(&self.bb, host, port)
         self.pfds = <pollfd*>PyMem_Calloc(subscribers, sizeof(pollfd))
@@ -330,6 +360,8 @@ cdef class SubscriberGroup:
 
     def __dealloc__(self):
         PyMem_Free(self.pfds)
+        for sock in self.socks or ():  # a sign_off() never called, or __cinit__ failing
+            sock.close()
 
     def sign_on(self, double ack_timeout=3.0):
         """KEEPALIVE from every socket; raise TimeoutError if the backbone does not ACK."""
@@ -339,7 +371,7 @@ cdef class SubscriberGroup:
             s.sendto(self.keepalive, (self.host, self.port))
         for s in self.socks:
             try:
-                while s.recvfrom(65536)[0][:1] != b"\x20":  # skip DELIVERs still in flight
+                while s.recvfrom(65536)[0][:1] != _ACK:  # skip DELIVERs still in flight
                     pass
             except socket.timeout:
                 raise TimeoutError(f"no KEEPALIVE-ACK from {self.host}:{self.port}") from None
@@ -347,7 +379,7 @@ cdef class SubscriberGroup:
 
     def sign_off(self):
         """NOSUBSCRIBE from every socket, then close them."""
-        bye = encode_keepalive("", 0, 0x3, b"pelotari-loadgen")
+        bye = encode_keepalive("", 0, NOSUBSCRIBE | NOJOURNAL, b"pelotari-loadgen")
         for s in self.socks:
             try:
                 s.sendto(bye, (self.host, self.port))

@@ -1,3 +1,4 @@
+cimport cython
 from libc.stdint cimport uint8_t
 
 cdef extern from "openssl/sha.h" nogil:
@@ -22,6 +23,7 @@ cdef struct MacState:
     SHA256_CTX outer       # ... XOR opad
 
 
+@cython.final
 cdef class MacSet:
     """The HMAC-SHA256 states of the (key, epoch) pairs a node accepts, one of them signing."""
     cdef MacState states[SWARM_MAX_STATES]

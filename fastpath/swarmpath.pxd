@@ -1,3 +1,4 @@
+cimport cython
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from posix.uio cimport iovec
 
@@ -10,6 +11,7 @@ cdef enum:
     SWARM_PING_SIZE = 44   # header 4 + MAC 32 + token 8; a Pong is as long (echo 8)
 
 
+@cython.final
 cdef class PingPath:
     """One node's Ping → Pong path in C (see swarmpath.pyx)."""
     cdef readonly RecvBatch batch

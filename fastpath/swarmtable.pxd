@@ -1,7 +1,9 @@
+cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from cpython cimport array
 
 
+@cython.final
 cdef class ConnectionTable:
     """The swarm connection table in C (pelotari.swarm.table's twin): one array per field, 18
     packed address bytes per slot, an open-addressing index of u32 slots."""

@@ -155,3 +155,46 @@ def test_loadgen_arguments_are_validated():
             publish_fyrehose("127.0.0.1", 9, **kw)
     with pytest.raises(ValueError):
         subscribe_fyrehose("127.0.0.1", 9, subscribers=0)
+
+
+
+def _closed_on_failure(fn, *args, **kw):
+    """Call fn expecting OSError; whether every socket it opened was closed, not left to GC."""
+    import gc
+    import os
+    import warnings
+    before = len(os.listdir("/proc/self/fd"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(OSError):  # inet_aton refuses the host after the sockets exist
+            fn(*args, **kw)
+        gc.collect()
+    unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    return not unclosed and len(os.listdir("/proc/self/fd")) == before
+
+
+def test_publisher_closes_its_socket_when_setup_fails():
+    assert _closed_on_failure(publish_fyrehose, "not-an-address", 9, duration=0.01)
+
+
+def test_subscriber_group_closes_its_sockets_when_setup_fails():
+    from fastpath.loadgen import SubscriberGroup
+    assert _closed_on_failure(SubscriberGroup, "not-an-address", 9, subscribers=3)
+
+def test_send_arena_frees_what_it_allocated_when_an_allocation_fails():
+    import gc
+    import tracemalloc
+
+    from fastpath.loadgen import _SendArena
+    _SendArena(64, 1500)  # one that succeeds, so first-use allocations are not counted below
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(2000):
+            with pytest.raises(MemoryError):
+                _SendArena(64, 1 << 60)  # the arena fails, the headers and iovecs do not
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024  # a leak would be 2000 x 64 x (64 + 16) bytes = 10 MB
