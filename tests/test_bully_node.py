@@ -5,17 +5,15 @@ Every node binds its own loopback address, so all of them can share one free por
 run in their own session: the fixture kills each group, whatever a test did.
 """
 import asyncio
-import json
 import os
-import queue
 import signal
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 from conftest import PELOTARI, wait_event, wait_for
+from nodeproc import NodeProcess, Spawner, is_event
 
 from pelotari.bully import wire
 from pelotari.bully.core import Config, JoinFailed
@@ -33,93 +31,17 @@ def bound_port(node):
     return ev["port"]
 
 
-class Bully:
+class Bully(NodeProcess):
     """One `pelotari bully ... --json` process: events on a queue, commands on stdin."""
 
-    def __init__(self, *args, stdin=subprocess.PIPE, as_json=True, preexec_fn=None):
-        argv = PELOTARI + ["bully", *args] + (["--json"] if as_json else [])
-        self.proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True,
-                                     preexec_fn=preexec_fn)  # noqa: PLW1509 (only os.close)
-        self.as_json = as_json
-        self.events: queue.Queue = queue.Queue()
-        self.seen = []
-        self.stderr = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line) if self.as_json else line.decode())
-
-    def _read_stderr(self):
-        for line in self.proc.stderr:
-            self.stderr.append(line.decode())
-
-    def wait(self, predicate, timeout=5.0):
-        return wait_event(self.events, self.seen, predicate, timeout)
-
-    def drain(self):
-        """Move every event printed so far to seen."""
-        while True:
-            try:
-                self.seen.append(self.events.get_nowait())
-            except queue.Empty:
-                return
-
-    def wait_new(self, predicate, timeout=5.0, drain=True):
-        """The first matching event printed from now on (events already printed are skipped)."""
-        if drain:
-            self.drain()
-        fresh = []
-        try:
-            return wait_event(self.events, fresh, predicate, timeout)
-        finally:
-            self.seen.extend(fresh)
-
-    def command(self, line: str):
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def ask(self, line: str, event: str, timeout=5.0):
-        """Send a command; the first event of that kind printed after it."""
-        self.drain()
-        self.command(line)
-        return self.wait_new(lambda e: e["event"] == event, timeout, drain=False)
-
-    def kill(self):
-        """SIGKILL the process and anything it started (its own session)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(10)
-
-    def close(self):
-        self.kill()
-        if self.proc.stdin:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+    def __init__(self, *args, **kwargs):
+        super().__init__("bully", *args, **kwargs)
 
 
 @pytest.fixture
 def bully():
-    started = []
-
-    def make(*args, **kwargs):
-        p = Bully(*args, **kwargs)
-        started.append(p)
-        return p
-
-    yield make
-    for p in started:
-        p.close()
-
-
-def is_event(kind, **fields):
-    return lambda e: e["event"] == kind and all(e.get(k) == v for k, v in fields.items())
+    with Spawner(Bully) as make:
+        yield make
 
 
 def network(bully, peers=3, offsets=None, extra=()):
@@ -275,13 +197,6 @@ def group_gone(proc):
     return False
 
 
-def stop(p, sig):
-    p.proc.send_signal(sig)
-    t0 = time.monotonic()
-    code = p.proc.wait(10)
-    return code, time.monotonic() - t0
-
-
 @pytest.mark.parametrize("stdin", ["devnull", "closed"])
 def test_a_service_answers_without_stdin_and_stops_cleanly(bully, stdin):
     kwargs = {"devnull": {"stdin": subprocess.DEVNULL},
@@ -295,12 +210,12 @@ def test_a_service_answers_without_stdin_and_stops_cleanly(bully, stdin):
     time.sleep(1.0)  # heartbeats keep going; no input does not stop anything
     assert leader.proc.poll() is None and peer.proc.poll() is None
 
-    code, took = stop(leader, signal.SIGTERM)
+    code, took = leader.stop(signal.SIGTERM)
     assert (code, "".join(leader.stderr)) == (0, "") and took < 3, took
     assert leader.wait(is_event("stopped", signal="SIGTERM"), 2)
     assert group_gone(leader.proc) and port_is_free("127.0.0.1", port)
 
-    code, took = stop(peer, signal.SIGINT)
+    code, took = peer.stop(signal.SIGINT)
     assert (code, "".join(peer.stderr)) == (0, "") and took < 3, took
     assert group_gone(peer.proc) and port_is_free("127.0.0.2", port)
 
@@ -324,7 +239,7 @@ def test_quit_and_ctrl_c_in_text_mode(bully):
         in "".join(peer.stderr)
     peer.command("quit")
     assert peer.proc.wait(5) == 0
-    code, _ = stop(leader, signal.SIGINT)
+    code, _ = leader.stop(signal.SIGINT)
     assert code == 0 and "Traceback" not in "".join(leader.stderr)
     assert leader.wait(lambda line: "stopped by SIGINT" in line, 2)
 
@@ -568,7 +483,7 @@ def test_nodes_bound_to_any_address_name_the_connections_end():
 def test_a_hangup_stops_the_node_cleanly(bully):
     leader = bully("start", "--bind", "127.0.0.1:0", *FAST, stdin=subprocess.DEVNULL)
     port = bound_port(leader)
-    code, took = stop(leader, signal.SIGHUP)
+    code, took = leader.stop(signal.SIGHUP)
     assert (code, "".join(leader.stderr)) == (0, "") and took < 3, took
     assert leader.wait(is_event("stopped", signal="SIGHUP"), 2)
     assert group_gone(leader.proc) and port_is_free("127.0.0.1", port)
