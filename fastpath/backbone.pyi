@@ -29,9 +29,6 @@ class BackboneCore:
 class BackboneLoop:
     running: bool
     core: BackboneCore
-    next_sequence: int
-    gso: bool
-    packing: bool
     def __init__(self, fd: int, *, window: float = ..., max_subscribers: int = ..., max_data: int = ...,
                  max_request_range: int = ..., allow_foreign_addresses: bool = ...,
                  first_sequence: Optional[int] = ..., batch: int = ..., seed: int = ...,

@@ -773,21 +773,6 @@ cdef class BackboneLoop:
         self.core = BackboneCore(gso=gso_supported() if gso is None else bool(gso), **options)
         self.core.sink_fd = fd
 
-    @property
-    def next_sequence(self):
-        """SEQUENCE the next PUSH will get."""
-        return self.core.next_seq
-
-    @property
-    def gso(self):
-        """Whether DELIVER runs go out in UDP_SEGMENT sends."""
-        return self.core.gso
-
-    @property
-    def packing(self):
-        """Whether packed PUSHes and the PACKED flag are honoured."""
-        return self.core.packing
-
     def stop(self):
         """Ask serve() to return; safe to call from any thread. An empty datagram to the socket
         wakes the loop at once (otherwise it notices within WAKE_INTERVAL)."""

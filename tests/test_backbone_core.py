@@ -9,6 +9,7 @@ from fastpath.packets import (MAX_DATA, MAX_SEQUENCE, NOJOURNAL, NOSUBSCRIBE, PA
                               Forward, KeepaliveAck, packed_flags)
 
 from fastpath.implementation import compiled
+from test_backbone import CORPUS as SOCKET_CORPUS
 from pelotari.fyrehose import backbone_core
 
 COMPILED = compiled("backbone")
@@ -237,18 +238,10 @@ def test_empty_and_largest_payloads(make_core):
                                                              Deliver(1001, b"z" * MAX_DATA)]
 
 
-CORPUS = [
-    (b"", "truncated"),
-    (b"\x02\x00\x01\x00\x00\x00\x00\x00", "truncated"),
-    (b"\x02\x00\x09\x00\x00\x00\x00\x00\x00short", "length_mismatch"),
-    (b"\x10" + b"\x00" * 30, "length_mismatch"),
-    (b"\x04" + b"\x00" * 6 + b"\x00\x00\x00\x00\x00\x09" + b"\x00\x00\x00\x00\x00\x01", "invalid_field"),
-    (b"\x99garbage", "unknown_type"),
-    (b"\x02\x00\x10" + b"\x00" * 6 + b"x" * 65000, "length_mismatch"),
-    (b"\x02" + b"\x00" * 70000, "oversize"),  # past a receive slot: truncated by the kernel
-    (b"\x01\x00\x01\x00\x00\x00\x00\x00\x01x", "unexpected_type"),
-    (b"\x08" + b"\x00" * 18, "unexpected_type"),
-    (b"\x20" + b"\x00" * 16, "unexpected_type"),
+# Every datagram the socket test sends, and two that only the core can be given: one past a
+# receive slot (the kernel truncates it) and a KEEPALIVE from port 0.
+CORPUS = SOCKET_CORPUS + [
+    (b"\x02" + b"\x00" * 70000, "oversize"),
     (b"\x10" + b"\x00" * 6 + b"\x00" * 6 + TOKEN, "zero_port"),  # (allow_foreign: own port 0)
 ]
 

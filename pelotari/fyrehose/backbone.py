@@ -114,7 +114,7 @@ class Backbone:
     @property
     def next_sequence(self) -> int:
         """SEQUENCE the next PUSH will be given."""
-        return self._loop.next_sequence
+        return self._loop.core.next_sequence
 
     def stats(self) -> dict:
         """A snapshot: datagrams/bytes in and out, pushes, subscribers, drops by reason."""

@@ -461,32 +461,9 @@ class BackboneLoop:
         self.running = False
         self._sent = self._bytes = self._errors = self._would_block = self._receive_errors = 0
 
-    @property
-    def next_sequence(self):
-        """SEQUENCE the next PUSH will get."""
-        return self.core.next_sequence
-
-    @property
-    def gso(self):
-        """Whether DELIVER runs go out in UDP_SEGMENT sends."""
-        return self.core.gso
-
-    @property
-    def packing(self):
-        """Whether packed PUSHes and the PACKED flag are honoured."""
-        return self.core.packing
-
     def stop(self):
-        """Ask serve() to return; safe to call from any thread."""
+        """Ask serve() to return (within WAKE_INTERVAL); safe to call from any thread."""
         self._stopping.set()
-        if not self.running:
-            return
-        try:
-            host, port = self._sock.getsockname()
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.sendto(b"", ("127.0.0.1" if host == "0.0.0.0" else host, port))
-        except OSError:
-            pass
 
     def serve(self):
         """Run the loop until stop() is called: wait for datagrams (WAKE_INTERVAL at most),
