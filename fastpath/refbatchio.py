@@ -61,7 +61,7 @@ def _nonblocking(sock):
 class RecvBatch:
     """Up to `capacity` datagrams per recv(), each read into at most `slot_size` bytes."""
 
-    __slots__ = ("capacity", "slot_size", "count", "control", "_flags", "_pending")
+    __slots__ = ("capacity", "slot_size", "count", "control", "_flags", "_pending", "_slot")
 
     def __init__(self, capacity=64, slot_size=65536, control=False):
         if capacity < 1 or capacity > 1024:
@@ -74,6 +74,10 @@ class RecvBatch:
         self.count = 0
         self._flags = []       # msg_flags of each read of the last recv()
         self._pending = None   # an error met after some reads: raised by the next recv()
+        # One slot read into and copied out of at its exact length, as batchio's arena: a
+        # recvmsg(slot_size) per datagram would malloc slot_size bytes for each and leave the
+        # heap fragmented while the datagrams are kept.
+        self._slot = memoryview(bytearray(slot_size))
 
     def truncated_at(self, i):
         """Whether read i of the last receive lost bytes (MSG_TRUNC; other flags, such as a
@@ -95,7 +99,8 @@ class RecvBatch:
         with _nonblocking(sock):
             for _ in range(self.capacity):
                 try:
-                    data, anc, flags, addr = sock.recvmsg(self.slot_size, ancbuf, socket.MSG_DONTWAIT)
+                    n, anc, flags, addr = sock.recvmsg_into((self._slot,), ancbuf,
+                                                            socket.MSG_DONTWAIT)
                 except BlockingIOError:
                     break
                 except OSError as exc:
@@ -105,12 +110,12 @@ class RecvBatch:
                     break
                 self._flags.append(flags)
                 addr = (addr[0], addr[1])
-                seg = _segment_size(anc) or len(data)
-                if seg >= len(data):
-                    out.append((data, addr))
+                seg = _segment_size(anc) or n
+                if seg >= n:  # one datagram (an empty one too)
+                    out.append((bytes(self._slot[:n]), addr))
                     continue
-                for off in range(0, len(data), seg):
-                    out.append((data[off:off + seg], addr))
+                for off in range(0, n, seg):
+                    out.append((bytes(self._slot[off:min(off + seg, n)]), addr))
         self.count = len(self._flags)
         return out
 

@@ -128,3 +128,10 @@ def test_counters_add_up_over_sends(bm):
     batch.fan_out(a, b"H", bytearray(b"PP"), [b.getsockname()])
     assert (batch.sent, batch.bytes_sent, batch.errors, batch.would_block) == (4, 12, 0, 0)
     assert batch.count == 0  # nothing stays queued between calls
+
+
+def test_an_empty_datagram_is_received_as_one(bm):
+    a, b = udp(), udp()
+    a.sendto(b"", b.getsockname())
+    a.sendto(b"z", b.getsockname())
+    assert [d for d, _ in bm.RecvBatch(4, 64).recv(b)] == [b"", b"z"]

@@ -38,6 +38,7 @@ def test_the_bench_command_writes_both_stacks_records(tmp_path):
 
     from conftest import PELOTARI
 
+    compiled_tool("swarmload")  # its sockets measure drives both stacks with the C generator
     out = tmp_path / "swarm.jsonl"
     res = subprocess.run(PELOTARI + ["swarm", "bench", "-o", str(out), "--peers", "2000",
                                      "--rate", "5000", "--seconds", "1"],
