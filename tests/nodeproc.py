@@ -59,7 +59,8 @@ class NodeProcess:
     def wait_named(self, event, timeout=10.0, check=None, **fields):
         """The first event of that kind with those fields (and check(event), if given)."""
         kind = is_event(event, **fields)
-        return self.wait(lambda e: kind(e) and (check is None or check(e)), timeout)
+        return wait_event(self.events, self.seen,
+                          lambda e: kind(e) and (check is None or check(e)), timeout)
 
     def drain(self):
         """Move every event printed so far to seen."""

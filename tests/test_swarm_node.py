@@ -3,17 +3,16 @@ processes and real sockets, on 127.0.0.210-230 and ports 37000-37999 only."""
 import asyncio
 import json
 import os
-import queue
 import random
 import signal
 import socket
 import stat
 import subprocess
-import threading
 import time
 
 import pytest
-from conftest import PELOTARI, wait_event
+from conftest import PELOTARI
+from nodeproc import NodeProcess, Spawner
 
 from pelotari.swarm.core import Config, Connected, UserMessage
 from pelotari.swarm.node import Node, NodeWarning
@@ -48,57 +47,19 @@ def key_file(path, key=None):
     return str(path)
 
 
-class Swarm:
+class Swarm(NodeProcess):
     """One `pelotari swarm node ... --json` process: events on a queue, commands on stdin."""
 
-    def __init__(self, *args, stdin=subprocess.PIPE, preexec_fn=None, env=None):
-        self.proc = subprocess.Popen(PELOTARI + ["swarm", "node", *args, "--json"], stdin=stdin,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True, preexec_fn=preexec_fn,
-                                     env=env)  # noqa: PLW1509 (only os.close)
-        self.events: queue.Queue = queue.Queue()
-        self.seen = []
-        self.stderr = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(
-            line.decode() for line in self.proc.stderr), daemon=True).start()
+    wait = NodeProcess.wait_named
 
-    def _read(self):
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line))
-
-    def wait(self, event, timeout=10.0, check=None, **fields):
-        return wait_event(self.events, self.seen, lambda e: e["event"] == event and all(
-            e.get(k) == v for k, v in fields.items()) and (check is None or check(e)), timeout)
-
-    def command(self, line):
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def stop(self, sig=signal.SIGTERM):
-        """Send sig; (exit status, seconds it took)."""
-        t0 = time.monotonic()
-        self.proc.send_signal(sig)
-        return self.proc.wait(10), time.monotonic() - t0
+    def __init__(self, *args, **kwargs):
+        super().__init__("swarm", "node", *args, **kwargs)
 
 
 @pytest.fixture
 def swarm():
-    started = []
-
-    def make(*args, **kwargs):
-        p = Swarm(*args, **kwargs)
-        started.append(p)
-        return p
-
-    yield make
-    for p in started:
-        if p.proc.poll() is None:
-            try:
-                os.killpg(p.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.proc.wait(5)
+    with Spawner(Swarm) as make:
+        yield make
 
 
 def group_gone(proc):
