@@ -13,7 +13,7 @@ import time
 import pytest
 
 from fastpath import refcodec as wire
-from fastpath.batchio import RecvBatch
+from pelotari.fyrehose.batchio import RecvBatch
 from fastpath.packets import NOJOURNAL
 from pelotari.fyrehose import Client, Lost, Message, Resync
 
