@@ -35,7 +35,7 @@ def bind_ports(modules: Dict[str, object], specs: Iterable[str]) -> Dict[str, Se
 
 
 def capture_filter(modules: Dict[str, object], bound: Dict[str, Set[int]]) -> str:
-    """The BPF expression for every bound port, UDP ones first ("udp port 2323 or tcp port 3333")."""
+    """The BPF expression for every bound port, UDP first: "udp port 2323 or tcp port 3333"."""
     every = sorted({(getattr(modules[name], "TRANSPORT", "udp"), p)
                     for name, ports in bound.items() for p in ports},
                    key=lambda tp: (tp[0] != "udp", tp[1]))

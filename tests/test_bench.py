@@ -369,22 +369,23 @@ def test_the_soak_sampler_samples_every_interval_until_stopped():
 
 
 def test_a_soak_samples_while_the_trial_runs_and_once_after():
+    import itertools
     import threading
 
     from pelotari.harness.soak import soak
 
     three = threading.Event()
-    kib = iter(range(5000, 6000, 100))
+    kib = itertools.count(5000, 100)
 
     class Session:
         def trial(self, rate, duration):
             assert three.wait(10)  # the sampler runs beside the trial
             return model(100_000)(rate)
 
-    done = soak(Session(), 2000.0, 60.0, interval=0.001, tolerance_kib=512, read_kib=lambda: next(kib),
-                on_sample=lambda t, m: len(m.samples) >= 3 and three.set())
-    assert [k for _, k in done.memory.samples] == list(range(5000, 5000 + 100 * len(done.memory.samples),
-                                                             100))
+    done = soak(Session(), 2000.0, 60.0, interval=0.001, tolerance_kib=512,
+                read_kib=lambda: next(kib), on_sample=lambda t, m: len(m.samples) >= 3 and three.set())
+    n = len(done.memory.samples)
+    assert [k for _, k in done.memory.samples] == list(range(5000, 5000 + 100 * n, 100))
     assert len(done.memory.samples) >= 4 and done.trial.offered_rate == 2000.0
     assert done.passed == (done.flat and done.trial.loss < 0.001) and done.tolerance_kib == 512
     rec = done.record("pelotari", Scenario(16, 2), 1.0, 0.8, "here", {})

@@ -74,7 +74,9 @@ def test_an_inspection_reads_rows_counts_them_and_follows_gaps():
 
     modules = registry.load()
     inspection = Inspection(modules, bind_ports(modules, []))
-    out = lambda s: IP(src="127.0.0.1", dst="127.0.0.2") / UDP(sport=2323, dport=40000) / s  # noqa: E731
+    def out(data):
+        return IP(src="127.0.0.1", dst="127.0.0.2") / UDP(sport=2323, dport=40000) / data
+
     packed = b"".join(wire.encode_deliver(s, b"x") for s in (TOP, 0))
     got = [inspection.read(p) for p in (out(wire.encode_deliver(TOP - 2, b"a")), out(packed),
                                         out(wire.encode_deliver(2, b"b")),

@@ -89,8 +89,9 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
             click.secho(f"skipping {event.system}: {event.reason}", fg="yellow", err=True)
         elif isinstance(event, Probe):
             r = event.result
-            click.echo(f"\r{_label(event.turn)}  {event.what:<14} offered {_r(r.offered_rate):>7}/s  "
-                       f"delivered {_r(r.delivered_rate):>7}/s  loss {r.loss:7.3%}"
+            click.echo(f"\r{_label(event.turn)}  {event.what:<14} offered "
+                       f"{_r(r.offered_rate):>7}/s  delivered {_r(r.delivered_rate):>7}/s  "
+                       f"loss {r.loss:7.3%}"
                        f"{'  client-bound' if r.client_bound else ''}\033[K", nl=False, err=True)
         elif isinstance(event, Failed):
             click.secho(f"\n{_label(event.turn)}: {event.reason}", fg="red", err=True)
