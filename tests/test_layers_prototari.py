@@ -111,3 +111,16 @@ def test_inspect_decodes_a_captured_discovery(tmp_path):
         ("prototari", "CONFIRM", "127.0.0.1:24760", "127.0.0.1:24750"),
     ]
     assert summary["summary"]["counts"] == {"DISCOVER": 2, "RESPOND": 1, "CONFIRM": 1}
+
+
+def test_layer_messages_names_and_ports_come_from_the_wire_table():
+    from pelotari.prototari import wire
+    assert pl.DEFAULT_PORTS == (wire.UNICAST_PORT, wire.BROADCAST_PORT)
+    assert set(pl.CONTROL_CLASSES) == set(wire.MESSAGES) == wire.CONTROL
+    assert set(pl.CRAFT) == {name.lower() for name in wire.MESSAGES.values()} | {"data"}
+    for message, name in wire.MESSAGES.items():
+        cls = pl.CRAFT[name.lower()]
+        assert raw(cls()) == message and cls().name == f"prototari {name}"
+        assert type(pl.Prototari(message)) is cls
+        assert pl.describe(pl.Prototari(message))["type"] == name
+    assert raw(pl.PrototariData(data=b"x")) == wire.DATA_MAGIC + b"x"

@@ -15,12 +15,11 @@ from scapy.fields import StrField, StrFixedLenField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from pelotari.prototari.core import (BROADCAST_PORT, CONFIRM, DATA_MAGIC, DISCOVER, PING, PONG,
-                                     RESPOND, UNICAST_PORT)
+from pelotari.prototari.wire import (BROADCAST_PORT, CONFIRM, DATA_MAGIC, DISCOVER, MESSAGES, PING,
+                                     PONG, RESPOND, UNICAST_PORT)
 
 DEFAULT_PORTS = (UNICAST_PORT, BROADCAST_PORT)
-NAMES = {DISCOVER: "DISCOVER", RESPOND: "RESPOND", CONFIRM: "CONFIRM", PING: "HEARTBEAT",
-         PONG: "HEARTBEAT-ANSWER"}
+NAMES = MESSAGES
 
 
 class _Prototari(Packet):
@@ -28,7 +27,8 @@ class _Prototari(Packet):
         return b"", s
 
 
-def _control(message: bytes, class_name: str):
+def _control(message: bytes):
+    """The Packet class of one control message of the wire table."""
     class Control(_Prototari):
         name = f"prototari {NAMES[message]}"
         fields_desc = [StrFixedLenField("message", message, len(message))]
@@ -36,15 +36,17 @@ def _control(message: bytes, class_name: str):
         def mysummary(self):
             return f"prototari {NAMES[message]} ({message.decode()})"
 
-    Control.__name__ = Control.__qualname__ = class_name
+    name = "".join(part.capitalize() for part in NAMES[message].split("-"))
+    Control.__name__ = Control.__qualname__ = f"Prototari{name}"  # e.g. PrototariHeartbeatAnswer
     return Control
 
 
-PrototariDiscover = _control(DISCOVER, "PrototariDiscover")
-PrototariRespond = _control(RESPOND, "PrototariRespond")
-PrototariConfirm = _control(CONFIRM, "PrototariConfirm")
-PrototariHeartbeat = _control(PING, "PrototariHeartbeat")
-PrototariHeartbeatAnswer = _control(PONG, "PrototariHeartbeatAnswer")
+CONTROL_CLASSES = {message: _control(message) for message in NAMES}
+PrototariDiscover = CONTROL_CLASSES[DISCOVER]
+PrototariRespond = CONTROL_CLASSES[RESPOND]
+PrototariConfirm = CONTROL_CLASSES[CONFIRM]
+PrototariHeartbeat = CONTROL_CLASSES[PING]
+PrototariHeartbeatAnswer = CONTROL_CLASSES[PONG]
 
 
 class PrototariData(_Prototari):
@@ -67,13 +69,7 @@ class PrototariUnknown(Packet):
         return f"prototari unknown ({len(self.load)} bytes)"
 
 
-CONTROL_CLASSES = {DISCOVER: PrototariDiscover, RESPOND: PrototariRespond,
-                   CONFIRM: PrototariConfirm, PING: PrototariHeartbeat,
-                   PONG: PrototariHeartbeatAnswer}
-
-CRAFT = {"discover": PrototariDiscover, "respond": PrototariRespond, "confirm": PrototariConfirm,
-         "heartbeat": PrototariHeartbeat, "heartbeat-answer": PrototariHeartbeatAnswer,
-         "data": PrototariData}
+CRAFT = {**{NAMES[m].lower(): cls for m, cls in CONTROL_CLASSES.items()}, "data": PrototariData}
 
 
 class Prototari(Packet):

@@ -11,24 +11,14 @@ import logging
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+from pelotari.prototari.wire import (BROADCAST_PORT, CONFIRM, CONTROL, DATA_MAGIC,  # noqa: F401
+                                     DISCOVER, MAX_DATA, MAX_DATAGRAM, PING, PONG, RESPOND,
+                                     UNICAST_PORT)
+
 log = logging.getLogger("pelotari.prototari")
 
 Address = tuple[str, int]
 
-DISCOVER = b"pelotari?"
-RESPOND = b"aupa!"
-CONFIRM = b"dale!"
-PING = b"hor?"
-PONG = b"hemen nago!"
-CONTROL = {DISCOVER, RESPOND, CONFIRM, PING, PONG}
-# A data frame: this magic, then the application's bytes. It starts with a byte no control
-# string starts with, so a data frame can never be mistaken for one (or one for data).
-DATA_MAGIC = b"\x01PTD"
-MAX_DATAGRAM = 65507  # IPv4 UDP payload
-MAX_DATA = MAX_DATAGRAM - len(DATA_MAGIC)
-
-BROADCAST_PORT = 21451
-UNICAST_PORT = 21450
 
 
 @dataclass(frozen=True)
