@@ -14,6 +14,7 @@ created, so an interruption half-way through leaves nothing behind; a constructo
 that fails removes what it made before raising; every process is started in its own process
 group, which close() kills (with anything else still running in the harness's namespaces).
 """
+import errno
 import itertools
 import os
 import shutil
@@ -62,16 +63,31 @@ class LanHarness:
         self.hosts: list[Host] = []
         self.procs: list[subprocess.Popen] = []
         # What close() removes, recorded before it is created (removing what was never made
-        # is harmless; missing what was made leaks it).
+        # is harmless; missing what was made leaks it), unless it existed already (_create).
         self.namespaces: list[str] = []
-        self.links: list[str] = [self.bridge]
+        self.links: list[str] = []
         self._numbers = itertools.count(2)  # every attempt takes one: names stay unique
         self._ipr = IPRoute()
         try:
-            self._ipr.link("add", ifname=self.bridge, kind="bridge")
+            self._create(self.links, self.bridge,
+                         lambda: self._ipr.link("add", ifname=self.bridge, kind="bridge"))
             self._ipr.link("set", index=self._index(self.bridge), state="up")
         except BaseException:
             self.close()
+            raise
+
+    @staticmethod
+    def _create(records: list, name: str, make) -> None:
+        """make() what is called name, recording it first; one that existed already is someone
+        else's, and is not recorded (neither a failed set-up nor close() removes it)."""
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        records.append(name)
+        try:
+            make()
+        except (FileExistsError, NetlinkError) as exc:
+            if isinstance(exc, FileExistsError) or exc.code == errno.EEXIST:
+                records.remove(name)
             raise
 
     def _index(self, ifname: str, ipr=None) -> int:
@@ -89,20 +105,20 @@ class LanHarness:
         ns = f"{self.tag}{name}"[:30]
         outside, inside = f"{self.tag}{number}"[:15], f"{self.tag}{number}i"[:15]
         address = f"{self.subnet}.{number}"
-        self.namespaces.append(ns)
-        self.links.append(outside)  # deleting one end of a veth deletes both
+        ipr = self._ipr
+        before = len(self.namespaces), len(self.links)
         try:
-            netns.create(ns)
-            ipr = self._ipr
-            ipr.link("add", ifname=outside, kind="veth", peer=inside)
+            self._create(self.namespaces, ns, lambda: netns.create(ns))
+            # deleting one end of a veth deletes both: the outside end stands for the pair
+            self._create(self.links, outside,
+                         lambda: ipr.link("add", ifname=outside, kind="veth", peer=inside))
             ipr.link("set", index=self._index(inside), net_ns_fd=ns)
             ipr.link("set", index=self._index(outside), master=self._index(self.bridge))
             ipr.link("set", index=self._index(outside), state="up")
             self._configure(ns, inside, address)
         except BaseException:
-            self._remove([ns], [outside])
-            self.namespaces.remove(ns)
-            self.links.remove(outside)
+            self._remove(self.namespaces[before[0]:], self.links[before[1]:])
+            del self.namespaces[before[0]:], self.links[before[1]:]
             raise
         host = Host(name, ns, inside, address)
         self.hosts.append(host)
@@ -138,6 +154,7 @@ class LanHarness:
         """Drop `percent` % of the UDP datagrams arriving at host; return the mechanism used."""
         if not 0 <= percent <= 100:
             raise ValueError(f"loss is a percentage (0 to 100), not {percent}")
+        # tc itself, not pyroute2's netem: this kernel has no netem to check that encoding on
         res = self.exec_in(host.namespace, "tc", "qdisc", "add", "dev", host.interface, "root",
                            "netem", "loss", f"{percent}%", check=False)
         if res.returncode == 0:

@@ -75,6 +75,26 @@ def test_add_host_failing_at_its_veth_removes_its_namespace_and_nothing_it_did_n
     assert _left(tag) == {"namespaces": [], "links": []}
 
 
+@pytest.mark.parametrize("what", ["namespace", "outside end of the veth"])
+def test_a_host_whose_name_is_taken_fails_and_leaves_the_other_owners_one(what):
+    with netlab.LanHarness() as lan:
+        tag = lan.tag
+        if what == "namespace":
+            theirs, make, drop = f"{tag}a", ["ip", "netns", "add"], ["ip", "netns", "del"]
+        else:
+            theirs, make, drop = f"{tag}2", ["ip", "link", "add"], ["ip", "link", "del"]
+        subprocess.run([*make, theirs] + ([] if what == "namespace" else ["type", "bridge"]),
+                       check=True)
+        try:
+            with pytest.raises(Exception):
+                lan.add_host("a")
+            lan.close()
+            assert _left(tag) == {"namespaces": [theirs] if what == "namespace" else [],
+                                  "links": [] if what == "namespace" else [theirs]}
+        finally:
+            subprocess.run([*drop, theirs], check=True)
+
+
 def test_a_constructor_failing_after_the_bridge_removes_the_bridge(monkeypatch):
     looked_up = []
 
