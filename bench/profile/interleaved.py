@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/profile/interleaved.py RATE SUBSCRIBERS PAYLOAD ROUNDS CMD [CMD...]
 
-Each CMD is a backbone command line with PORT where its UDP port goes, e.g.
+Each CMD is a backbone command line with PORT where its UDP port goes (0: any; the one bound is
+read back), e.g.
 "/tmp/ref PORT --gso" (cc -O2 -o /tmp/ref bench/reference/fyrehose_ref.c) or
 ".venv/bin/python -m pelotari backbone --host 127.0.0.1 --port PORT --stats-interval 3600".
 Round after round the backbones take turns (A B C A B C...): each is started alone on core 0,
@@ -22,16 +23,17 @@ import sys
 import threading
 import time
 
+import psutil
 
 def _cpu_seconds(pid):
     """User + system CPU seconds of a running process (its threads included)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def _context_switches(pid):
     """Voluntary + involuntary context switches of a running process, summed over its threads."""
+    # by hand: psutil's num_ctx_switches() counts the main thread's only
     total = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{task}/status") as f:
@@ -53,14 +55,15 @@ def main(argv):
     from fastpath.loadgen import SubscriberGroup, publish_fyrehose
 
     delivered = {c: [] for c in commands}
-    port = 24100
+    from pelotari.harness.procs import bound_port
+
     for rnd in range(rounds):
         for k, command in enumerate(commands):
-            port += 1
-            server = subprocess.Popen(["taskset", "-c", "0"] + shlex.split(command.replace("PORT", str(port))),
+            server = subprocess.Popen(["taskset", "-c", "0"] + shlex.split(command.replace("PORT", "0")),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 time.sleep(1.0)
+                port = bound_port(server.pid)  # it bound any port: no number chosen for it
                 group = SubscriberGroup("127.0.0.1", port, subs)
                 try:
                     group.sign_on()
