@@ -2,7 +2,7 @@
 (pelotari.swarm.table.PyConnectionTable) and its Cython twin (fastpath.swarmtable), each filled
 with 100,000 distinct (127.x.y.z, port) connections.
 
-Bytes per connection is RSS growth (/proc/self/statm) from before the table is made to after it
+Bytes per connection is RSS growth (psutil) from before the table is made to after it
 is full, in a fresh interpreter per implementation (pelotari.swarm.bench.memory); the twin's goal is
 at most 64 (docs/protocols/swarm.md, "State per connection"). Run:
 
