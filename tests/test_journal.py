@@ -1,6 +1,7 @@
 """Client-side fast path: the journal ring and the gap tracker, with an injected clock; every
 test runs on fastpath.journal and on its pure-Python twin fastpath.refjournal."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import implementations
 from fastpath import refcodec
@@ -170,3 +171,27 @@ def test_sequence_wraps_at_48_bits(jm):
     t.offer(0, b"c", 1.0)
     t.offer(MAX_SEQUENCE, b"b", 1.0)
     assert [i[1] for i in t.ready()] == [MAX_SEQUENCE - 1, MAX_SEQUENCE, 0, 1]
+
+
+# One step of a random session: ("offer", seq offset, time step) or ("due", 0, time step).
+steps = st.lists(st.tuples(st.sampled_from(["offer", "offer", "offer", "due"]),
+                           st.integers(-40, 40), st.floats(0, 0.5)), max_size=120)
+
+
+@pytest.mark.skipif(len(JOURNALS) < 2, reason="compares fastpath.journal with its twin")
+@given(start=st.integers(0, MAX_SEQUENCE), steps=steps)
+@settings(max_examples=200, deadline=None)
+def test_the_twin_tracks_exactly_as_the_compiled_tracker(start, steps):
+    trackers = [JOURNALS[k].GapTracker(max_gap=32, max_held=16, max_request_range=8,
+                                       request_delay=0.1, retries=2) for k in ("cython", "python")]
+    now, seq = 0.0, start
+    for kind, offset, dt in steps:
+        now += dt
+        seq = (seq + offset) & MAX_SEQUENCE
+        if kind == "offer":
+            results = [t.offer(seq, b"%d" % seq, now) for t in trackers]
+        else:
+            results = [t.due(now) for t in trackers]
+        results += [(t.ready(), t.open_gaps(), t.next_deadline(), t.requested(seq), t.held_count,
+                     t.next_sequence, t.duplicates, t.resets, t.lost_messages) for t in trackers]
+        assert results[0] == results[1] and results[2] == results[3]
