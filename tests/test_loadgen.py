@@ -161,16 +161,17 @@ def test_loadgen_arguments_are_validated():
 def _closed_on_failure(fn, *args, **kw):
     """Call fn expecting OSError; whether every socket it opened was closed, not left to GC."""
     import gc
-    import os
     import warnings
-    before = len(os.listdir("/proc/self/fd"))
+
+    import psutil
+    before = psutil.Process().num_fds()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         with pytest.raises(OSError):  # inet_aton refuses the host after the sockets exist
             fn(*args, **kw)
         gc.collect()
     unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
-    return not unclosed and len(os.listdir("/proc/self/fd")) == before
+    return not unclosed and psutil.Process().num_fds() == before
 
 
 def test_publisher_closes_its_socket_when_setup_fails():
