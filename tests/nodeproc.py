@@ -13,7 +13,7 @@ import time
 from conftest import PELOTARI, wait_event
 
 
-def is_event(kind, **fields):
+def is_event(kind, /, **fields):
     """A predicate: an event of that kind whose fields have those values."""
     return lambda e: e["event"] == kind and all(e.get(k) == v for k, v in fields.items())
 

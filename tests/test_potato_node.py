@@ -2,7 +2,6 @@
 import asyncio
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
@@ -12,53 +11,23 @@ import time
 
 import psutil
 import pytest
-from conftest import PELOTARI, wait_event
+from conftest import PELOTARI
+from nodeproc import NodeProcess, Spawner
 
 
-class Potato:
+class Potato(NodeProcess):
     """One `pelotari potato node ... --json` process: events on a queue, commands on stdin."""
 
-    def __init__(self, *args, stdin=subprocess.PIPE):
-        self.proc = subprocess.Popen(PELOTARI + ["potato", "node", *args, "--json"], stdin=stdin,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
-        self.events: queue.Queue = queue.Queue()
-        self.seen = []
-        threading.Thread(target=self._read, daemon=True).start()
+    wait = NodeProcess.wait_named
 
-    def _read(self):
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line))
-
-    def wait(self, event, timeout=10.0, **fields):
-        return wait_event(self.events, self.seen, lambda e: e["event"] == event and all(
-            e.get(k) == v for k, v in fields.items()), timeout)
-
-    def command(self, line):
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def stop(self, sig=signal.SIGTERM):
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        return self.proc.wait(10)
+    def __init__(self, *args, **kwargs):
+        super().__init__("potato", "node", *args, **kwargs)
 
 
 @pytest.fixture
 def potato():
-    started = []
-
-    def make(*args, **kwargs):
-        p = Potato(*args, **kwargs)
-        started.append(p)
-        return p
-
-    yield make
-    for p in started:
-        if p.proc.poll() is None:
-            p.stop(signal.SIGKILL)
+    with Spawner(Potato) as make:
+        yield make
 
 
 @pytest.mark.parametrize("transport", ["webrtc", "tcp"])
@@ -87,7 +56,7 @@ def test_three_clients_in_a_chain_relay_broadcast_and_elect(potato, transport):
     b.stop(signal.SIGKILL)  # C loses its only peer; A too
     assert a.wait("peer_down", peer="B", timeout=5)
     assert c.wait("peer_down", peer="B", timeout=5)
-    assert a.stop() == 0 and c.stop() == 0
+    assert a.stop()[0] == 0 and c.stop()[0] == 0
 
 
 def test_a_client_runs_as_a_service_and_says_what_is_wrong_in_one_line(potato):
@@ -97,7 +66,7 @@ def test_a_client_runs_as_a_service_and_says_what_is_wrong_in_one_line(potato):
     b = potato("--name", "B", "--listen", f"127.0.0.2:{port}", "--connect", f"127.0.0.1:{port}",
                "--transport", "tcp", stdin=subprocess.DEVNULL)
     assert a.wait("peer_up", peer="B")
-    assert a.stop(signal.SIGINT) == 0 and b.stop(signal.SIGHUP) == 0
+    assert a.stop(signal.SIGINT)[0] == 0 and b.stop(signal.SIGHUP)[0] == 0
     res = subprocess.run(PELOTARI + ["potato", "node", "--name", "", "--transport", "tcp"],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 2 and "Traceback" not in res.stderr
@@ -187,7 +156,7 @@ def test_a_connect_target_that_goes_away_is_reconnected(potato, transport):
     assert retries == sorted(retries) or len(retries) < 3  # backing off
     b.command("broadcast back")
     assert a2.wait("message", body="back")
-    assert a2.stop() == 0 and b.stop() == 0
+    assert a2.stop()[0] == 0 and b.stop()[0] == 0
 
 
 @pytest.mark.parametrize("transport", ["tcp", "webrtc"])
