@@ -7,15 +7,14 @@ so two default (peer = address) nodes can share one port.
 """
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
-from conftest import PELOTARI, wait_event
+from conftest import PELOTARI
+from nodeproc import NodeProcess, Spawner, is_event
 
 pytestmark = pytest.mark.e2e
 
@@ -23,62 +22,26 @@ FAST = ["--broadcast-interval", "0.5", "--inactive-peer-time", "0.3", "--heartbe
         "--reservation-timeout", "1", "--response-window", "0.5"]
 
 
-class Loopback:
+class Loopback(NodeProcess):
     """`pelotari prototari` bound to one loopback address, with events on a queue."""
 
-    def __init__(self, address, port, *extra, stdin=subprocess.PIPE, as_json=True,
-                 preexec_fn=None):
-        argv = PELOTARI + ["prototari", "--host", address, "--broadcast-address",
-                           "127.255.255.255", "--unicast-port", str(port), "--broadcast-port",
-                           str(port + 1), *FAST, *extra] + (["--json"] if as_json else [])
+    def __init__(self, address, port, *extra, **kwargs):
+        super().__init__("prototari", "--host", address, "--broadcast-address",
+                         "127.255.255.255", "--unicast-port", str(port), "--broadcast-port",
+                         str(port + 1), *FAST, *extra, new_session=False, **kwargs)
         self.address = f"{address}:{port}"
-        self.proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE,
-                                     preexec_fn=preexec_fn)  # noqa: PLW1509 (only os.close)
-        self.as_json = as_json
-        self.events: queue.Queue = queue.Queue()
-        self.seen = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line) if self.as_json else line.decode())
-
-    def wait(self, predicate, timeout):
-        return wait_event(self.events, self.seen, predicate, timeout)
-
-    def write(self, data: bytes):
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
 
     def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        code = self.proc.wait(10)
+        """Stop it with a signal; (exit code, its "stopped" event, its stderr)."""
+        code, _ = super().stop(sig)
         stopped = self.wait(lambda e: e["event"] == "stopped", 5) if self.as_json else None
-        return code, stopped, self.proc.stderr.read().decode()
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        return code, stopped, self.stderr_text()
 
 
 @pytest.fixture
 def nodes():
-    started = []
-
-    def make(*args, **kwargs):
-        node = Loopback(*args, **kwargs)
-        started.append(node)
-        return node
-
-    yield make
-    for node in started:
-        node.close()
-
-
-def is_event(kind, **fields):
-    return lambda e: e["event"] == kind and all(e.get(k) == v for k, v in fields.items())
+    with Spawner(Loopback) as make:
+        yield make
 
 
 def close_stdin():
