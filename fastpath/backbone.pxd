@@ -107,6 +107,7 @@ cdef class BackboneCore:
     cdef Py_ssize_t packs_limit  # the limit `packs` was built for; 0 = not built
 
     cdef void receive_batch(self, int count, int64_t now) noexcept nogil
+    cdef void end_batch(self, int64_t now) noexcept nogil
     cdef void on_timer(self, int64_t now) noexcept nogil
     cdef void fill_slot(self, int i, const char* data, Py_ssize_t n, sockaddr_in* sa) noexcept nogil
     cdef void collect(self) noexcept

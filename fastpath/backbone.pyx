@@ -207,6 +207,9 @@ cdef class BackboneCore:
         self.c.batches += 1
         for i in range(count):
             self.handle(i, now)
+        self.end_batch(now)
+
+    cdef void end_batch(self, int64_t now) noexcept nogil:
         self.fan_out_pending(now)
         self.flush()
 
@@ -665,13 +668,16 @@ cdef class BackboneCore:
                 for k in range(repeat):
                     start = 0
                     while start < n:
+                        # receive_batch(), each datagram handled as it is put in its slot
                         count = min(n - start, self.rx.capacity)
+                        self.c.batches += 1
                         for i in range(count):
                             if k == 0 or n > self.rx.capacity:
                                 self.fill_slot(i, src[start + i], lens[start + i], &sas[start + i])
                             else:  # the same slot again: only the bytes (PUSHes were stamped)
                                 memcpy(<void*>self.rx.slot(i), src[i], self.rx.msgs[i].msg_len)
-                        self.receive_batch(count, now)
+                            self.handle(i, now)
+                        self.end_batch(now)
                         start += count
         finally:
             PyMem_Free(src)
