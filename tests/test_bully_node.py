@@ -454,22 +454,12 @@ def test_nodes_bound_to_any_address_name_the_connections_end():
     from pelotari.bully.core import Joined, SyncDone
 
     async def scenario():
-        cfg = Config(heartbeat=0.5, peer_timeout=1.6)
-        led, got = [], []
-        leader = await Node.start("0.0.0.0", 0, config=cfg, on_event=led.append)
-        peer = await Node.start("0.0.0.0", 0, leader=("127.0.0.1", leader.port), config=cfg,
-                                on_event=got.append)
+        leader, peer, led, got = await joined_pair(Config(heartbeat=0.5, peer_timeout=1.6),
+                                                   "0.0.0.0", "0.0.0.0")
         try:
-            for _ in range(200):
-                if any(isinstance(e, Joined) for e in got):
-                    break
-                await asyncio.sleep(0.01)
             joined = next(e for e in got if isinstance(e, Joined))
             leader.start_sync()
-            for _ in range(300):
-                if any(isinstance(e, SyncDone) for e in led):
-                    break
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: any(isinstance(e, SyncDone) for e in led), 3.0)
             return joined, next(e for e in led if isinstance(e, SyncDone)), leader.port
         finally:
             await peer.close()
@@ -493,16 +483,12 @@ def test_the_adapter_rearms_its_timer_only_when_the_cores_changes():
     """A leader (127.0.0.1) and a peer (127.0.0.2); 100 texts from the peer, each on a
     connection of its own: the leader's timer is armed again only when the core's next
     deadline moves, far fewer times than the calls into its core."""
-    from pelotari.bully.core import Joined, TextReceived
+    from pelotari.bully.core import TextReceived
 
     async def scenario():
-        cfg = Config(heartbeat=5.0, peer_timeout=16.0)
-        led, got = [], []
-        leader = await Node.start("127.0.0.1", 0, config=cfg, on_event=led.append)
-        peer = await Node.start("127.0.0.2", 0, leader=("127.0.0.1", leader.port), config=cfg,
-                                on_event=got.append)
+        leader, peer, led, got = await joined_pair(Config(heartbeat=5.0, peer_timeout=16.0),
+                                                   "127.0.0.1", "127.0.0.2")
         try:
-            await wait_until(lambda: any(isinstance(e, Joined) for e in got))
             calls = []
             real = leader.core.data_received
             leader.core.data_received = lambda *a: (calls.append(1), real(*a))[1]
@@ -521,6 +507,23 @@ def test_the_adapter_rearms_its_timer_only_when_the_cores_changes():
     texts, rearms, calls = asyncio.run(scenario())
     assert texts == sorted(f"t{i}" for i in range(100))
     assert calls >= 100 and rearms < calls / 4, (rearms, calls)
+
+
+async def joined_pair(cfg, leader_host, peer_host):
+    """A leader and a peer joined to it, in-process: (leader, peer, leader's events, peer's)."""
+    from pelotari.bully.core import Joined
+
+    led, got = [], []
+    leader = await Node.start(leader_host, 0, config=cfg, on_event=led.append)
+    peer = await Node.start(peer_host, 0, leader=("127.0.0.1", leader.port), config=cfg,
+                            on_event=got.append)
+    try:
+        await wait_until(lambda: any(isinstance(e, Joined) for e in got), 2.0)
+    except BaseException:
+        await peer.close()
+        await leader.close()
+        raise
+    return leader, peer, led, got
 
 
 async def wait_until(predicate, timeout=5.0):
