@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from pelotari.adapter import CoreTimer
 from pelotari.bully.core import Address, BullyNode, Close, Config, Connect, Send
+from pelotari.bully.wire import DEFAULT_PORT
 
 log = logging.getLogger("pelotari.bully")
 
@@ -122,7 +123,7 @@ class Node:
     # ---- starting and stopping ---------------------------------------------------------
 
     @classmethod
-    async def start(cls, host: str = "0.0.0.0", port: int = 3333, **kwargs) -> "Node":
+    async def start(cls, host: str = "0.0.0.0", port: int = DEFAULT_PORT, **kwargs) -> "Node":
         """Listen on (host, port) (port 0: any free port), then build the core: the founding
         leader without `leader`, else a peer joining through leader=(ip, port). Raises
         BindError when the address cannot be listened on."""

@@ -8,7 +8,7 @@ import click
 from pelotari.cli import main
 from pelotari.cli.common import AddressType, PelotariGroup, escape_text
 
-PORT = 3333
+from pelotari.bully.wire import DEFAULT_PORT as PORT  # the wire table (no asyncio)
 SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
 
 COMMANDS = """\

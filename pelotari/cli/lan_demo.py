@@ -10,6 +10,7 @@ import time
 import click
 
 from pelotari.cli import main
+from pelotari.prototari.wire import UNICAST_PORT
 
 FAST = ["--broadcast-interval", "0.5", "--inactive-peer-time", "1", "--heartbeat-max-wait", "0.3",
         "--reservation-timeout", "1"]
@@ -92,7 +93,7 @@ def _demo(nodes, loss, interrupted):
         for h in hosts:
             check()
             procs[h.name] = _start(lan, h, out)
-        everyone = {h.name: {f"{o.address}:21450" for o in hosts if o is not h} for h in hosts}
+        everyone = {h.name: {f"{o.address}:{UNICAST_PORT}" for o in hosts if o is not h} for h in hosts}
         peers = {h.name: set() for h in hosts}
         ok = _follow(out, peers, lambda: all(peers[n] == everyone[n] for n in peers), 20,
                      "every node found every other", check)
@@ -106,7 +107,7 @@ def _demo(nodes, loss, interrupted):
         _say(f"killing {last.name}: the others should drop it after 3 missed heartbeats")
         procs[last.name].kill()
         t0 = time.monotonic()
-        gone = f"{last.address}:21450"
+        gone = f"{last.address}:{UNICAST_PORT}"
         ok &= _follow(out, peers, lambda: all(gone not in peers[h.name] for h in hosts[:-1]), 15,
                       "the others dropped it", check)
         _say(f"detected in {time.monotonic() - t0:.1f}s; restarting {last.name}")

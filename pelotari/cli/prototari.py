@@ -6,6 +6,7 @@ import click
 
 from pelotari.cli import main
 from pelotari.cli.common import escape_text, split_address
+from pelotari.prototari.wire import BROADCAST_PORT, UNICAST_PORT
 from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, quiet_logging,
                                   read_commands, run_until_stopped)
 
@@ -21,10 +22,10 @@ from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, quiet_lo
 @click.option("--broadcast-address", default=None,
               help="Where `pelotari?` goes. [default: the interface's; 255.255.255.255 with "
                    "--host]")
-@click.option("--unicast-port", type=click.IntRange(1, 65535), default=21450, show_default=True,
+@click.option("--unicast-port", type=click.IntRange(1, 65535), default=UNICAST_PORT, show_default=True,
               help="Where every node listens for unicasts: aupa!, dale!, hor?, hemen nago! and "
                    "data go to a peer's address at this port.")
-@click.option("--broadcast-port", type=click.IntRange(1, 65535), default=21451, show_default=True)
+@click.option("--broadcast-port", type=click.IntRange(1, 65535), default=BROADCAST_PORT, show_default=True)
 @click.option("--max-peers", type=click.IntRange(1, 65535), default=64, show_default=True)
 @click.option("--broadcast-interval", type=click.FloatRange(0.01), default=5.0, show_default=True,
               help="Seconds between `pelotari?` broadcasts.")

@@ -130,7 +130,7 @@ def _swarm_keyring(key_file, sign_at=None):
 @click.option("--token", help="TOKEN (KEEPALIVE, KEEPALIVE-ACK): 16 bytes of text or hex:<32 digits>.")
 @click.option("-F", "--field", "fields", multiple=True, metavar="NAME=VALUE",
               help="Set any field of TYPE by its name (repeatable); for every protocol's layers.")
-@click.option("--send", "target", type=_Target(2323), default=None,
+@click.option("--send", "target", type=_Target(None), default=None,
               help="Send the packet to HOST:PORT (a fyrehose backbone: 2323; prototari: 21451 "
                    "for discovery, 21450 for the rest; bully: a TCP connection to 3333; potato: "
                    "no default port, a TCP connection with the hello handshake first; swarm: "
@@ -271,7 +271,7 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
     if target is None:
         return
     if target[1] is None:
-        target = (target[0], getattr(module, "DEFAULT_PORT", 2323))
+        target = (target[0], getattr(module, "DEFAULT_PORT", None))
         if target[1] is None:
             raise click.BadParameter("this protocol has no default port: give HOST:PORT",
                                      param_hint="--send")

@@ -19,6 +19,7 @@ from pelotari.prototari.wire import (BROADCAST_PORT, CONFIRM, DATA_MAGIC, DISCOV
                                      PONG, RESPOND, UNICAST_PORT)
 
 DEFAULT_PORTS = (UNICAST_PORT, BROADCAST_PORT)
+DEFAULT_PORT = None  # two ports (discovery, the rest): craft's --send needs HOST:PORT
 NAMES = MESSAGES
 
 
