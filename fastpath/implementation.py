@@ -2,8 +2,10 @@
 
 PELOTARI_PURE_PYTHON=1 selects every pure-Python twin (as msgpack's MSGPACK_PUREPYTHON does), and
 so does a compiled module that is not built. Every selector asks compiled(): codec -> refcodec,
-journal -> refjournal, batchio -> refbatchio (pelotari/fyrehose/{codec,journal,batchio}.py), swarm's
-MACs, connection table and datagram path (pelotari/swarm/{wire,table,node}.py).
+journal -> refjournal, batchio -> refbatchio (pelotari/fyrehose/{codec,journal,batchio}.py), the
+backbone's core and loop (pelotari/fyrehose/backbone.py), swarm's MACs, connection table and
+datagram path (pelotari/swarm/{wire,table,node}.py). The load generators (loadgen, swarmload) have
+no twin: they are benchmark tools, and their figures are meant to be the compiled path's.
 """
 import importlib
 import os
