@@ -483,3 +483,12 @@ def test_inspect_live_on_loopback_shows_a_crafted_exchange(tmp_path):
     read = run("inspect", str(out), "--json", "-p", f"bully:{port}")
     assert [json.loads(line).get("type") for line in read.stdout.splitlines()][:2] == [
         "NodeRequest", "NodeResponse"]
+
+
+def test_peer_slots_and_port_come_from_the_wire_table():
+    assert len(raw(bl.BullyPeer())) == wire.PEER_SIZE
+    assert bl.DEFAULT_PORTS == (wire.DEFAULT_PORT,)
+    for tag, (_, _, kinds) in wire.TABLE.items():
+        if "peers" in kinds:  # an empty list still fills every slot
+            built = raw(bl.CLASSES[tag]())
+            assert len(built) == wire.fixed_size(tag) and wire.decode(built).peers == ()

@@ -13,7 +13,9 @@ from typing import Dict, List, Optional, Tuple
 
 DEFAULT_PORT = 3333
 MAX_ID = 25  # the leader gives IDs 1..25
-PEER_SLOTS = 4  # peer lists hold exactly four entries; an empty one is 8 zero bytes
+PEER_SLOTS = 4  # peer lists hold exactly four entries; an empty one is PEER_SIZE zero bytes
+ADDR_SIZE = 6  # IPv4 (4) + port (2)
+PEER_SIZE = ADDR_SIZE + 2  # an address + ID (2)
 MAX_TEXT = 65535  # what the 2-byte length can say
 
 
@@ -109,7 +111,8 @@ TABLE: Dict[int, Tuple[str, int, Tuple[str, ...]]] = {
     13: ("HereIsYourNewTime", 1, ("peer", "i64:time_ms")),
 }
 TAGS = {name: tag for tag, (name, _, _) in TABLE.items()}
-_SIZES = {"addr": 6, "peer": 8, "peers": 8 * PEER_SLOTS, "u16": 2, "i64": 8, "text": 2}
+_SIZES = {"addr": ADDR_SIZE, "peer": PEER_SIZE, "peers": PEER_SIZE * PEER_SLOTS, "u16": 2, "i64": 8,
+          "text": 2}
 
 
 def fixed_size(tag: int) -> int:
@@ -151,7 +154,7 @@ def encode(msg: Message, max_text: int = MAX_TEXT) -> bytes:
             if len(msg.peers) > PEER_SLOTS:
                 raise InvalidField(f"{len(msg.peers)} peers; a list holds {PEER_SLOTS}")
             out.extend(_pack_peer(p) for p in msg.peers)
-            out.append(bytes(8 * (PEER_SLOTS - len(msg.peers))))
+            out.append(bytes(PEER_SIZE * (PEER_SLOTS - len(msg.peers))))
         elif kind == "u16":
             value = getattr(msg, attr)
             if not 0 <= value <= 0xFFFF:
@@ -220,7 +223,7 @@ def _parse(b: bytes) -> Message:
         elif kind == "peer":
             values["peer"] = _peer_at(b, off)
         elif kind == "peers":
-            slots = [_peer_at(b, off + 8 * k) for k in range(PEER_SLOTS)]
+            slots = [_peer_at(b, off + PEER_SIZE * k) for k in range(PEER_SLOTS)]
             # An empty slot is 8 zero bytes; receivers skip 0.0.0.0 or port 0.
             values["peers"] = tuple(p for p in slots if p.host != "0.0.0.0" and p.port != 0)
         elif kind == "u16":

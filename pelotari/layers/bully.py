@@ -92,7 +92,7 @@ class PeerSlotsField(PacketListField):
         val = list(val or [])
         if len(val) > wire.PEER_SLOTS:
             raise ValueError(f"{len(val)} peers; a peer list holds {wire.PEER_SLOTS} slots")
-        return super().addfield(pkt, s, val) + bytes(8 * (wire.PEER_SLOTS - len(val)))
+        return super().addfield(pkt, s, val) + bytes(wire.PEER_SIZE * (wire.PEER_SLOTS - len(val)))
 
     @staticmethod
     def from_cli(text: str):
