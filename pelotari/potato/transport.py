@@ -241,10 +241,6 @@ class Transport:
         self.stats["messages_sent"] += 1
         return True
 
-    async def close(self) -> None:
-        """Report every peer down, close every connection and stop every task."""
-        raise NotImplementedError
-
     # -- shared machinery --------------------------------------------------------------------
 
     def _refuse_data(self, data) -> str:
@@ -420,6 +416,23 @@ class Transport:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    async def close(self) -> None:
+        """Report every peer down, close every connection and the listening socket, and stop
+        every task."""
+        if self._server is not None:
+            self._server.close()
+        await self._close_common()
+        for link in list(self._links):
+            link.shutdown()
+        await self._close_links()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _close_links(self) -> None:
+        """Wait for the links close() shut down (each transport its own way)."""
+        raise NotImplementedError
 
     async def _close_common(self) -> None:
         """Mark closed, drop every link (reporting peers down), stop the ping task."""
@@ -754,21 +767,12 @@ class TcpTransport(Transport):
             raise TimeoutError(f"no hello from {host}:{port} within "
                                f"{self.handshake_timeout} s") from None
 
-    async def close(self) -> None:
-        """Report every peer down, close every connection and the listening socket."""
-        if self._server is not None:
-            self._server.close()
-        await self._close_common()
-        for link in list(self._links):
-            link.shutdown()
+    async def _close_links(self) -> None:
         for _ in range(2):  # closed (flushed) first, then aborted
             if self._links:
                 await asyncio.wait([link.lost for link in self._links], timeout=1.0)
             for link in list(self._links):
                 link.transport.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
 
 
 # -- WebRTC ----------------------------------------------------------------------------------
@@ -1182,17 +1186,9 @@ class WebRtcTransport(Transport):
             except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
                 pass
 
-    async def close(self) -> None:
-        """Report every peer down, close every peer connection and the signaling socket."""
-        if self._server is not None:
-            self._server.close()
-        await self._close_common()
-        for link in list(self._links):
-            link.shutdown()
+    async def _close_links(self) -> None:
+        # (the listening socket is the signaling one: answers under way are cancelled)
         for task in list(self._answering):
             task.cancel()
         while self._answering or self._tasks:
             await asyncio.gather(*self._answering, *self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
