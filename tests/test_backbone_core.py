@@ -345,7 +345,7 @@ def traffic(rng, sources, steps):
     batch is None. Every kind of datagram, valid or not, from a few hosts and ports."""
     now, out = 0, []
     for _ in range(steps):
-        now += rng.choice((0, 1, 1_000_000, 50_000_000, 400_000_000))
+        now += rng.choice((0, 1, 1_000_000, 5_000_000, 9_999_999, 50_000_000, 400_000_000))
         if rng.random() < 0.1:
             out.append((now, None))
             continue
@@ -358,8 +358,13 @@ def traffic(rng, sources, steps):
                                     PACKED | rng.choice((1, 200, 1472, 65507)) << 16))
                 addr, port = rng.choice((("", 0), ("", 0), src, ("127.0.0.77", 7)))
                 batch.append((wire.encode_keepalive(addr, port, flags, rng.randbytes(16)), src))
-            elif kind < 0.6:
+            elif kind < 0.58:
                 batch.append((wire.encode_push(b"p" * rng.choice((0, 1, 16, 16, 100, 1500))), src))
+            elif kind < 0.6:  # a burst of equal PUSHes: GSO runs up to their limits
+                size = rng.choice((16, 1400, 1472))
+                batch.extend([(wire.encode_push(b"b" * size), src)] * rng.randint(20, 70))
+            elif kind < 0.605:  # packs of more frames than one fan-out holds (FRAME_CAP)
+                batch.extend([(wire.encode_push(b"") * 2000, src)] * 5)
             elif kind < 0.7:
                 sizes = [rng.choice((0, 16, 16, 300)) for _ in range(rng.randint(2, 40))]
                 batch.append((b"".join(wire.encode_push(b"q" * n) for n in sizes), src))
@@ -381,8 +386,8 @@ def test_the_twin_sends_what_the_compiled_core_sends_byte_for_byte(seed):
     options = dict(first_sequence=MAX_SEQUENCE - 500, seed=seed + 1, window=1.0,
                    max_subscribers=rng.choice((4, 12, 64)), max_per_address=rng.choice((0, 3)),
                    repair_rate=50.0, repair_burst=120.0, max_request_range=64,
-                   batch=rng.choice((1, 7, 64)), gso=seed % 2 == 0, max_pack=4000,
-                   max_pack_frames=30, allow_foreign_addresses=seed % 3 == 0)
+                   batch=(64, 7, 64, 1, 64, 64)[seed], gso=seed % 2 == 0, max_pack=4000,
+                   max_pack_frames=(30, 2000)[seed >= 3], allow_foreign_addresses=seed % 3 == 0)
     cores = [COMPILED.BackboneCore(**options), backbone_core.BackboneCore(**options)]
     sources = [("127.0.0.%d" % h, 4000 + p) for h in (1, 2, 3, 4) for p in range(5)]
     for now, batch in traffic(rng, sources, 120):
