@@ -11,8 +11,9 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from dataclasses import replace
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple,
+                    Union)
 
 from pelotari.fyrehose.batchio import RecvBatch, SendBatch, enable_gro, set_buffers
 from pelotari.fyrehose.backbone import DEFAULT_PORT
@@ -472,8 +473,7 @@ class Client(_Adapter):
                 self._ready.notify()
 
 
-@dataclass(frozen=True)
-class Published:
+class Published(NamedTuple):
     """The outcome of one item of a PublishStream."""
 
     item: Any  # as the iterable gave it
@@ -508,7 +508,7 @@ class PublishStream:
         if group < 1:
             raise ValueError("group must be at least 1")
         self._client, self._items = client, iter(items)
-        self._key = key or (lambda item: item)
+        self._key = key  # None: the items are the bytes
         self.rate, self.window, self.group = rate, window, group
         self._timeout = client._wait(timeout)
         self._clock, self._sleep = clock, sleep
@@ -517,12 +517,19 @@ class PublishStream:
 
     def __iter__(self) -> Iterator[Published]:
         started = None
+        items, group, window, inflight = self._items, self.group, self.window, self._inflight
+        key, publish_many = self._key, self._client.publish_many_nowait
         while True:
-            batch = list(itertools.islice(self._items, self.group))
+            batch = list(itertools.islice(items, group))
             if not batch:
                 break
-            # Make room first: at most `window` unconfirmed once this batch is out.
-            yield from self._settle(max(0, self.window - len(batch)))
+            n = len(batch)
+            # At most `window` unconfirmed once this batch is out. A full window is waited
+            # down to half, so confirmations are taken in runs, not a thread hand-off each.
+            if len(inflight) + n > window:
+                yield from self._settle(max(0, min(window - n, window // 2)))
+            elif inflight and (inflight[0][0] is None or inflight[0][0].done()):
+                yield from self._settle(len(inflight))  # what is settled already
             if self.rate:
                 now = self._clock()
                 if started is None:
@@ -530,9 +537,9 @@ class PublishStream:
                 delay = started + self.sent / self.rate - now
                 if delay > 0:
                     self._sleep(delay)
-            futs = self._client.publish_many_nowait([self._key(item) for item in batch])
-            self._inflight.extend(zip(futs, batch))
-            self.sent += len(batch)
+            futs = publish_many(batch if key is None else [key(item) for item in batch])
+            inflight.extend(zip(futs, batch))
+            self.sent += n
         yield from self.drain()
 
     def drain(self) -> Iterator[Published]:
@@ -552,11 +559,12 @@ class PublishStream:
             if len(inflight) <= limit and not fut.done():
                 return
             try:
-                with _publish_timeout():
-                    seq = fut.result(self._timeout)
-            except (PublishTimeout, ConnectionAbortedError) as exc:
+                seq = fut.result(self._timeout)
+            except (*_TIMEOUTS, ConnectionAbortedError) as exc:
                 inflight.popleft()
                 self.failed += 1
+                if not isinstance(exc, (PublishTimeout, ConnectionAbortedError)):
+                    exc = PublishTimeout("no DELIVER came back from the backbone")
                 yield Published(item, None, exc)
                 continue
             inflight.popleft()  # only now: an interrupted wait leaves it for drain()
