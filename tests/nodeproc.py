@@ -110,6 +110,14 @@ class NodeProcess:
         self.send(sig)
         return self.proc.wait(10), time.monotonic() - t0
 
+    def group_gone(self) -> bool:
+        """Whether nothing is left of its session (it and whatever it started)."""
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
     def kill(self):
         """SIGKILL it (and, in its own session, anything it started)."""
         if self.proc.poll() is None:

@@ -189,14 +189,6 @@ def port_is_free(host, port):
             return False
 
 
-def group_gone(proc):
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 @pytest.mark.parametrize("stdin", ["devnull", "closed"])
 def test_a_service_answers_without_stdin_and_stops_cleanly(bully, stdin):
     kwargs = {"devnull": {"stdin": subprocess.DEVNULL},
@@ -213,11 +205,11 @@ def test_a_service_answers_without_stdin_and_stops_cleanly(bully, stdin):
     code, took = leader.stop(signal.SIGTERM)
     assert (code, "".join(leader.stderr)) == (0, "") and took < 3, took
     assert leader.wait(is_event("stopped", signal="SIGTERM"), 2)
-    assert group_gone(leader.proc) and port_is_free("127.0.0.1", port)
+    assert leader.group_gone() and port_is_free("127.0.0.1", port)
 
     code, took = peer.stop(signal.SIGINT)
     assert (code, "".join(peer.stderr)) == (0, "") and took < 3, took
-    assert group_gone(peer.proc) and port_is_free("127.0.0.2", port)
+    assert peer.group_gone() and port_is_free("127.0.0.2", port)
 
 
 def test_quit_and_ctrl_c_in_text_mode(bully):
@@ -476,7 +468,7 @@ def test_a_hangup_stops_the_node_cleanly(bully):
     code, took = leader.stop(signal.SIGHUP)
     assert (code, "".join(leader.stderr)) == (0, "") and took < 3, took
     assert leader.wait(is_event("stopped", signal="SIGHUP"), 2)
-    assert group_gone(leader.proc) and port_is_free("127.0.0.1", port)
+    assert leader.group_gone() and port_is_free("127.0.0.1", port)
 
 
 def test_the_adapter_rearms_its_timer_only_when_the_cores_changes():

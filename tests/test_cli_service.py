@@ -100,3 +100,15 @@ def test_run_until_stopped_cancels_the_tasks_and_raises_a_tasks_bug():
         assert cancelled == [1, 1]
 
     asyncio.run(main())
+
+
+def test_a_listing_is_its_lines_as_text_and_one_event_as_json(capfd):
+    out = Output(False)
+    out.listing("help", ["a  b", "c"], "commands")
+    out.close()
+    assert capfd.readouterr().out == "a  b\nc\n"
+    out = Output(True)
+    out.listing("help", ["a  b", "c"], "commands")
+    out.close()
+    line = json.loads(capfd.readouterr().out)  # stdout stays one JSON object per line
+    assert line["event"] == "help" and line["commands"] == ["a  b", "c"]

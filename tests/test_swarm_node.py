@@ -62,14 +62,6 @@ def swarm():
         yield make
 
 
-def group_gone(proc):
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def run(*args, **kwargs):
     kwargs.setdefault("stdin", subprocess.DEVNULL)
     return subprocess.run(PELOTARI + ["swarm", *args], capture_output=True, text=True,
@@ -145,7 +137,7 @@ def test_three_nodes_connect_learn_each_other_ping_and_send(swarm, tmp_path):
         code, took = p.stop(sig)
         assert code == 0 and took < 5, (code, took, p.stderr)
         assert p.wait("stopped", signal=sig.name, timeout=2)
-        assert group_gone(p.proc)
+        assert p.group_gone()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((A, port))  # the port is free again: nothing was left running
 
@@ -198,7 +190,7 @@ def test_a_node_runs_without_stdin_and_stops_quickly_on_signals(swarm, tmp_path,
     for p, sig in ((a, signal.SIGINT), (b, signal.SIGTERM)):
         code, took = p.stop(sig)
         assert (code, "".join(p.stderr)) == (0, "") and took < 3, took
-        assert p.wait("stopped", signal=sig.name, timeout=2) and group_gone(p.proc)
+        assert p.wait("stopped", signal=sig.name, timeout=2) and p.group_gone()
 
 
 def test_user_errors_are_one_line_without_a_traceback(tmp_path):

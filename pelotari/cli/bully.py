@@ -344,11 +344,7 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
                              connections=node.connections, stats=stats, sent=sent,
                              output_dropped=out.dropped)
             elif name == "help":
-                if as_json:
-                    emit("help", "", commands=COMMANDS.splitlines())
-                else:
-                    for line in COMMANDS.splitlines():
-                        out.line(line)
+                out.listing("help", COMMANDS.splitlines(), "commands")
             elif name == "quit" and len(words) == 1:
                 stopper.stop("quit")
             elif name in ("search", "text", "elect", "sync", "time", "stats", "quit"):

@@ -223,8 +223,7 @@ async def _run(name, listen, targets, transport, as_json):
                 emit("stats", " ".join(f"{k}={v}" for k, v in sorted(stats.items())),
                      stats=dict(stats))
             elif cmd == "help":
-                for line in COMMANDS.splitlines():
-                    out.line(line)
+                out.listing("help", COMMANDS.splitlines(), "commands")
             elif cmd == "quit" and len(words) == 1:
                 stopper.stop("quit")
             else:

@@ -132,6 +132,15 @@ class Output:
             label = f" {event:<7}" if self.label else ""
             self.line(f"{time.strftime('%H:%M:%S')}{label} {text}", err, force)
 
+    def listing(self, event, lines, field="lines"):
+        """Lines for a person (e.g. `help`): as they are on stdout, or one event with them in
+        `field`."""
+        if self.as_json:
+            self.event(event, "", **{field: list(lines)})
+        else:
+            for line in lines:
+                self.line(line)
+
     def hint(self, text):
         """A line on stderr for a person at a terminal (stdin a terminal, text mode only)."""
         if not self.as_json and os.isatty(0):

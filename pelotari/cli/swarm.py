@@ -513,11 +513,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
         elif name == "stats" and len(words) == 1:
             show_stats()
         elif name == "help":
-            if as_json:
-                emit("help", "", commands=COMMANDS.splitlines())
-            else:
-                for line in COMMANDS.splitlines():
-                    out.line(line)
+            out.listing("help", COMMANDS.splitlines(), "commands")
         elif name == "quit" and len(words) == 1:
             stopper.stop("quit")
         elif name in ("connections", "ping", "send", "connect", "stats", "quit"):
