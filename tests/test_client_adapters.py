@@ -170,6 +170,10 @@ def test_publish_stream_window_limits(monkeypatch):
         client.publish_stream([], window=0)
     with pytest.raises(ValueError):
         client.publish_stream([], rate=0)
+    list(client.publish_stream([b"d"], group=1, clock=fake.clock, sleep=fake.sleep))
+    assert rec.calls[-1][1] == [b"d"]
+    with pytest.raises(ValueError):
+        client.publish_stream([], group=0)
 
 
 def test_publish_stream_packs_groups_of_ten_milliseconds_or_64(monkeypatch):
