@@ -177,50 +177,44 @@ cdef int _check_data(Py_ssize_t n, Py_ssize_t max_data) except -1:
     return 0
 
 
-cdef Py_ssize_t _encode_data(int ptype, uint64_t seq, data, buf, Py_ssize_t offset,
-                             Py_ssize_t max_data) except -1:
+cdef object _data_packet(int ptype, uint64_t seq, data, Py_ssize_t max_data, buf=None,
+                         Py_ssize_t offset=0):
+    """Write the datagram into buf at offset and return its size; without buf, return it as a
+    new bytes object, written in place (one allocation, one copy)."""
     cdef const uint8_t[::1] view  # holds a buffer other than bytes until return
     cdef ReadBuffer src
+    cdef bytes out
     if not _bytes_span(data, &src):
         view = data
         src.buf, src.len = &view[0], view.shape[0]
     _check_data(src.len, max_data)
+    if buf is None:
+        out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + src.len)
+        _write_data_packet(<uint8_t*>PyBytes_AS_STRING(out), ptype, seq, &src)
+        return out
     cdef _Writer w = _Writer(buf, offset, HEADER_SIZE + src.len)
     _write_data_packet(w.out, ptype, seq, &src)
     return HEADER_SIZE + src.len
 
 
-cdef bytes _new_data_packet(int ptype, uint64_t seq, data, Py_ssize_t max_data):
-    """The datagram as a new bytes object, written in place (one allocation, one copy)."""
-    cdef const uint8_t[::1] view  # holds a buffer other than bytes until return
-    cdef ReadBuffer src
-    if not _bytes_span(data, &src):
-        view = data
-        src.buf, src.len = &view[0], view.shape[0]
-    _check_data(src.len, max_data)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + src.len)
-    _write_data_packet(<uint8_t*>PyBytes_AS_STRING(out), ptype, seq, &src)
-    return out
-
-
 def encode_deliver_into(buf, Py_ssize_t offset, sequence, data, Py_ssize_t max_data=MAX_DATA):
     """Write a DELIVER into buf at offset; return the number of bytes written."""
-    return _encode_data(T_DELIVER, _u48(sequence, "SEQUENCE"), data, buf, offset, max_data)
+    return _data_packet(T_DELIVER, _u48(sequence, "SEQUENCE"), data, max_data, buf, offset)
 
 
 def encode_push_into(buf, Py_ssize_t offset, data, Py_ssize_t max_data=MAX_DATA):
     """Write a PUSH (UNUSED zeroed) into buf at offset; return the number of bytes written."""
-    return _encode_data(T_PUSH, 0, data, buf, offset, max_data)
+    return _data_packet(T_PUSH, 0, data, max_data, buf, offset)
 
 
 def encode_deliver(sequence, data, Py_ssize_t max_data=MAX_DATA):
     """Return a DELIVER datagram."""
-    return _new_data_packet(T_DELIVER, _u48(sequence, "SEQUENCE"), data, max_data)
+    return _data_packet(T_DELIVER, _u48(sequence, "SEQUENCE"), data, max_data)
 
 
 def encode_push(data, Py_ssize_t max_data=MAX_DATA):
     """Return a PUSH datagram."""
-    return _new_data_packet(T_PUSH, 0, data, max_data)
+    return _data_packet(T_PUSH, 0, data, max_data)
 
 
 cdef Py_ssize_t _encode_range(int ptype, buf, Py_ssize_t offset, addr, port,
@@ -264,9 +258,16 @@ def encode_forward(addr, port, from_seq, to_seq):
     return bytes(out)
 
 
-cdef int _check_token(const ReadBuffer* token) except -1:
-    if token.len != TOKEN_SIZE:
-        raise InvalidField(f"TOKEN must be {TOKEN_SIZE} bytes, got {token.len}")
+cdef int _copy_token(token, uint8_t* dst) except -1:
+    """Copy a TOKEN_SIZE-byte buffer to dst; InvalidField for any other size."""
+    cdef const uint8_t[::1] view  # holds a buffer other than bytes until return
+    cdef ReadBuffer rb
+    if not _bytes_span(token, &rb):
+        view = token
+        rb.buf, rb.len = &view[0], view.shape[0]
+    if rb.len != TOKEN_SIZE:
+        raise InvalidField(f"TOKEN must be {TOKEN_SIZE} bytes, got {rb.len}")
+    memcpy(dst, rb.buf, TOKEN_SIZE)
     return 0
 
 
@@ -275,18 +276,14 @@ def encode_keepalive_into(buf, Py_ssize_t offset, addr, port, flags, token):
     cdef uint32_t a = _addr_u32(addr)
     cdef uint16_t pt = _port(port)
     cdef uint64_t fl = _u48(flags, "FLAGS")
-    cdef const uint8_t[::1] view  # holds a buffer other than bytes until return
-    cdef ReadBuffer t
-    if not _bytes_span(token, &t):
-        view = token
-        t.buf, t.len = &view[0], view.shape[0]
-    _check_token(&t)
+    cdef uint8_t t[TOKEN_SIZE]
+    _copy_token(token, t)
     cdef _Writer w = _Writer(buf, offset, KEEPALIVE_SIZE)
     w.out[0] = T_KEEPALIVE
     put_u32(w.out + OFF_ADDR, a)
     put_u16(w.out + OFF_PORT, pt)
     put_u48(w.out + OFF_FLAGS, fl)
-    memcpy(w.out + OFF_KEEPALIVE_TOKEN, t.buf, TOKEN_SIZE)
+    memcpy(w.out + OFF_KEEPALIVE_TOKEN, t, TOKEN_SIZE)
     return KEEPALIVE_SIZE
 
 
@@ -299,15 +296,11 @@ def encode_keepalive(addr, port, flags, token):
 
 def encode_keepalive_ack_into(buf, Py_ssize_t offset, token):
     """Write a KEEPALIVE-ACK into buf at offset; return the number of bytes written."""
-    cdef const uint8_t[::1] view  # holds a buffer other than bytes until return
-    cdef ReadBuffer t
-    if not _bytes_span(token, &t):
-        view = token
-        t.buf, t.len = &view[0], view.shape[0]
-    _check_token(&t)
+    cdef uint8_t t[TOKEN_SIZE]
+    _copy_token(token, t)
     cdef _Writer w = _Writer(buf, offset, KEEPALIVE_ACK_SIZE)
     w.out[0] = T_KEEPALIVE_ACK
-    memcpy(w.out + OFF_KEEPALIVE_ACK_TOKEN, t.buf, TOKEN_SIZE)
+    memcpy(w.out + OFF_KEEPALIVE_ACK_TOKEN, t, TOKEN_SIZE)
     return KEEPALIVE_ACK_SIZE
 
 
