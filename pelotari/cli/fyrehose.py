@@ -181,8 +181,8 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
       pelotari pub --file photo.jpg      the whole file as one message
       pelotari pub --pack 1472 -n 10000 x  packed: many messages per datagram
 
-    With --pack, messages go in groups (64, or 10 ms worth at --rate; from stdin a group
-    leaves when it is full or input ends), each packed into as few datagrams as fit.
+    With --pack, messages go in groups (64, or 10 ms worth at --rate, at most --in-flight; from
+    stdin a group leaves when it is full or input ends), each packed into as few datagrams as fit.
     """
     _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
     from pelotari.fyrehose import Client
