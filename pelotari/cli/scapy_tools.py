@@ -282,11 +282,11 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
         _tcp_exchange(target, wire, wait, module, src)
         return
     first = []
-    if pack > 1 and sign_on and src is None and wire[:1] == b"\x02":
-        from fastpath.packets import NOJOURNAL, NOSUBSCRIBE, packed_flags
+    from fastpath.packets import MAX_DATAGRAM, NOJOURNAL, NOSUBSCRIBE, PUSH, packed_flags
+    if pack > 1 and sign_on and src is None and wire[:1] == bytes([PUSH]):
         from pelotari.fyrehose.codec import encode_keepalive
 
-        first = [encode_keepalive("", 0, NOSUBSCRIBE | NOJOURNAL | packed_flags(65507),
+        first = [encode_keepalive("", 0, NOSUBSCRIBE | NOJOURNAL | packed_flags(MAX_DATAGRAM),
                                   b"pelotari-craft-p")]
     sock = _sender(src, target, wire, before=first)
     if first:
