@@ -5,6 +5,7 @@ import sys
 
 import click
 
+from fastpath.packets import MAX_DATA
 from pelotari.cli import main
 
 DEFAULT_SYSTEMS = ("pelotari,pelotari-plain,pelotari-packed,reference,reference-gso,asyncio,redis,nats,"
@@ -133,7 +134,7 @@ def _r(v):
 @main.command()
 @click.option("--system", default="pelotari", show_default=True,
               help="System to soak (see `pelotari bench --list`).")
-@click.option("-S", "--payload", type=click.IntRange(16, 65498), default=16, show_default=True,
+@click.option("-S", "--payload", type=click.IntRange(16, MAX_DATA), default=16, show_default=True,
               help="Payload size in bytes.")
 @click.option("-N", "--subscribers", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Subscribers.")

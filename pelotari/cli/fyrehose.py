@@ -11,7 +11,7 @@ import click
 from pelotari.cli import main
 from pelotari.cli.common import AddressType, StatusLine, escape_text, human_rate
 
-from fastpath.packets import DEFAULT_PORT  # the wire table: imports only typing, so --help stays fast
+from fastpath.packets import DEFAULT_PORT, HEADER_SIZE, MAX_DATAGRAM  # the wire table (light)
 BACKBONE_OPTION = click.option(
     "-b", "--backbone", type=AddressType(DEFAULT_PORT), default=f"127.0.0.1:{DEFAULT_PORT}",
     show_default=True, help="Backbone address (HOST:PORT or HOST).")
@@ -42,7 +42,8 @@ BACKBONE_OPTION = click.option(
 @click.option("--no-packing", is_flag=True,
               help="Refuse the packing extension: drop packed PUSHes (length_mismatch) and send "
                    "one DELIVER per datagram even to clients that set PACKED.")
-@click.option("--max-pack", type=click.IntRange(9, 65507), default=65507, show_default=True,
+@click.option("--max-pack", type=click.IntRange(HEADER_SIZE, MAX_DATAGRAM), default=MAX_DATAGRAM,
+              show_default=True,
               help="Largest packed DELIVER datagram sent, whatever a client asks for (1472 keeps "
                    "packs within a 1,500-byte Ethernet MTU).")
 @click.option("--max-pack-frames", type=click.IntRange(2, 65507), default=1024, show_default=True,
@@ -125,7 +126,7 @@ def _sigterm_as_interrupt():
 def _client_options(fn):
     fn = click.option("--bind", type=AddressType(0), default="0.0.0.0:0", show_default=True,
                       help="Local address for this client's socket.")(fn)
-    fn = click.option("--pack", type=click.IntRange(0, 65507), default=0, show_default=True,
+    fn = click.option("--pack", type=click.IntRange(0, MAX_DATAGRAM), default=0, show_default=True,
                       metavar="BYTES",
                       help="Packing extension: accept (and, publishing, send) several messages "
                            "per datagram, up to BYTES each (1472 fits an Ethernet MTU); 0: off. "
