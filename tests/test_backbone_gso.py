@@ -6,7 +6,7 @@ import pytest
 
 from fastpath import refcodec as wire
 from pelotari.fyrehose.backbone_core import gso_supported
-from fastpath.batchio import SendBatch
+from pelotari.fyrehose.batchio import SendBatch
 
 pytestmark = pytest.mark.skipif(not gso_supported(), reason="this kernel has no UDP_SEGMENT")
 

@@ -7,7 +7,7 @@ import pytest
 
 from fastpath import refcodec as wire
 from pelotari.fyrehose.backbone_core import gso_supported
-from fastpath.batchio import SendBatch
+from pelotari.fyrehose.batchio import SendBatch
 from fastpath.packets import NOSUBSCRIBE, PACKED, Deliver, packed_flags
 
 TOKEN = b"t" * 16
