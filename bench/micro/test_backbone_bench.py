@@ -17,9 +17,9 @@ BATCHES = 50
 NOW = 1_000_000_000  # the core's clock (ns): every subscriber is live throughout
 
 
-def core_with_subscribers(n):
-    core = BackboneCore(max_subscribers=max(n, 1), window=3600, keep_sends=False,
-                        gso=gso_supported())
+def core_with_subscribers(n, core_class=BackboneCore):
+    core = core_class(max_subscribers=max(n, 1), window=3600, keep_sends=False,
+                      gso=gso_supported())
     ka = encode_keepalive("", 0, NOJOURNAL, b"t" * 16)
     addrs = [("127.0.%d.%d" % (k // 250, 1 + k % 250), 40000) for k in range(n)]
     core.receive_datagrams([(ka, a) for a in addrs], NOW)
@@ -34,6 +34,20 @@ def test_fanout(benchmark, subscribers, payload):
     benchmark.extra_info.update(messages_per_round=MESSAGES_PER_BATCH * BATCHES,
                                 subscribers=subscribers)
     benchmark(core.receive_datagrams, pushes, NOW, BATCHES)
+
+
+@pytest.mark.parametrize("implementation", ["cython", "python"])
+def test_fanout_twin(benchmark, implementation):
+    """The compiled core side by side with its pure-Python twin
+    (pelotari.fyrehose.backbone_core): 16 subscribers, 16-byte messages."""
+    from pelotari.fyrehose import backbone_core
+
+    core_class = {"cython": BackboneCore, "python": backbone_core.BackboneCore}[implementation]
+    core = core_with_subscribers(16, core_class)
+    pushes = [(encode_push(b"x" * 16), ("127.0.0.1", 9))] * MESSAGES_PER_BATCH
+    benchmark.extra_info.update(messages_per_round=MESSAGES_PER_BATCH * BATCHES, subscribers=16)
+    benchmark(core.receive_datagrams, pushes, NOW, BATCHES)
+    assert core.stats(NOW)["delivers"] >= 16 * MESSAGES_PER_BATCH * BATCHES
 
 
 @pytest.mark.parametrize("subscribers", [16, 1000])
