@@ -245,13 +245,12 @@ class ClientCore:
     def publish_many(self, datas, now: float) -> List[Optional[int]]:
         """Queue several PUSHes at once; with `pack` set they share datagrams (the packing
         extension; the backbone must support it). Returns one id (or None) per message."""
+        if not self.config.pack:
+            return [self.publish(d, now) for d in datas]
         datas = list(datas)
-        if self.config.pack:
-            for datagram in codec.pack_pushes(datas, self.config.pack,
-                                              max_frames=self.config.max_pack_frames):
-                self._out.append((datagram, self.backbone))
-        else:
-            self._out.extend((codec.encode_push(d), self.backbone) for d in datas)
+        for datagram in codec.pack_pushes(datas, self.config.pack,
+                                          max_frames=self.config.max_pack_frames):
+            self._out.append((datagram, self.backbone))
         return [self._track(d, now) for d in datas]
 
     def _track(self, data: bytes, now: float) -> Optional[int]:
