@@ -21,14 +21,15 @@ def is_event(kind, /, **fields):
 class NodeProcess:
     """`pelotari ARGS [--json]`, in a session of its own (new_session) so that kill() takes
     whatever it started. `stdin` and `preexec_fn` as for Popen (a test closes fd 0 with
-    preexec_fn to start it with stdin closed)."""
+    preexec_fn to start it with stdin closed); `popen(argv, **kwargs)` starts it (e.g. in a
+    network namespace: netlab's spawn)."""
 
     def __init__(self, *args, stdin=subprocess.PIPE, as_json=True, preexec_fn=None, env=None,
-                 new_session=True):
+                 new_session=True, popen=subprocess.Popen):
         argv = PELOTARI + list(args) + (["--json"] if as_json else [])
-        self.proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=new_session,
-                                     preexec_fn=preexec_fn, env=env)  # noqa: PLW1509
+        self.proc = popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=new_session, preexec_fn=preexec_fn,
+                          env=env)  # noqa: PLW1509
         self.as_json = as_json
         self.new_session = new_session
         self.events: queue.Queue = queue.Queue()
@@ -109,6 +110,12 @@ class NodeProcess:
         t0 = time.monotonic()
         self.send(sig)
         return self.proc.wait(10), time.monotonic() - t0
+
+    def stop_reported(self, sig=signal.SIGTERM):
+        """Stop it with a signal; (exit code, its "stopped" event, its stderr)."""
+        code, _ = NodeProcess.stop(self, sig)
+        stopped = self.wait(lambda e: e["event"] == "stopped", 5) if self.as_json else None
+        return code, stopped, self.stderr_text()
 
     def group_gone(self) -> bool:
         """Whether nothing is left of its session (it and whatever it started)."""

@@ -31,11 +31,7 @@ class Loopback(NodeProcess):
                          str(port + 1), *FAST, *extra, new_session=False, **kwargs)
         self.address = f"{address}:{port}"
 
-    def stop(self, sig=signal.SIGTERM):
-        """Stop it with a signal; (exit code, its "stopped" event, its stderr)."""
-        code, _ = super().stop(sig)
-        stopped = self.wait(lambda e: e["event"] == "stopped", 5) if self.as_json else None
-        return code, stopped, self.stderr_text()
+    stop = NodeProcess.stop_reported
 
 
 @pytest.fixture
@@ -237,8 +233,8 @@ def test_an_unread_stdout_does_not_stop_the_node_answering_heartbeats(lan):
         peer = NodeProcess(lan, b)
         assert peer.wait(lambda e: e["event"] == "joined" and e["peer"] == addr(a), 10), peer.seen
         for k in range(25):
-            peer.proc.stdin.write("".join(f"{k:02d}{i:02d}" + "x" * 1020 + "\n" for i in range(100)))
-            peer.proc.stdin.flush()
+            peer.write("".join(f"{k:02d}{i:02d}" + "x" * 1020 + "\n"
+                               for i in range(100)).encode())
             time.sleep(0.02)
         time.sleep(3.0)  # the peer drops a silent node after 1 + 3 x 0.3 s
         assert peer.wait(lambda e: e["event"] == "left", 0.5) is None, "the peer dropped it"

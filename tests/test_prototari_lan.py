@@ -1,15 +1,11 @@
 """prototari on a real LAN: nodes as separate processes in network namespaces on a bridge,
 finding each other by real broadcast (root only: the `lan` fixture says why when skipped)."""
-import json
-import queue
 import signal
 import subprocess
-import sys
-import threading
 import time
 
 import pytest
-from conftest import wait_event
+import nodeproc
 
 pytestmark = pytest.mark.e2e
 
@@ -18,28 +14,17 @@ FAST = ["--broadcast-interval", "0.5", "--inactive-peer-time", "1", "--heartbeat
 DETECT_BOUND = 1 + 3 * 0.3 + 1.0  # inactive + 3 x max wait, plus one second of slack
 
 
-class NodeProcess:
+class NodeProcess(nodeproc.NodeProcess):
     """`pelotari prototari --json` in a host's namespace; its events arrive on a queue. With no
     `interface`, the node picks the host's one private interface itself."""
+
+    stop = nodeproc.NodeProcess.stop_reported
 
     def __init__(self, lan, host, *extra, interface=None, stdin=subprocess.PIPE):
         self.host = host
         iface = ["--interface", interface] if interface else []
-        self.proc = lan.spawn(host, [sys.executable, "-m", "pelotari", "prototari", "--json",
-                                     *iface, *FAST, *extra],
-                              stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, bufsize=1)
-        self.events: queue.Queue = queue.Queue()
-        self.seen = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.events.put(json.loads(line))
-
-    def wait(self, predicate, timeout):
-        """Events until one satisfies predicate (returned), or None after timeout."""
-        return wait_event(self.events, self.seen, predicate, timeout)
+        super().__init__("prototari", *iface, *FAST, *extra, stdin=stdin,
+                         popen=lambda argv, **kw: lan.spawn(host, argv, **kw))
 
     def peers(self):
         """Peers according to the joined/left events seen so far."""
@@ -52,19 +37,7 @@ class NodeProcess:
         return current
 
     def say(self, text):
-        self.proc.stdin.write(text + "\n")
-        self.proc.stdin.flush()
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self, sig=signal.SIGTERM, timeout=10):
-        """Stop it with a signal; return (exit code, its "stopped" event, its stderr)."""
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout)
-        stopped = self.wait(lambda e: e["event"] == "stopped", 5)
-        return code, stopped, self.proc.stderr.read()
+        self.command(text)
 
 
 def addr(host):
