@@ -246,11 +246,8 @@ async def _run(bind, leader, node_id, config, clock_offset, as_json):
     """Run the node until a signal or `quit` (None), or until joining fails (its reason)."""
     from pelotari.cli.service import Output
 
-    out = Output(as_json, time_key="t", label=False)
-    try:
+    with Output(as_json, time_key="t", label=False) as out:
         return await _node(bind, leader, node_id, config, clock_offset, as_json, out)
-    finally:
-        out.close()
 
 
 async def _node(bind, leader, node_id, config, clock_offset, as_json, out):

@@ -139,12 +139,19 @@ def node(name, listen, connect, transport, as_json):
 
 
 async def _run(name, listen, targets, transport, as_json):
+    """Run the client until a signal or `quit` (None), or its one-line failure."""
+    from pelotari.cli.service import Output
+
+    with Output(as_json) as out:
+        return await _serve(name, listen, targets, transport, as_json, out)
+
+
+async def _serve(name, listen, targets, transport, as_json, out):
     from pelotari.cli.common import escape_text
-    from pelotari.cli.service import Output, Stopper, read_commands, run_until_stopped
+    from pelotari.cli.service import Stopper, read_commands, run_until_stopped
     from pelotari.potato import core as c
     from pelotari.potato.node import Node
 
-    out = Output(as_json)
     stopper = Stopper()  # from here on, each signal stops the client cleanly
 
     def emit(event, text, **fields):
@@ -244,7 +251,6 @@ async def _run(name, listen, targets, transport, as_json):
     finally:
         stopper.close()
         await node.close()
-        out.close()
 
 
 @potato.command("bench")

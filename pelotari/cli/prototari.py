@@ -98,11 +98,8 @@ def _show(data: bytes) -> str:
 
 async def _run(config, interface, host, as_json):
     quiet_logging("pelotari.prototari")
-    out = Output(as_json)
-    try:
+    with Output(as_json) as out:
         await _serve(config, interface, host, as_json, out)
-    finally:
-        out.close()
 
 
 async def _serve(config, interface, host, as_json, out):

@@ -95,7 +95,8 @@ class Writer(threading.Thread):
 class Output:
     """stdout and stderr, each written by a thread of its own, so that a reader that is slow,
     stopped or gone never blocks the event loop (and with it the heartbeat). What cannot wait
-    is dropped and counted; the first drop is reported by one line on stderr."""
+    is dropped and counted; the first drop is reported by one line on stderr. As a context
+    manager, close() at the end."""
 
     def __init__(self, as_json, limit=OUTPUT_LIMIT, time_key="time", label=True):
         self.as_json = as_json
@@ -149,6 +150,12 @@ class Output:
     def end_of_input(self, what="node"):
         """On a terminal, say that the end of stdin does not stop the command."""
         self.hint(f"end of input: the {what} keeps running until Ctrl-C or SIGTERM")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def close(self, timeout=DRAIN_TIMEOUT) -> None:
         """Give a slow reader up to `timeout` seconds for what is queued; then leave it (the

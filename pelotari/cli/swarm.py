@@ -382,11 +382,8 @@ async def _run(listen, boots, keyring, key_source, config, as_json):
     from pelotari.cli.service import Output, quiet_logging
 
     quiet_logging("pelotari.swarm")
-    out = Output(as_json)
-    try:
+    with Output(as_json) as out:
         return await _serve(listen, boots, keyring, key_source, config, as_json, out)
-    finally:
-        out.close()
 
 
 async def _serve(listen, boots, keyring, key_source, config, as_json, out):
