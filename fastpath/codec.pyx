@@ -104,7 +104,7 @@ cdef int raise_fault(int fault, const uint8_t* p, Py_ssize_t n, Py_ssize_t max_d
 
 cdef inline bint _bytes_span(obj, ReadBuffer* rb) noexcept:
     """Point rb at a bytes object's contents; False (rb untouched) for any other buffer, which
-    the caller then holds in a typed memoryview (measured: returning one costs 20 ns a call)."""
+    the caller then holds in its own typed memoryview (a helper returning one: 20 ns more)."""
     if type(obj) is not bytes:
         return False
     rb.buf = <const uint8_t*>PyBytes_AS_STRING(obj)
