@@ -20,14 +20,21 @@ from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, Overs
                              TruncatedPacket, UnknownPacketType)
 from fastpath.packets import Deliver, Forward, Keepalive, KeepaliveAck, Push, Request
 from fastpath.packets import DEFAULT_PACK_LIMIT as _PY_DEFAULT_PACK_LIMIT
+from fastpath.packets import FIXED_SIZES as _PY_FIXED_SIZES
 
 
 cdef uint64_t SEQ_MASK = (<uint64_t>1 << 48) - 1
+# The exact size of each fixed-size packet type by its type byte (0: not one), from the table.
+cdef Py_ssize_t FIXED_SIZE[256]
+for _code, _size in _PY_FIXED_SIZES.items():
+    FIXED_SIZE[_code] = _size
+del _code, _size
 
 
 cdef int classify(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil:
     """Validate a whole datagram; return its type, or -CodecFault."""
     cdef int ptype
+    cdef Py_ssize_t size
     if n < 1:
         return -FAULT_TRUNCATED
     ptype = p[0]
@@ -39,23 +46,17 @@ cdef int classify(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept 
         if get_u16(p + OFF_LENGTH) != n - HEADER_SIZE:
             return -FAULT_LENGTH_MISMATCH
         return ptype
-    if ptype == T_REQUEST or ptype == T_FORWARD:
-        if n < RANGE_SIZE:
-            return -FAULT_TRUNCATED
-        if n != RANGE_SIZE:
-            return -FAULT_LENGTH_MISMATCH
-        if get_u48(p + OFF_FROM_SEQ) > get_u48(p + OFF_TO_SEQ):
-            return -FAULT_INVALID_FIELD
-        return ptype
-    if ptype == T_KEEPALIVE:
-        if n < KEEPALIVE_SIZE:
-            return -FAULT_TRUNCATED
-        return ptype if n == KEEPALIVE_SIZE else -FAULT_LENGTH_MISMATCH
-    if ptype == T_KEEPALIVE_ACK:
-        if n < KEEPALIVE_ACK_SIZE:
-            return -FAULT_TRUNCATED
-        return ptype if n == KEEPALIVE_ACK_SIZE else -FAULT_LENGTH_MISMATCH
-    return -FAULT_UNKNOWN_TYPE
+    size = FIXED_SIZE[ptype]
+    if size == 0:
+        return -FAULT_UNKNOWN_TYPE
+    if n < size:
+        return -FAULT_TRUNCATED
+    if n != size:
+        return -FAULT_LENGTH_MISMATCH
+    if ((ptype == T_REQUEST or ptype == T_FORWARD)
+            and get_u48(p + OFF_FROM_SEQ) > get_u48(p + OFF_TO_SEQ)):
+        return -FAULT_INVALID_FIELD
+    return ptype
 
 
 cdef Py_ssize_t count_frames(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept nogil:
