@@ -12,7 +12,9 @@ time changed. The pieces, each usable alone:
   bound only: the rest is dropped and counted), ended by close();
 * `send_datagrams` / `receive_datagrams`: a non-blocking UDP socket read and written directly.
   A send never blocks and never queues: a full send buffer drops the datagram (UDP loses it on
-  the wire as well), counted in `send_dropped`.
+  the wire as well), counted in `send_dropped`;
+* `DatagramNode`: all of the above put together, the base of the adapters of the UDP cores
+  (prototari, swarm).
 """
 import asyncio
 import errno
@@ -200,5 +202,91 @@ def receive_datagrams(sock: socket.socket, size: int,
     return n
 
 
-__all__ = ["MAX_EVENTS", "READ_BATCH", "CoreTimer", "EventQueue", "NodeWarning", "Trouble",
-           "receive_datagrams", "send_datagrams"]
+class DatagramNode:
+    """Base of an asyncio adapter whose sans-IO core speaks UDP (receive_datagram(data, source,
+    now), datagrams_to_send(), next_event(), get_timer(), handle_timer(now)).
+
+    A subclass builds its core and calls `_attach`; it provides `_now()` (the core's clock) and
+    may replace `_receive` (one datagram into the core), `_on_timer` and `_process_events`
+    (calling this one). Every socket is non-blocking and read directly (loop.add_reader, at
+    most READ_BATCH datagrams per wake-up, then one `_process_events`); `_sock` sends; errors
+    are counted into `stats` and each kind reported once (a NodeWarning event); events wait in a
+    bounded EventQueue; the timer is re-armed only when the core's get_timer() changes."""
+
+    core: Any
+    _closed = True  # until _attach
+
+    def _attach(self, loop: asyncio.AbstractEventLoop, sockets: list, stats: Counter,
+                log: logging.Logger, read_size: int, *, max_events: int = MAX_EVENTS,
+                offset: float = 0.0, readers: Optional[list] = None) -> None:
+        """Start: read `sockets` (the first also sends) with `readers` (one callback per socket,
+        given the socket; default `_readable`), count into `stats`, log to `log`; `offset`: the
+        core's clock minus the loop's."""
+        self._loop = loop
+        self._sockets = list(sockets)
+        self._sock = self._sockets[0]
+        self._read_size = read_size
+        self._events = EventQueue(stats, max_events)
+        self._trouble = Trouble(log, stats, self._events.put)
+        self._timer = CoreTimer(loop, self._on_timer, offset)
+        self._closed = False
+        for sock, reader in zip(self._sockets, readers or [self._readable] * len(self._sockets)):
+            sock.setblocking(False)
+            loop.add_reader(sock.fileno(), reader, sock)
+
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    def _readable(self, sock: socket.socket) -> None:
+        now = self._now()
+        receive_datagrams(sock, self._read_size,
+                          lambda data, source: self._receive(data, source, now), self._trouble)
+        self._process_events(now)
+
+    def _receive(self, data: bytes, source: Address, now: float) -> None:
+        self.core.receive_datagram(data, source, now)
+
+    def _on_timer(self, when: float) -> None:
+        now = max(self._now(), when)  # the loop may call back a hair early: take the due time
+        self.core.handle_timer(now)
+        self._process_events(now)
+
+    def _process_events(self, now: float) -> None:
+        """After any call into the core: send what it queued, queue its events, re-arm the
+        timer if its time changed."""
+        if self._closed:
+            return
+        core = self.core
+        send_datagrams(self._sock, core.datagrams_to_send(), self._trouble)
+        while (ev := core.next_event()) is not None:
+            self._events.put(ev)
+        self._timer.arm(core.get_timer())
+
+    async def next_event(self, timeout: Optional[float] = None) -> Any:
+        """The next event (the core's, or a NodeWarning), or None after timeout or close()."""
+        return await self._events.get(timeout)
+
+    async def events(self) -> AsyncIterator[Any]:
+        """Every event as it happens, until close()."""
+        async for ev in self._events:
+            yield ev
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self) -> None:
+        """Stop reading, cancel the timer, close the sockets; next_event() gives None and
+        events() ends from now on."""
+        if self._closed:
+            return
+        self._closed = True
+        self._timer.cancel()
+        for sock in self._sockets:
+            self._loop.remove_reader(sock.fileno())
+            sock.close()
+        self._events.close()
+
+
+__all__ = ["MAX_EVENTS", "READ_BATCH", "CoreTimer", "DatagramNode", "EventQueue", "NodeWarning",
+           "Trouble", "receive_datagrams", "send_datagrams"]

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from pelotari.adapter import (CoreTimer, EventQueue, NodeWarning, Trouble, receive_datagrams,
-                              send_datagrams)
+from pelotari.adapter import (CoreTimer, DatagramNode, EventQueue, NodeWarning, Trouble,
+                              receive_datagrams, send_datagrams)
 
 log = logging.getLogger("test.adapter")
 
@@ -135,5 +135,67 @@ def test_event_queue_limit_at_and_one_past(limit):
         assert stats["events_dropped"] == 0
         q.put(limit)
         assert stats["events_dropped"] == 1
+
+    asyncio.run(main())
+
+
+class _EchoCore:
+    """A toy sans-IO core: echoes every datagram, an event each; a timer 0.05 s after the last."""
+
+    def __init__(self):
+        self.out, self.events, self.timer, self.fired = [], [], None, 0
+
+    def receive_datagram(self, data, source, now):
+        self.out.append((b"echo " + data, source))
+        self.events.append(data)
+        self.timer = now + 0.05
+
+    def datagrams_to_send(self):
+        out, self.out = self.out, []
+        return out
+
+    def next_event(self):
+        return self.events.pop(0) if self.events else None
+
+    def get_timer(self):
+        return self.timer
+
+    def handle_timer(self, now):
+        self.fired += 1
+        self.timer = None
+
+
+class _EchoNode(DatagramNode):
+    def __init__(self, sock):
+        self.core = _EchoCore()
+        self.stats = Counter()
+        loop = asyncio.get_running_loop()
+        self._attach(loop, [sock], self.stats, log, 64, max_events=8)
+
+    def _now(self):
+        return self._loop.time()
+
+
+def test_datagram_node_reads_sends_queues_events_times_and_closes():
+    async def main():
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        peer.bind(("127.0.0.1", 0))
+        peer.settimeout(2)
+        node = _EchoNode(sock)
+        try:
+            for i in range(3):
+                peer.sendto(b"%d" % i, sock.getsockname())
+            assert [await node.next_event(2) for _ in range(3)] == [b"0", b"1", b"2"]
+            got = sorted(peer.recvfrom(100)[0] for _ in range(3))
+            assert got == [b"echo 0", b"echo 1", b"echo 2"]
+            await asyncio.sleep(0.15)
+            assert node.core.fired == 1 and node._timer.when is None
+        finally:
+            await node.close()
+            peer.close()
+        assert node.closed and sock.fileno() == -1
+        assert await node.next_event(1) is None
 
     asyncio.run(main())

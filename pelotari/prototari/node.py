@@ -11,11 +11,10 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from pelotari.adapter import (CoreTimer, EventQueue, NodeWarning, Trouble, receive_datagrams,
-                              send_datagrams)
+from pelotari.adapter import DatagramNode, NodeWarning
 from pelotari.prototari.core import Address, Config, NodeCore
 
 log = logging.getLogger("pelotari.prototari")
@@ -123,13 +122,14 @@ def local_ipv4_addresses() -> set[str]:
     return {socket.inet_ntoa(data[i + 20:i + 24]) for i in range(0, used, size)}
 
 
-class Node:
-    """A running prototari node. Use `await Node.start(...)`, then events(), send(), close().
+class Node(DatagramNode):
+    """A running prototari node. Use `await Node.start(...)`, then events() or next_event()
+    (PeerJoined, PeerLeft, Message, NodeWarning), send(), close().
 
-    Both sockets are non-blocking and read directly (loop.add_reader); sends never block (a
-    full send buffer drops the datagram: send_dropped); socket errors are counted in the core's
-    stats and each kind reported once (a NodeWarning event); the timer is re-armed only when
-    the core's get_timer() changes (pelotari.adapter)."""
+    Two sockets (unicast, which also sends, and the broadcast listener) on
+    pelotari.adapter.DatagramNode: sends never block (a full send buffer drops the datagram:
+    send_dropped); socket errors are counted in the core's stats and each kind reported once;
+    the timer is re-armed only when the core's get_timer() changes."""
 
     def __init__(self, config: Config, host: str, interface: str | None = None):
         self.config = config
@@ -138,9 +138,6 @@ class Node:
         self._loop = asyncio.get_running_loop()
         self._offset = time.monotonic() - self._loop.time()
         self.core: NodeCore | None = None
-        self._timer = CoreTimer(self._loop, self._on_timer, self._offset)
-        self._sockets: list[socket.socket] = []  # unicast (sends too), broadcast listener
-        self._closed = False
 
     @classmethod
     async def start(cls, config: Config | None = None, *, interface: str | None = None,
@@ -193,13 +190,8 @@ class Node:
         self.address: Address = (self.host if self.host != "0.0.0.0" else bound[0], bound[1])
         self_addresses: set[Address] = {(ip, bound[1]) for ip in own | {self.address[0]}}
         self.core = NodeCore(self._now(), cfg, self_addresses)
-        self._events = EventQueue(self.core.stats)
-        self._trouble = Trouble(log, self.core.stats, self._events.put)
-        self._sockets = [uni, lis]
-        for s in self._sockets:
-            s.setblocking(False)
-            self._loop.add_reader(s.fileno(), self._readable, s)
-        self._process_events()
+        self._attach(self._loop, [uni, lis], self.core.stats, log, READ_SIZE, offset=self._offset)
+        self._process_events(self._now())
 
     @property
     def broadcast(self) -> Address:
@@ -209,30 +201,6 @@ class Node:
     def _now(self) -> float:
         return self._loop.time() + self._offset
 
-    def _readable(self, sock: socket.socket) -> None:
-        now = self._now()
-        receive = self.core.receive_datagram
-        receive_datagrams(sock, READ_SIZE, lambda data, source: receive(data, source, now),
-                          self._trouble)
-        self._process_events()
-
-    def _on_timer(self, when: float) -> None:
-        now = self._now()
-        if self.core.get_timer() <= now:
-            self.core.handle_timer(now)
-        self._process_events()
-
-    def _process_events(self) -> None:
-        """After any call into the core: send what it queued, queue its events, re-arm the
-        timer if its time changed."""
-        if self._closed:
-            return
-        core = self.core
-        send_datagrams(self._sockets[0], core.datagrams_to_send(), self._trouble)
-        while (ev := core.next_event()) is not None:
-            self._events.put(ev)
-        self._timer.arm(core.get_timer())
-
     @property
     def peers(self) -> set[Address]:
         """Registered peers."""
@@ -241,35 +209,13 @@ class Node:
     def send(self, peer: Address, data: bytes) -> None:
         """Send data to one registered peer (KeyError for a stranger)."""
         self.core.send(peer, data)
-        self._process_events()
+        self._process_events(self._now())
 
     def send_all(self, data: bytes) -> int:
         """Send data to every registered peer; return how many."""
         n = self.core.send_all(data)
-        self._process_events()
+        self._process_events(self._now())
         return n
-
-    async def next_event(self, timeout: float | None = None):
-        """The next PeerJoined, PeerLeft, Message or NodeWarning (None after timeout or
-        close())."""
-        return await self._events.get(timeout)
-
-    async def events(self) -> AsyncIterator[object]:
-        """Every event, as it happens, until close()."""
-        async for ev in self._events:
-            yield ev
-
-    async def close(self) -> None:
-        """Stop timers and close both sockets (peers notice by the missed heartbeats)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._timer.cancel()
-        for s in self._sockets:
-            self._loop.remove_reader(s.fileno())
-            s.close()
-        if self.core is not None:
-            self._events.close()
 
 
 __all__ = ["Interface", "Node", "NodeWarning", "choose_interface", "interfaces"]

@@ -31,11 +31,9 @@ import logging
 import socket
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from typing import Any, List, Optional
+from typing import List, Optional
 
-from pelotari.adapter import (MAX_EVENTS, READ_BATCH, CoreTimer, EventQueue, NodeWarning,
-                              Trouble, receive_datagrams, send_datagrams)
+from pelotari.adapter import MAX_EVENTS, READ_BATCH, DatagramNode, NodeWarning
 from pelotari.swarm import wire
 from pelotari.swarm.core import Address, Config, ConnectionInfo, SwarmNode
 
@@ -68,27 +66,23 @@ def _ping_path(config: Config):
                     ping_burst=config.ping_burst, refill_ms=int(round(config.ping_refill * 1000)))
 
 
-class Node:
+class Node(DatagramNode):
     """A running swarm node. Use `await Node.start(...)`; then connect(), ping(), send(),
-    connections(), next_event() or events(), stats; and `await close()`."""
+    connections(), next_event() or events() (Connected, Promoted, Demoted, Reset,
+    ConnectionsLearned, UserMessage, Forgotten, Unanswered: pelotari.swarm.core; and
+    NodeWarning), stats; and `await close()`."""
 
     def __init__(self, sock: socket.socket, keyring: wire.Keyring,
                  config: Optional[Config] = None, max_events: int = MAX_EVENTS,
                  fast_path: Optional[bool] = None):
-        self._loop = asyncio.get_running_loop()
-        self._sock = sock
+        loop = asyncio.get_running_loop()
         bound = sock.getsockname()
         self.address: Address = (bound[0], bound[1])
-        self._last = self._loop.time()
+        self._last = loop.time()
         self.core = SwarmNode(self.address, keyring, self._last, config,
                               wall_offset=time.time() - self._last)
-        self._read_size = self.core.config.limits.max_datagram + 1
         self._own: Counter = Counter()  # the adapter's counters (the core keeps its own)
-        self._events = EventQueue(self._own, max_events)
-        self._trouble = Trouble(log, self._own, self._events.put)
-        self._timer = CoreTimer(self._loop, self._on_timer)
         self._pings: List[list] = []  # see ping()
-        self._closed = False
         # (a Ping is 44 bytes: with a lower max_datagram every one is too long, the core's)
         can = (sock.family == socket.AF_INET and fast_path_available()
                and self.core.config.limits.max_datagram >= PING_SIZE)
@@ -98,7 +92,10 @@ class Node:
             raise ValueError("the C datagram path needs the Cython build, an IPv4 socket and "
                              f"max_datagram >= {PING_SIZE}")
         self._fast = _ping_path(self.core.config) if fast_path else None
-        self._loop.add_reader(sock.fileno(), self._readable_fast if fast_path else self._readable)
+        # (max_datagram + 1 bytes read: a datagram past the limit is told from one at it)
+        self._attach(loop, [sock], self._own, log, self.core.config.limits.max_datagram + 1,
+                     max_events=max_events,
+                     readers=[self._readable_fast] if fast_path else None)
         self._process_events(self._last)
 
     @classmethod
@@ -148,13 +145,7 @@ class Node:
 
     # ---- the socket ----------------------------------------------------------------------------
 
-    def _readable(self) -> None:
-        now = self._now()
-        receive_datagrams(self._sock, self._read_size,
-                          lambda data, source: self._receive(data, source, now), self._trouble)
-        self._process_events(now)
-
-    def _readable_fast(self) -> None:
+    def _readable_fast(self, sock: socket.socket) -> None:
         fp = self._fast
         core = self.core
         fd = self._sock.fileno()
@@ -201,21 +192,16 @@ class Node:
             self._own["internal_errors"] += 1
             kind = f"internal {type(exc).__name__}"
             if kind not in self._trouble.reported:
-                self._trouble.warn_once(kind, f"a datagram from {source[0]}:{source[1]} failed in the "
-                                f"swarm core ({type(exc).__name__}: {exc}); dropped (counted in "
-                                f"internal_errors; further {type(exc).__name__} failures are "
-                                "not reported)", exc_info=True)
+                self._trouble.warn_once(
+                    kind, f"a datagram from {source[0]}:{source[1]} failed in the swarm core "
+                    f"({type(exc).__name__}: {exc}); dropped (counted in internal_errors; "
+                    f"further {type(exc).__name__} failures are not reported)", exc_info=True)
 
     def _process_events(self, now: float) -> None:
-        """After any call into the core: send what it queued, take its events, check pings, and
-        re-arm the timer if its time changed."""
-        core = self.core
-        send_datagrams(self._sock, core.datagrams_to_send(), self._trouble)
-        while (ev := core.next_event()) is not None:
-            self._events.put(ev)
+        """DatagramNode's (send, events, timer), and ping() futures settled."""
+        super()._process_events(now)
         if self._pings:
             self._check_pings(now)
-        self._timer.arm(core.get_timer())
 
     def _on_timer(self, when: float) -> None:
         now = self._now()
@@ -224,19 +210,6 @@ class Node:
             self.core.wall_offset = time.time() - now
         self.core.handle_timer(now)
         self._process_events(now)
-
-    # ---- events --------------------------------------------------------------------------------
-
-    async def next_event(self, timeout: Optional[float] = None) -> Any:
-        """The next event — Connected, Promoted, Demoted, Reset, ConnectionsLearned, UserMessage,
-        Forgotten, Unanswered (pelotari.swarm.core) or NodeWarning — or None after timeout or
-        close()."""
-        return await self._events.get(timeout)
-
-    async def events(self) -> AsyncIterator[Any]:
-        """Every event as it happens, until close()."""
-        async for ev in self._events:
-            yield ev
 
     # ---- commands ------------------------------------------------------------------------------
 
@@ -346,25 +319,16 @@ class Node:
         """Whether the C datagram path reads the socket."""
         return self._fast is not None
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     async def close(self) -> None:
-        """Stop reading, cancel the timer, close the socket; next_event() gives None and
-        events() ends from now on. Peers notice by their unanswered Pings."""
-        if self._closed:
-            return
-        self._closed = True
-        self._loop.remove_reader(self._sock.fileno())
-        self._timer.cancel()
+        """Stop reading, cancel the timer and the pings (their futures give None), close the
+        socket; next_event() gives None and events() ends from now on. Peers notice by their
+        unanswered Pings."""
         for _, _, _, fut, handle, _ in self._pings:
             handle.cancel()
             if not fut.done():
                 fut.set_result(None)
         self._pings = []
-        self._sock.close()
-        self._events.close()
+        await super().close()
 
 
 __all__ = ["MAX_EVENTS", "READ_BATCH", "Node", "NodeWarning", "fast_path_available"]
