@@ -156,8 +156,10 @@ class SendBatch:
         return self._send(sock, [((header, payload), a) for a in addrs])
 
     def _send(self, sock, items):
-        for _, addr in items:  # every address is checked before anything is sent, as batchio
-            socket.inet_aton(addr[0])
+        for _, (host, port) in items:  # every address is checked before anything is sent
+            socket.inet_aton(host)
+            if not 0 <= port <= 0xFFFF:
+                raise OverflowError(f"port {port} is not a uint16_t")
         total = 0
         with _nonblocking(sock):
             for start in range(0, len(items), self.capacity):

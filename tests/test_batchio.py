@@ -135,3 +135,12 @@ def test_an_empty_datagram_is_received_as_one(bm):
     a.sendto(b"", b.getsockname())
     a.sendto(b"z", b.getsockname())
     assert [d for d, _ in bm.RecvBatch(4, 64).recv(b)] == [b"", b"z"]
+
+
+def test_a_bad_address_refuses_the_whole_call_before_anything_is_sent(bm):
+    a, b = udp(), udp()
+    batch = bm.SendBatch()
+    for bad, error in ((("localhost", 1), OSError), (("127.0.0.1", 70000), OverflowError)):
+        with pytest.raises(error):
+            batch.send(a, [(b"first", b.getsockname()), (b"x", bad)])
+    assert batch.sent == 0 and bm.RecvBatch(4, 64).recv(b) == []
