@@ -169,6 +169,15 @@ class EventQueue:
         self._queue.put_nowait(_CLOSED)
 
 
+def deliver(on_event: Callable[[Any], Any], event: Any, log: logging.Logger) -> None:
+    """on_event(event) for an adapter that hands events to a callback: a bug in the handler is
+    logged and goes no further (the adapter has its sends to finish and its timer to re-arm)."""
+    try:
+        on_event(event)
+    except Exception:  # noqa: BLE001 (any bug in the handler)
+        log.exception("event handler failed on %r", event)
+
+
 def send_datagrams(sock: socket.socket, datagrams: Iterable[tuple[bytes, Address]],
                    trouble: Trouble) -> None:
     """sendto each (data, address) on a non-blocking socket; a full send buffer drops the
@@ -289,4 +298,4 @@ class DatagramNode:
 
 
 __all__ = ["MAX_EVENTS", "READ_BATCH", "CoreTimer", "DatagramNode", "EventQueue", "NodeWarning",
-           "Trouble", "receive_datagrams", "send_datagrams"]
+           "Trouble", "deliver", "receive_datagrams", "send_datagrams"]

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from pelotari.adapter import (CoreTimer, DatagramNode, EventQueue, NodeWarning, Trouble,
+from pelotari.adapter import (CoreTimer, DatagramNode, EventQueue, NodeWarning, Trouble, deliver,
                               receive_datagrams, send_datagrams)
 
 log = logging.getLogger("test.adapter")
@@ -199,3 +199,18 @@ def test_datagram_node_reads_sends_queues_events_times_and_closes():
         assert await node.next_event(1) is None
 
     asyncio.run(main())
+
+
+def test_deliver_logs_a_handler_bug_and_goes_on(caplog):
+    got = []
+
+    def handler(ev):
+        if ev == 1:
+            raise KeyError(ev)
+        got.append(ev)
+
+    with caplog.at_level(logging.ERROR, logger=log.name):
+        for ev in (0, 1, 2):
+            deliver(handler, ev, log)
+    assert got == [0, 2]
+    assert [r.getMessage() for r in caplog.records] == ["event handler failed on 1"]

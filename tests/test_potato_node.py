@@ -275,3 +275,42 @@ def test_the_adapter_rearms_its_timer_only_when_the_cores_changes():
             await b.close()
 
     asyncio.run(main())
+
+
+def test_a_bug_in_the_event_handler_costs_that_event_only():
+    """on_event raising on a message neither leaves the timer unarmed (it is armed after the
+    events: the raise skipped it, and the identifier cache never expired) nor stops the next."""
+    from pelotari.potato import core as c
+    from pelotari.potato.node import Node
+
+    async def main():
+        got = []
+
+        def handler(ev):
+            if isinstance(ev, c.Delivered) and ev.body == "boom":
+                raise RuntimeError("a bug in the handler")
+            got.append(ev)
+
+        a = Node("A", "127.0.0.2", 0, transport="tcp", on_event=handler)
+        b = Node("B", "127.0.0.3", 0, transport="tcp")
+        await a.start()
+        await b.start()
+        try:
+            assert await b.connect("127.0.0.2", a.transport.port) == "A"
+            b.send("A", "boom")
+            for _ in range(300):
+                if a.core.get_timer() is not None:  # the message is in: its cache entry
+                    break
+                await asyncio.sleep(0.01)
+            assert a._timer.when == a.core.get_timer() is not None
+            b.send("A", "after")
+            for _ in range(300):
+                if any(isinstance(e, c.Delivered) for e in got):
+                    break
+                await asyncio.sleep(0.01)
+            assert [e.body for e in got if isinstance(e, c.Delivered)] == ["after"]
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())

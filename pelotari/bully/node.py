@@ -25,7 +25,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from pelotari.adapter import CoreTimer
+from pelotari.adapter import CoreTimer, deliver
 from pelotari.bully.core import Address, BullyNode, Close, Config, Connect, Send
 from pelotari.bully.wire import DEFAULT_PORT
 
@@ -241,10 +241,7 @@ class Node:
                     self._act(action)
                 ev = core.next_event()
                 if ev is not None:
-                    try:
-                        self.on_event(ev)
-                    except Exception:  # a handler's bug must not stop the node's timer
-                        log.exception("event handler failed on %r", ev)
+                    deliver(self.on_event, ev, log)  # (a handler's bug must not stop the timer)
                     if self._closed:
                         return
                 if not actions and ev is None:

@@ -11,13 +11,16 @@ delay starts again from `reconnect_min` once a connection has lasted `reconnect_
 attempt is a task of its own: `close()` cancels them at once.
 """
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable
 
-from pelotari.adapter import CoreTimer
+from pelotari.adapter import CoreTimer, deliver
 from pelotari.potato.core import Config, PotatoNode
 from pelotari.potato.wire import INITIAL
+
+log = logging.getLogger("pelotari.potato")
 
 TRANSPORTS = ("tcp", "webrtc")
 REPLIES = (b'{"type":"direct_election_response"', b'{"type":"indirect_election_response"')
@@ -178,7 +181,7 @@ class Node:
             if not self.transport.send(peer, data, reply=data.startswith(REPLIES)):
                 self.core.stats["send_dropped"] += 1
         while (ev := self.core.next_event()) is not None:
-            self.on_event(ev)
+            deliver(self.on_event, ev, log)  # (a handler's bug must not stop the timer)
         if self._timer is None:
             loop = asyncio.get_running_loop()
             self._timer = CoreTimer(loop, self._on_timer, time.monotonic() - loop.time())
