@@ -262,7 +262,7 @@ def _require_gso() -> None:
 
 def _require_gso_and_gro() -> None:
     _require_gso()
-    from fastpath.batchio import enable_gro
+    from pelotari.fyrehose.batchio import enable_gro
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
