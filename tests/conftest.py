@@ -182,3 +182,25 @@ def port_pair():
             broadcast.close()
         return
     raise RuntimeError("no free port pair")
+
+
+# The fast developer loop is `pytest -m "not slow"` (under a minute; CI runs everything). Slow:
+# every e2e test (real processes), every test using Spark or a network namespace, and the
+# modules below, whose tests drive real sockets, timers or large simulated meshes (the rules
+# they check are tested fast on the sans-IO cores: test_*_core.py, test_backbone_core.py).
+SLOW_FIXTURES = {"spark", "lan"}
+SLOW_MODULES = {
+    "test_backbone", "test_backbone_gso", "test_backbone_packing", "test_hostile_fyrehose",
+    "test_repair", "test_harness_ports", "test_netlab", "test_codec_crosscheck",
+    "test_bully_node", "test_potato_node", "test_potato_transport", "test_potato_hostile",
+    "test_prototari_node", "test_swarm_node", "test_swarm_hostile", "test_swarm_load",
+    "test_swarm_bench", "test_swarm_path", "test_swarm_sim",
+}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark as slow: e2e tests, tests using a slow fixture, and the SLOW_MODULES."""
+    for item in items:
+        if (item.get_closest_marker("e2e") or item.module.__name__ in SLOW_MODULES
+                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)
