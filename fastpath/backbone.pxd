@@ -4,25 +4,8 @@ from posix.uio cimport iovec
 from fastpath.csocket cimport sockaddr_in
 from fastpath.batchio cimport RecvBatch, SendBatch
 
-# Drop reasons. The first five mirror codec.CodecFault so classify()'s result indexes here.
-cdef enum:
-    DROP_TRUNCATED = 1
-    DROP_LENGTH_MISMATCH = 2
-    DROP_UNKNOWN_TYPE = 3
-    DROP_OVERSIZE = 4
-    DROP_INVALID_FIELD = 5
-    DROP_UNEXPECTED_TYPE = 6
-    DROP_FOREIGN_ADDRESS = 7
-    DROP_REQUEST_TOO_LARGE = 8
-    DROP_NO_JOURNAL_PEER = 9
-    DROP_TABLE_FULL = 10
-    DROP_ZERO_PORT = 11
-    DROP_NOT_SUBSCRIBED = 12     # REQUEST from (or for) an address that is no live subscriber
-    DROP_REPAIR_BUDGET = 13      # REQUEST past the requester's repair budget
-    DROP_ADDRESS_LIMIT = 14      # new client from a host already holding max_per_address entries
-    DROP_PACK_NOT_ALLOWED = 15   # packed PUSH from a source that is no live PACKED client
-    DROP_TOO_MANY_FRAMES = 16    # packed PUSH of more than max_pack_frames frames
-    N_DROPS = 17
+# Drop reasons (DROP_* and N_DROPS) come from the wire table: fastpath/packets.py DROP_REASONS.
+from fastpath.codec cimport N_DROPS
 
 cdef struct Subscriber:
     uint64_t key          # (IPv4 address << 16) | port, host byte order

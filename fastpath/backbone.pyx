@@ -19,7 +19,13 @@ from posix.uio cimport iovec
 from fastpath.codec cimport (classify, count_frames, T_DELIVER, T_PUSH, T_REQUEST,
                              T_FORWARD, T_KEEPALIVE, T_KEEPALIVE_ACK, HEADER_SIZE, RANGE_SIZE,
                              TOKEN_SIZE, MAX_DATA, MAX_DATAGRAM, F_PACKED, PACK_LIMIT_SHIFT,
-                             DEFAULT_PACK_LIMIT, FAULT_LENGTH_MISMATCH)
+                             DEFAULT_PACK_LIMIT, FAULT_LENGTH_MISMATCH, DROP_TRUNCATED,
+                             DROP_LENGTH_MISMATCH, DROP_UNKNOWN_TYPE, DROP_OVERSIZE,
+                             DROP_INVALID_FIELD, DROP_UNEXPECTED_TYPE, DROP_FOREIGN_ADDRESS,
+                             DROP_REQUEST_TOO_LARGE, DROP_NO_JOURNAL_PEER, DROP_TABLE_FULL,
+                             DROP_ZERO_PORT, DROP_REQUEST_NOT_SUBSCRIBED, DROP_REPAIR_BUDGET,
+                             DROP_ADDRESS_LIMIT, DROP_PACK_NOT_SIGNED_ON,
+                             DROP_PACK_TOO_MANY_FRAMES)
 from fastpath.csocket cimport (sockaddr_in, AF_INET, htons, htonl, ntohs, ntohl, cmsghdr,
                                CMSG_SPACE, CMSG_LEN, CMSG_DATA, SOL_UDP, UDP_SEGMENT, SOL_SOCKET,
                                SO_RCVTIMEO, setsockopt, timeval, mmsghdr, MSG_TRUNC)
@@ -28,24 +34,9 @@ from fastpath.batchio cimport RecvBatch, SendBatch
 
 import socket
 
-DROP_REASONS = {
-    DROP_TRUNCATED: "truncated",
-    DROP_LENGTH_MISMATCH: "length_mismatch",
-    DROP_UNKNOWN_TYPE: "unknown_type",
-    DROP_OVERSIZE: "oversize",
-    DROP_INVALID_FIELD: "invalid_field",
-    DROP_UNEXPECTED_TYPE: "unexpected_type",
-    DROP_FOREIGN_ADDRESS: "foreign_address",
-    DROP_REQUEST_TOO_LARGE: "request_too_large",
-    DROP_NO_JOURNAL_PEER: "no_journal_peer",
-    DROP_TABLE_FULL: "table_full",
-    DROP_ZERO_PORT: "zero_port",
-    DROP_NOT_SUBSCRIBED: "request_not_subscribed",
-    DROP_REPAIR_BUDGET: "repair_budget",
-    DROP_ADDRESS_LIMIT: "address_limit",
-    DROP_PACK_NOT_ALLOWED: "pack_not_signed_on",
-    DROP_TOO_MANY_FRAMES: "pack_too_many_frames",
-}
+from fastpath import packets
+
+DROP_REASONS = {code: name for code, name in enumerate(packets.DROP_REASONS, 1)}
 
 cdef uint64_t SEQ_MASK = (<uint64_t>1 << 48) - 1
 cdef uint64_t NOSUBSCRIBE = 0x1
@@ -241,9 +232,9 @@ cdef class BackboneCore:
             if count < 0:
                 self.c.drops[-count] += 1
             elif count > self.max_pack_frames:
-                self.c.drops[DROP_TOO_MANY_FRAMES] += 1
+                self.c.drops[DROP_PACK_TOO_MANY_FRAMES] += 1
             elif not self.packer(i, now):
-                self.c.drops[DROP_PACK_NOT_ALLOWED] += 1
+                self.c.drops[DROP_PACK_NOT_SIGNED_ON] += 1
             else:
                 self.c.packs_in += 1
                 self.on_push(p, n, count, now)
@@ -505,7 +496,7 @@ cdef class BackboneCore:
         key = (<uint64_t>addr << 16) | port
         requester = self.find(key)
         if requester == NULL or requester.expires_ns <= now or requester.flags & NOSUBSCRIBE:
-            self.c.drops[DROP_NOT_SUBSCRIBED] += 1
+            self.c.drops[DROP_REQUEST_NOT_SUBSCRIBED] += 1
             return
         requester.repair_tokens += (now - requester.repair_ns) * 1e-9 * self.repair_rate
         if requester.repair_tokens > self.repair_burst:

@@ -12,17 +12,13 @@ import struct
 import threading
 import time
 
-from fastpath import refcodec
+from fastpath import packets, refcodec
 from fastpath.errors import CodecError, LengthMismatch
 from fastpath.packets import (DEFAULT_PACK_LIMIT, DELIVER, FORWARD, HEADER_SIZE, KEEPALIVE,
                               KEEPALIVE_ACK, MAX_DATA, MAX_DATAGRAM, MAX_SEQUENCE, NOJOURNAL,
                               NOSUBSCRIBE, PACKED, PACK_LIMIT_SHIFT, PUSH, REQUEST)
 
-# The compiled core's drop reasons, in its order (backbone.pxd DROP_*).
-DROP_NAMES = ("truncated", "length_mismatch", "unknown_type", "oversize", "invalid_field",
-              "unexpected_type", "foreign_address", "request_too_large", "no_journal_peer",
-              "table_full", "zero_port", "request_not_subscribed", "repair_budget",
-              "address_limit", "pack_not_signed_on", "pack_too_many_frames")
+DROP_NAMES = packets.DROP_REASONS  # the drops counters, in the compiled core's order
 DELIVER_BYTE = bytes([DELIVER])
 MASK64 = (1 << 64) - 1
 SWEEP_INTERVAL_NS = 1_000_000_000
