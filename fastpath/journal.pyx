@@ -126,7 +126,8 @@ cdef class GapTracker:
 
     def open_gaps(self):
         """[(first_sequence, last_sequence)] still being repaired."""
-        return [(<uint64_t>g.first & SEQ_MASK, <uint64_t>g.last & SEQ_MASK)
+        # Positions may be negative (a resync below sequence 0): the casts must be C casts.
+        return [(<uint64_t>(<Gap>g).first & SEQ_MASK, <uint64_t>(<Gap>g).last & SEQ_MASK)
                 for g in self.gaps if not (<Gap>g).lost]
 
     def requested(self, uint64_t seq):

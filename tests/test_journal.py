@@ -195,3 +195,13 @@ def test_the_twin_tracks_exactly_as_the_compiled_tracker(start, steps):
         results += [(t.ready(), t.open_gaps(), t.next_deadline(), t.requested(seq), t.held_count,
                      t.next_sequence, t.duplicates, t.resets, t.lost_messages) for t in trackers]
         assert results[0] == results[1] and results[2] == results[3]
+
+
+def test_open_gaps_after_a_resync_to_below_sequence_zero(jm):
+    # Found by the differential test: positions then are negative, and the compiled open_gaps()
+    # once raised OverflowError on them.
+    t = tracker(jm, max_gap=32)
+    t.offer(0, b"a", 0)
+    assert t.offer(MAX_SEQUENCE - 31, b"b", 0) == jm.RESYNCED
+    t.offer(MAX_SEQUENCE - 29, b"c", 0)
+    assert t.open_gaps() == [(MAX_SEQUENCE - 30, MAX_SEQUENCE - 30)]
