@@ -57,3 +57,10 @@ def test_the_selected_implementations_match_the_environment():
     tracker = journal.GapTracker()
     assert tracker.offer(7, b"m", 0.0) == journal.ACCEPTED
     assert tracker.ready() == [(journal.MESSAGE, 7, b"m")]
+
+
+def test_bench_records_say_which_implementation_ran():
+    from pelotari.harness.results import environment
+
+    expected = "python" if os.environ.get("PELOTARI_PURE_PYTHON") else "cython"
+    assert environment()["implementation"] == expected

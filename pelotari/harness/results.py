@@ -8,13 +8,15 @@ import subprocess
 from typing import Iterable, List
 
 import pelotari
+from fastpath import implementation
 from pelotari.harness import source_tree
 
 PEERS = ("redis", "nats", "zeromq")
 
 
 def environment() -> dict:
-    """Where and on what a run happened: commit, time, cores, kernel, Python, versions."""
+    """Where and on what a run happened: commit, time, cores, kernel, Python, which
+    implementation (Cython build or pure-Python twins), versions."""
     root = source_tree()
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
@@ -38,6 +40,8 @@ def environment() -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "pelotari": pelotari.__version__,
+        # PELOTARI_PURE_PYTHON=1 reaches the systems started by the bench too: say which ran.
+        "implementation": "python" if implementation.PURE_PYTHON else "cython",
         "versions": _library_versions(),
     }
 
