@@ -179,14 +179,15 @@ def test_scapy_crafted_request_is_forwarded_to_a_journaling_client(backbone, raw
         "127.0.0.1", requester.address[1], 7, 9)
 
 
-def test_src_without_root_says_so_in_one_line_and_sends_from_an_ordinary_socket(raw_peer, capsys):
-    from pelotari.cli.scapy_tools import _sender
+def test_src_without_root_says_so_in_one_line_and_sends_from_an_ordinary_socket(raw_peer):
+    from pelotari.craft import sender
 
-    peer = raw_peer()
-    sock = _sender(("127.0.0.5", 4000), peer.address, b"\x20" + b"t" * 16, root=False)
+    peer, notes = raw_peer(), []
+    sock = sender(("127.0.0.5", 4000), peer.address, b"\x20" + b"t" * 16, root=False,
+                  note=notes.append)
     data, source = peer.recv()
     assert data == b"\x20" + b"t" * 16 and source == ("127.0.0.1", sock.getsockname()[1])
-    assert capsys.readouterr().err.strip().splitlines() == [
+    assert notes == [
         "--src needs a raw socket, which needs root: sending from an ordinary UDP socket instead"]
     sock.close()
 
