@@ -189,6 +189,19 @@ def test_a_listen_address_no_node_can_be_reached_at_is_one_clear_error(tmp_path,
     assert r.stderr.count("\n") == 1 and says in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("host, says", [
+    ("224.0.0.1", "not a unicast address"), ("255.255.255.255", "not a unicast address"),
+    ("240.0.0.1", "not a unicast address"), ("::ffff:127.0.0.134", "listen on 127.0.0.134"),
+    ("fe80::1", "a link-local address"), ("127.0.0.134", None), ("::1", None),
+    ("10.0.0.7", None),
+])
+def test_listen_problem_names_each_address_no_node_can_be_reached_at(host, says):
+    from pelotari.swarm.core import listen_problem
+
+    why = listen_problem(host)
+    assert why is None if says is None else says in why
+
+
 def test_a_replayed_ping_takes_the_slots_answer_and_no_more_a_documented_residual():
     # A stranger who captured one of b's Pings (valid for 40 s) and can forge b's source sends
     # it to a at the start of every slot (1 datagram/s, 44 B/s): a answers the replay (b ignores

@@ -192,27 +192,12 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
 
 
 def _check_listen(listen, host):
-    """A one-line error for a --listen address no node can be reached at: multicast,
-    broadcast, reserved (a node's answers would go to a group), IPv4-mapped IPv6 (the node
-    would learn its peers as IPv4 addresses and could not dial them from an IPv6 socket), or
-    IPv6 link-local (its peers' scoped addresses cannot be shared: the core failed on every
-    GetConnections)."""
-    import ipaddress
+    """A one-line error for a --listen address no node can be reached at."""
+    from pelotari.swarm.core import listen_problem
 
-    from pelotari.swarm.core import unicast
-
-    ip = ipaddress.ip_address(host)
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        raise click.ClickException(f"--listen {listen}: an IPv4-mapped IPv6 address; listen on "
-                                   f"{ip.ipv4_mapped} instead")
-    if not unicast(host):
-        raise click.ClickException(f"--listen {listen}: not a unicast address (multicast, "
-                                   "broadcast or reserved): give the address this node is "
-                                   "reached at")
-    if ip.version == 6 and ip.is_link_local:
-        raise click.ClickException(f"--listen {listen}: a link-local address: its peers would "
-                                   "be link-local too, and a Connections answer cannot carry "
-                                   "their scope; listen on a global or loopback address")
+    why = listen_problem(host)
+    if why is not None:
+        raise click.ClickException(f"--listen {listen}: {why}")
 
 
 def _literal(host, family):

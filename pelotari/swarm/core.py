@@ -127,6 +127,23 @@ def unicast(host: str) -> bool:
     return not (ip.is_multicast or ip.is_unspecified or ip.is_reserved)
 
 
+def listen_problem(host: str) -> Optional[str]:
+    """Why no node can be reached at address host, or None: multicast, broadcast or reserved
+    (its answers would go to a group), IPv4-mapped IPv6 (it would learn its peers as IPv4
+    addresses and could not dial them from an IPv6 socket), IPv6 link-local (a Connections
+    entry cannot carry its peers' scope)."""
+    ip = ipaddress.ip_address(host)
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return f"an IPv4-mapped IPv6 address; listen on {ip.ipv4_mapped} instead"
+    if not unicast(host):
+        return ("not a unicast address (multicast, broadcast or reserved): give the address "
+                "this node is reached at")
+    if ip.version == 6 and ip.is_link_local:
+        return ("a link-local address: its peers would be link-local too, and a Connections "
+                "answer cannot carry their scope; listen on a global or loopback address")
+    return None
+
+
 @functools.lru_cache(maxsize=65536)
 def shareable(host: str) -> bool:
     """Whether a Connections entry can carry host: a scoped IPv6 address (fe80::1%eth0, a
