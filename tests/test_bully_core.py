@@ -123,6 +123,14 @@ def test_heartbeat_goes_at_the_configured_interval_and_never_past_a_minute():
     Config(heartbeat=60, peer_timeout=120)
 
 
+def test_peer_timeout_follows_the_heartbeat_unless_given():
+    assert Config.for_heartbeat(5.0) == Config()  # the defaults: 16 s is 3.2 beats of 5 s
+    assert Config.for_heartbeat(2.0).peer_timeout == pytest.approx(6.4)
+    assert Config.for_heartbeat(2.0, 2.5).peer_timeout == 2.5
+    with pytest.raises(ValueError, match="peer_timeout must be longer than heartbeat"):
+        Config.for_heartbeat(2.0, 2.0)
+
+
 # ---- search and text -----------------------------------------------------------------------
 
 def test_search_floods_once_per_node_and_the_destination_answers_the_searcher():

@@ -38,6 +38,9 @@ Address = tuple[str, int]
 WILDCARD = "0.0.0.0"
 
 
+PEER_TIMEOUT_BEATS = 3.2  # a peer silent this many heartbeats is dropped (16 s at 5 s)
+
+
 @dataclass(frozen=True)
 class Config:
     """A node's settings; every limit is here (defaults documented in docs/protocols/bully.md)."""
@@ -45,7 +48,7 @@ class Config:
     max_id: int = MAX_ID  # the leader gives IDs 1..max_id
     max_peers: int = PEER_SLOTS  # neighbours kept (the seed: 4)
     heartbeat: float = 5.0  # IAmAlive (+ NodeRequest, the liveness probe) to the leader
-    peer_timeout: float = 16.0  # the leader drops a peer silent this long
+    peer_timeout: float = 16.0  # the leader drops a peer silent this long (PEER_TIMEOUT_BEATS)
     reply_timeout: float = 1.0  # an answer (2, 4, 5, 7, 12) not back by then never comes
     connect_timeout: float = 1.0
     election_step: float = 0.02  # an election waits this long per live higher ID it knows of
@@ -81,6 +84,13 @@ class Config:
     max_book: int = 64  # peers remembered by ID
     max_text: int = MAX_TEXT
     check_source: bool = True  # a message naming its sender must come from that host
+
+    @classmethod
+    def for_heartbeat(cls, heartbeat: float, peer_timeout: float | None = None, **kw) -> "Config":
+        """A Config with this heartbeat; peer_timeout defaults to PEER_TIMEOUT_BEATS of them."""
+        if peer_timeout is None:
+            peer_timeout = PEER_TIMEOUT_BEATS * heartbeat
+        return cls(heartbeat=heartbeat, peer_timeout=peer_timeout, **kw)
 
     def __post_init__(self):
         for name in ("heartbeat", "peer_timeout", "reply_timeout", "connect_timeout",

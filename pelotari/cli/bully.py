@@ -97,10 +97,10 @@ def _config(heartbeat, peer_timeout, sync_interval, election_step, max_connectio
     from pelotari.bully.core import Config
 
     try:
-        return Config(heartbeat=heartbeat,
-                      peer_timeout=peer_timeout if peer_timeout is not None else 3.2 * heartbeat,
-                      sync_interval=SYNC_INTERVAL if sync_interval is None else sync_interval,
-                      election_step=election_step, max_connections=max_connections)
+        return Config.for_heartbeat(
+            heartbeat, peer_timeout,
+            sync_interval=SYNC_INTERVAL if sync_interval is None else sync_interval,
+            election_step=election_step, max_connections=max_connections)
     except ValueError as exc:
         raise click.UsageError(str(exc).replace("_", "-")) from None
 
