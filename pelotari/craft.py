@@ -185,7 +185,8 @@ class Crafted:
 
 
 def craft(kind: str, subtype: Optional[str] = None, fields: Iterable[Tuple[str, str]] = (),
-          pack: int = 1, key_file: Optional[str] = None, sign_at: Optional[float] = None) -> Crafted:
+          pack: int = 1, key_file: Optional[str] = None,
+          sign_at: Optional[float] = None) -> Crafted:
     """Build TYPE from (field or alias, command-line text) pairs, a field's last text winning;
     `pack` > 1 packs copies of a fyrehose DELIVER (SEQUENCE counting up) or PUSH into one
     datagram; swarm datagrams are signed with key_file's keys (or $PELOTARI_SWARM_KEYS) as at

@@ -439,3 +439,9 @@ def test_fuzz_decode_returns_or_raises_the_typed_error():
             assert wire.pack(msg) == data[:4] + data[36:]
             ok += 1
     assert ok > 1000  # the loop reaches the parser's success paths too
+
+
+def test_the_fingerprint_names_the_signing_key_only():
+    assert kr().fingerprint() == kr(KEY, KEY2).fingerprint() != kr(KEY2, KEY).fingerprint()
+    want = hashlib.sha256(b"pelotari swarm key fingerprint\0" + KEY).hexdigest()[:16]
+    assert kr().fingerprint() == want  # what `swarm node` has always printed: logs stay comparable

@@ -289,13 +289,6 @@ def _peer(address):
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _fingerprint(keyring):
-    """A short name for the signing key, to tell at a glance that two nodes share it."""
-    import hashlib
-
-    return hashlib.sha256(b"pelotari swarm key fingerprint\0" + keyring.primary).hexdigest()[:16]
-
-
 def _describe(ev, config):
     """(event name, human line, JSON fields) for one core event."""
     from pelotari.swarm import core as c
@@ -393,7 +386,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
             return f"cannot listen on {_peer(listen)}: {exc.strerror or exc}"
         raise
     me = _peer(node.address)
-    fingerprint = _fingerprint(keyring)
+    fingerprint = keyring.fingerprint()
     emit("listening", f"listening on {me}; key {fingerprint} from {key_source} "
          f"({len(keyring.keys)} installed)", force=True, host=node.address[0],
          port=node.address[1], key=fingerprint, keys=len(keyring.keys), key_source=key_source)

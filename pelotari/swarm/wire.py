@@ -545,6 +545,9 @@ def _parse_key(text: str, where: str) -> bytes:
         raise BadKey(f"{where}: not hex") from None
 
 
+FINGERPRINT_LABEL = b"pelotari swarm key fingerprint\0"  # never on the wire: names a key in logs
+
+
 class Keyring:
     """The network keys: the first (primary) signs, every installed one verifies (memberlist's
     keyring). Epoch keys and their HMAC states are derived once per (key, epoch) and cached,
@@ -587,6 +590,10 @@ class Keyring:
             if line and not line.startswith("#"):
                 keys.append(_parse_key(line, f"line {n}"))
         return cls(keys, **kw)
+
+    def fingerprint(self) -> str:
+        """A short name for the signing key, to tell at a glance whether two nodes share it."""
+        return hashlib.sha256(FINGERPRINT_LABEL + self.primary).hexdigest()[:16]
 
     @classmethod
     def from_file(cls, path, **kw) -> "Keyring":
