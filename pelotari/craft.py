@@ -159,7 +159,7 @@ class Crafted:
 
     @property
     def transport(self) -> str:
-        """"udp" or "tcp"."""
+        """The transport the protocol runs on: "udp" or "tcp"."""
         return getattr(self.module, "TRANSPORT", "udp")
 
     @property
