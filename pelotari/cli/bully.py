@@ -322,11 +322,14 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
             elif name == "elect" and len(words) == 1:
                 node.elect()
             elif name == "sync" and len(words) == 1:
-                if not node.core.is_leader:
+                from pelotari.bully.core import NotLeader
+
+                try:
+                    node.start_sync()
+                except NotLeader as exc:  # the core decides; we say who leads
                     lead = node.core.leader
-                    raise ValueError("only the leader synchronises clocks; the leader is " +
-                                     (_name(lead) if lead else "not known yet"))
-                node.start_sync()
+                    raise ValueError(f"{exc}; the leader is " +
+                                     (_name(lead) if lead else "not known yet")) from None
             elif name == "time" and len(words) == 1:
                 ms, offset = node.time_ms(), node.clock_offset()
                 emit("time", f"time {_iso(ms)} (offset {offset:+.6f} s from the system "
