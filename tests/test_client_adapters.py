@@ -9,7 +9,7 @@ from fastpath import refcodec as wire
 from fastpath.packets import NOJOURNAL, Keepalive, Push
 from pelotari.fyrehose import (AsyncClient, Client, ClientConfig, Message, Published,
                                PublishTimeout)
-from pelotari.fyrehose.core import ClientCore
+from pelotari.fyrehose.core import MAX_WAIT, ClientCore
 
 BB = ("127.0.0.1", 2323)
 
@@ -230,3 +230,25 @@ def test_an_interrupted_publish_stream_still_gives_what_is_in_flight(monkeypatch
     assert seen == [] and stream.sent == 3
     assert [o.sequence for o in stream.drain()] == [0, 1, 2]
     assert (stream.confirmed, stream.failed) == (3, 0)
+
+
+@pytest.mark.parametrize("rate", [float("inf"), float("nan"), 1e9 * 1.5, -1.0])
+def test_publish_stream_refuses_a_rate_that_is_no_rate(monkeypatch, rate):
+    client, _, _ = stream_client(monkeypatch)
+    with pytest.raises(ValueError, match="rate must be within"):
+        client.publish_stream([], rate=rate)
+    client.publish_stream([], rate=1e9)  # the limit itself is a rate
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -0.5, MAX_WAIT * 2])
+def test_timeouts_past_what_a_thread_can_wait_are_value_errors(monkeypatch, timeout):
+    # `pub --timeout inf` (and `--pack ... -r inf`) ended in an OverflowError traceback.
+    client, _, _ = stream_client(monkeypatch)
+    with pytest.raises(ValueError, match="timeout must be within"):
+        client.publish_stream([], timeout=timeout)
+    with pytest.raises(ValueError, match="timeout must be within"):
+        client.receive(timeout)
+    with pytest.raises(ValueError, match="timeout must be within"):
+        ClientConfig(publish_timeout=timeout)
+    assert client.receive(0) is None  # the bounds themselves wait
+    ClientConfig(publish_timeout=MAX_WAIT)

@@ -17,12 +17,14 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, O
 
 from pelotari.fyrehose.batchio import RecvBatch, SendBatch, enable_gro, set_buffers
 from pelotari.fyrehose.backbone import DEFAULT_PORT
-from pelotari.fyrehose.core import ClientConfig, ClientCore
+from pelotari.fyrehose.core import ClientConfig, ClientCore, check_wait
 from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,
                                       PublishConfirmed, PublishFailed, Resync)
 
 log = logging.getLogger("pelotari.fyrehose.client")
 
+
+MAX_RATE = 1e9  # messages per second; no host publishes faster
 
 class PublishTimeout(TimeoutError):
     """The backbone's DELIVER of a published message did not come back in time."""
@@ -179,7 +181,7 @@ class _Adapter:
 
     def _wait(self, timeout: Optional[float]) -> float:
         """Seconds to wait for a DELIVER: by default a second past the core's own expiry."""
-        return self.config.publish_timeout + 1.0 if timeout is None else timeout
+        return self.config.publish_timeout + 1.0 if timeout is None else check_wait(timeout)
 
     def _process_events(self, events: Iterable[Event]) -> None:
         """Hand each core event to its publish future, the receive queue and the callbacks."""
@@ -373,6 +375,8 @@ class Client(_Adapter):
         Raises ConnectionAbortedError once the client is closed (a waiting call wakes up).
         """
         backlog = self._backlog
+        if timeout is not None:
+            check_wait(timeout)
         with self._ready:
             if not self._ready.wait_for(lambda: backlog.items or self._closed.is_set(), timeout):
                 return None
@@ -499,8 +503,8 @@ class PublishStream:
                  group=None, timeout=None, clock=time.monotonic, sleep=time.sleep):
         if window < 1:
             raise ValueError("window must be at least 1")
-        if rate is not None and rate <= 0:
-            raise ValueError("rate must be positive")
+        if rate is not None and not 0 < rate <= MAX_RATE:  # also refuses NaN and infinity
+            raise ValueError(f"rate must be within (0, {MAX_RATE:g}] messages per second")
         if group is None:
             pack = client.config.pack
             group = 1 if not pack else max(1, int(rate * PACK_GROUP_SECONDS)) if rate else PACK_GROUP

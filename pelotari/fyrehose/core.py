@@ -18,6 +18,16 @@ log = logging.getLogger("pelotari.fyrehose.client")
 Address = Tuple[str, int]
 
 
+MAX_WAIT = 86400.0 * 365  # longest timeout a client waits: a year (threads cannot wait forever)
+
+
+def check_wait(timeout: float) -> float:
+    """timeout if it is a number of seconds a client can wait (0..MAX_WAIT), else ValueError."""
+    if not 0 <= timeout <= MAX_WAIT:  # also refuses NaN
+        raise ValueError(f"timeout must be within 0..{MAX_WAIT:g} seconds")
+    return timeout
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """Client behaviour and limits; the defaults are documented in docs/protocols/fyrehose.md."""
@@ -49,6 +59,7 @@ class ClientConfig:
     serve_requesters: int = 1024  # requesters whose budget is remembered (least recent go)
 
     def __post_init__(self):
+        check_wait(self.publish_timeout)
         if not 0 < self.keepalive_interval <= 1.0:
             raise ValueError("keepalive_interval must be within (0, 1] seconds (seed rule C1)")
         if not 0 <= self.flags < 1 << 48:
