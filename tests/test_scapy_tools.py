@@ -121,6 +121,16 @@ def test_inspect_needs_exactly_one_source():
     assert res.returncode == 2 and "give a PCAP file or --interface" in res.stderr
 
 
+@pytest.mark.parametrize("content", [b"garbage\n", b"", b"\xd4\xc3\xb2\xa1\x02\x00"])
+def test_inspect_of_a_file_that_is_no_capture_is_one_line(tmp_path, content):
+    # A file that is not a pcap (or is cut short in its header) ended in a scapy traceback.
+    path = tmp_path / "bad.pcap"
+    path.write_bytes(content)
+    res = run("inspect", str(path))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("Error: ") and len(res.stderr.splitlines()) == 1, res.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root (CI runs as root)")
 def test_live_capture_on_loopback_decodes_a_pub_sub_session(backbone_factory, tmp_path):
     bb = backbone_factory(first_sequence=500)

@@ -194,7 +194,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
         raise click.UsageError("give a PCAP file or --interface (not both)")
     if interface is not None and os.geteuid() != 0:
         raise click.ClickException("live capture needs root (raw packet sockets): run it with sudo")
-    from scapy.all import PcapReader, PcapWriter, conf, sniff
+    from scapy.all import PcapReader, PcapWriter, Scapy_Exception, conf, sniff
 
     from pelotari import layers as registry
 
@@ -244,6 +244,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
                   stop_filter=lambda _: bool(count) and inspection.rows >= count)
     except KeyboardInterrupt:
         pass
+    except Scapy_Exception as exc:  # not a capture file, or a damaged one
+        raise click.ClickException(f"{pcap or interface}: {exc}") from None
     finally:
         if writer:
             writer.close()
