@@ -1,6 +1,6 @@
 """The one rule that picks each fastpath module's implementation: the Cython build or its twin.
 
-PELOTARI_PURE_PYTHON=1 selects every pure-Python twin (as msgpack's MSGPACK_PUREPYTHON does), and
+PELOTARI_PURE_PYTHON=1 (any value but empty or 0) selects every pure-Python twin (as msgpack's MSGPACK_PUREPYTHON does), and
 so does a compiled module that is not built. Every selector asks compiled(): codec -> refcodec,
 journal -> refjournal, batchio -> refbatchio (pelotari/fyrehose/{codec,journal,batchio}.py), the
 backbone's core and loop (pelotari/fyrehose/backbone.py), swarm's MACs, connection table and
@@ -10,7 +10,7 @@ no twin: they are benchmark tools, and their figures are meant to be the compile
 import importlib
 import os
 
-PURE_PYTHON = bool(os.environ.get("PELOTARI_PURE_PYTHON"))
+PURE_PYTHON = os.environ.get("PELOTARI_PURE_PYTHON", "") not in ("", "0")
 
 
 def compiled(name):

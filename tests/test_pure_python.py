@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from fastpath.implementation import PURE_PYTHON
 from pelotari.fyrehose import batchio, codec, journal
 
@@ -21,11 +23,11 @@ print(" ".join(sorted(name for name, module in sys.modules.items()
 """
 
 
-def compiled_modules_after_importing_everything(pure):
+def compiled_modules_after_importing_everything(pure, value="1"):
     env = dict(os.environ)
     env.pop("PELOTARI_PURE_PYTHON", None)
     if pure:
-        env["PELOTARI_PURE_PYTHON"] = "1"
+        env["PELOTARI_PURE_PYTHON"] = value
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
@@ -42,15 +44,18 @@ def built(name):
     return spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader)
 
 
-def test_the_built_modules_are_imported_without_it():
-    # The probe can see an extension: without the variable every built module is used.
+@pytest.mark.parametrize("value", [None, "0", ""])
+def test_the_built_modules_are_imported_without_it(value):
+    # The probe can see an extension: without the variable (or set to 0 or empty) every built
+    # module is used. PELOTARI_PURE_PYTHON=0 used to select the twins.
     expected = {f"fastpath.{name}" for name in ("codec", "journal", "batchio", "backbone")
                 if built(name)}
-    assert expected <= set(compiled_modules_after_importing_everything(pure=False))
+    found = compiled_modules_after_importing_everything(pure=value is not None, value=value)
+    assert expected <= set(found)
 
 
 def test_the_selected_implementations_match_the_environment():
-    expected = "python" if os.environ.get("PELOTARI_PURE_PYTHON") else "cython"
+    expected = "cython" if os.environ.get("PELOTARI_PURE_PYTHON", "") in ("", "0") else "python"
     assert PURE_PYTHON == (expected == "python")
     assert codec.IMPLEMENTATION == journal.IMPLEMENTATION == batchio.IMPLEMENTATION == expected
     assert codec.decode(codec.encode_push(b"x")) == codec.Push(b"x")
@@ -62,5 +67,5 @@ def test_the_selected_implementations_match_the_environment():
 def test_bench_records_say_which_implementation_ran():
     from pelotari.harness.results import environment
 
-    expected = "python" if os.environ.get("PELOTARI_PURE_PYTHON") else "cython"
+    expected = "cython" if os.environ.get("PELOTARI_PURE_PYTHON", "") in ("", "0") else "python"
     assert environment()["implementation"] == expected
