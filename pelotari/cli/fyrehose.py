@@ -235,7 +235,7 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     status.finish()
     elapsed = time.monotonic() - started
     what = f"{confirmed} confirmed, {failed} not confirmed" if not no_confirm else "unconfirmed"
-    summary = f"published {sent} messages in {elapsed:.2f}s ({what})"
+    summary = f"published {sent} message{'' if sent == 1 else 's'} in {elapsed:.2f}s ({what})"
     if skipped:
         summary += f", {skipped} input{'s' if skipped != 1 else ''} skipped"
     click.echo(summary + ("; interrupted" if interrupted else ""), err=True)
