@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 DEFAULT_PORT = 3333
 MAX_ID = 25  # the leader gives IDs 1..25
+ID_FIELD_MAX = 0xFFFF  # what an ID field's 2 bytes can say (IDs from other implementations)
 PEER_SLOTS = 4  # peer lists hold exactly four entries; an empty one is PEER_SIZE zero bytes
 ADDR_SIZE = 6  # IPv4 (4) + port (2)
 PEER_SIZE = ADDR_SIZE + 2  # an address + ID (2)
@@ -131,8 +132,8 @@ def _pack_addr(host: str, port: int) -> bytes:
 
 
 def _pack_peer(p: Peer) -> bytes:
-    if not 0 <= p.id <= 0xFFFF:
-        raise InvalidField(f"ID {p.id} outside 0..65535")
+    if not 0 <= p.id <= ID_FIELD_MAX:
+        raise InvalidField(f"ID {p.id} outside 0..{ID_FIELD_MAX}")
     return _pack_addr(p.host, p.port) + struct.pack("!H", p.id)
 
 

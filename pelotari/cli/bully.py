@@ -372,12 +372,14 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
 
 
 def _id(text):
+    from pelotari.bully.wire import ID_FIELD_MAX
+
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{text!r} is not an ID (a number, 1..65535)") from None
-    if not 1 <= value <= 0xFFFF:
-        raise ValueError(f"{value} is not an ID (1..65535)")
+        raise ValueError(f"{text!r} is not an ID (a number, 1..{ID_FIELD_MAX})") from None
+    if not 1 <= value <= ID_FIELD_MAX:
+        raise ValueError(f"{value} is not an ID (1..{ID_FIELD_MAX})")
     return value
 
 
