@@ -156,3 +156,50 @@ def escape_text(text: str) -> str:
     controls \\uNNNN; everything else (printable non-ASCII included) is kept. Unambiguous: every
     backslash in the result starts an escape."""
     return _UNSAFE.sub(_escape_char, text)
+
+
+class MetricsAddressType(click.ParamType):
+    """PORT, :PORT, HOST:PORT or HOST for --metrics; the host defaults to loopback."""
+
+    name = "HOST:PORT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from pelotari.metrics import DEFAULT_HOST, DEFAULT_PORT
+
+        text = value.strip()
+        if text.isdigit():
+            text = f"{DEFAULT_HOST}:{text}"
+        elif text.startswith(":") and text.count(":") == 1:
+            text = DEFAULT_HOST + text
+        try:
+            return resolve_ipv4(split_address(text, DEFAULT_PORT))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def metrics_option(fn):
+    """The --metrics option every long-running command takes (see start_metrics)."""
+    return click.option(
+        "--metrics", "metrics", type=MetricsAddressType(), default=None, metavar="HOST:PORT",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics and a JSON status view at "
+             "/status (HOST defaults to 127.0.0.1, loopback; PORT alone is enough; 0 picks a "
+             "free port and prints it).")(fn)
+
+
+def start_metrics(address, source):
+    """A started MetricsServer for `source` on `address` ((host, port)) or None when address is
+    None; prints where it listens; a bind failure is one line (ClickException)."""
+    if address is None:
+        return None
+    from pelotari.metrics import MetricsServer
+
+    try:
+        server = MetricsServer(source, host=address[0], port=address[1]).start()
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot serve metrics on {address[0]}:{address[1]}: {exc.strerror or exc}") from None
+    click.echo(f"metrics at {server.url}/metrics (Prometheus) and {server.url}/status (JSON)",
+               err=True)
+    return server
