@@ -15,6 +15,14 @@ cdef struct Subscriber:
     uint32_t pack_limit   # packing extension: largest datagram it accepts; 0 = plain
     double repair_tokens  # REQUEST budget in sequences (token bucket)
     int64_t repair_ns     # when repair_tokens was last refilled
+    # Per-entry counters for the status view (--metrics /status); zeroed when the entry is made.
+    int64_t since_ns      # when this entry was made (the core's clock)
+    uint64_t delivered    # DELIVER frames sent to it
+    uint64_t datagrams    # DELIVER datagrams sent to it (a pack counts once)
+    uint64_t keepalives   # KEEPALIVEs from it
+    uint64_t requested    # sequences it REQUESTed (accepted and refused)
+    uint64_t refused      # REQUESTs refused for its repair budget
+    uint64_t forwarded    # FORWARDs it was asked to answer
 
 cdef struct Counters:
     uint64_t datagrams_in

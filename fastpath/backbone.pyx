@@ -309,9 +309,11 @@ cdef class BackboneCore:
             s = &self.subs[k]
             if s.expires_ns > now and not (s.flags & NOSUBSCRIBE):
                 self.c.delivers += self.nframes
+                s.delivered += self.nframes
                 if s.pack_limit:
                     self.fan_out_packed(s)
                 else:
+                    s.datagrams += self.nframes
                     self.plain[self.nplain] = s
                     self.nplain += 1
         if self.nplain:
@@ -343,6 +345,7 @@ cdef class BackboneCore:
             if self.packs_limit != 0:
                 self.flush()  # queued sends point at the packs about to be rebuilt
             self.build_packs(s.pack_limit)
+        s.datagrams += self.npacks
         for j in range(self.npacks):
             self.c.packs_out += 1
             self.queue(&s.sa, &self.pack_iov[self.packs[j].iov_start], self.packs[j].iov_count)
@@ -456,6 +459,7 @@ cdef class BackboneCore:
         if s == NULL:
             self.c.drops[self.refused] += 1
             return
+        s.keepalives += 1
         s.flags = get_u48(p + 7)
         s.expires_ns = now + self.window_ns
         s.pack_limit = 0
@@ -498,11 +502,13 @@ cdef class BackboneCore:
         if requester == NULL or requester.expires_ns <= now or requester.flags & NOSUBSCRIBE:
             self.c.drops[DROP_REQUEST_NOT_SUBSCRIBED] += 1
             return
+        requester.requested += hi - lo + 1
         requester.repair_tokens += (now - requester.repair_ns) * 1e-9 * self.repair_rate
         if requester.repair_tokens > self.repair_burst:
             requester.repair_tokens = self.repair_burst
         requester.repair_ns = now
         if requester.repair_tokens < <double>(hi - lo + 1):
+            requester.refused += 1
             self.c.drops[DROP_REPAIR_BUDGET] += 1
             return
         requester.repair_tokens -= <double>(hi - lo + 1)
@@ -534,6 +540,7 @@ cdef class BackboneCore:
         slot.iov[0].iov_base = slot.scratch
         slot.iov[0].iov_len = RANGE_SIZE
         self.c.forwards += 1
+        chosen.forwarded += 1
         self.queue(&chosen.sa, slot.iov, 1)
 
     cdef Subscriber* find(self, uint64_t key) noexcept nogil:
@@ -609,6 +616,7 @@ cdef class BackboneCore:
         s.sa.sin_port = htons(<uint16_t>(key & 0xffff))
         s.repair_tokens = self.repair_burst
         s.repair_ns = now
+        s.since_ns = now
         return s
 
     cdef void sweep(self, int64_t now) noexcept nogil:
@@ -736,6 +744,23 @@ cdef class BackboneCore:
             "drops": {name: self.c.drops[code] for code, name in DROP_REASONS.items()},
         }
 
+    def table(self, int64_t now):
+        """Live table entries at `now` (ns) as dicts with their per-entry counters."""
+        cdef Subscriber s
+        cdef int k
+        out = []
+        for k in range(self.nsubs):
+            s = self.subs[k]
+            if s.expires_ns > now:
+                out.append({
+                    "host": dotted(<uint32_t>(s.key >> 16)), "port": s.key & 0xffff,
+                    "flags": s.flags, "pack_limit": s.pack_limit,
+                    "seconds_left": (s.expires_ns - now) / 1e9, "age": (now - s.since_ns) / 1e9,
+                    "delivered": s.delivered, "datagrams": s.datagrams,
+                    "keepalives": s.keepalives, "requested": s.requested, "refused": s.refused,
+                    "forwarded": s.forwarded})
+        return out
+
     def probe_lengths(self):
         """(longest, mean) probe distance in the subscriber index: how far lookups walk."""
         cdef uint64_t i, ideal, dist, longest = 0, total = 0, n = 0
@@ -823,6 +848,10 @@ cdef class BackboneLoop:
     def subscribers(self):
         """Live table entries as [(host, port, flags, seconds_left)]."""
         return self.core.subscribers(monotonic_ns())
+
+    def table(self):
+        """Live table entries with their per-entry counters (BackboneCore.table)."""
+        return self.core.table(monotonic_ns())
 
     def probe_lengths(self):
         """(longest, mean) probe distance in the subscriber index."""

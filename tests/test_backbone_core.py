@@ -216,6 +216,23 @@ def test_repair_budget_at_the_limit_and_one_past_then_refilled_by_the_clock(make
     core.receive_datagrams([ask], S)
     assert len(core.datagrams_to_send()) == 1
     assert core.stats(S)["drops"]["repair_budget"] == 2
+    entries = {(e["host"], e["port"]): e for e in core.table(S)}
+    asker, answerer = entries[host(2)], entries[host(3)]
+    assert (asker["requested"], asker["refused"], asker["forwarded"]) == (600, 2, 0)
+    assert (answerer["requested"], answerer["refused"], answerer["forwarded"]) == (0, 0, 4)
+    assert asker["keepalives"] == 1 and asker["age"] == 1.0
+
+
+def test_each_entry_counts_the_deliveries_it_was_sent_plain_or_packed(make_core):
+    core = make_core()
+    sign_on(core, host(2))
+    sign_on(core, host(3), flags=packed_flags(2000))
+    push(core, [b"x" * 100] * 10)
+    entries = {(e["host"], e["port"]): e for e in core.table(0)}
+    assert entries[host(2)]["delivered"] == entries[host(3)]["delivered"] == 10
+    assert entries[host(2)]["datagrams"] == 10  # one datagram per DELIVER
+    assert entries[host(3)]["datagrams"] == 1  # ten packed in one
+    assert entries[host(3)]["pack_limit"] == 2000 and entries[host(2)]["pack_limit"] == 0
 
 
 def test_sequence_wraps_from_the_largest_48_bit_value_to_zero(make_core):
@@ -401,5 +418,7 @@ def test_the_twin_sends_what_the_compiled_core_sends_byte_for_byte(seed):
         assert cores[1].get_timer() == cores[0].get_timer()
         assert cores[1].stats(now) == cores[0].stats(now)
         assert cores[1].subscribers(now) == cores[0].subscribers(now)
+        assert cores[1].table(now) == cores[0].table(now)  # per-entry counters too
     st = cores[0].stats(now)
+    assert any(e["requested"] for e in cores[0].table(now))
     assert st["pushes"] and st["forwards"] and st["keepalives"] and sum(st["drops"].values())

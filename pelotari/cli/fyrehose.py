@@ -9,7 +9,8 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import AddressType, StatusLine, escape_text, human_rate
+from pelotari.cli.common import (AddressType, StatusLine, escape_text, human_rate,
+                                 metrics_option, start_metrics)
 
 from fastpath.packets import DEFAULT_PORT, HEADER_SIZE, MAX_DATAGRAM  # the wire table (light)
 BACKBONE_OPTION = click.option(
@@ -57,17 +58,20 @@ BACKBONE_OPTION = click.option(
               help="Sequences per second each subscriber may REQUEST (its budget's refill).")
 @click.option("--repair-burst", type=click.FloatRange(1), default=16384, show_default=True,
               help="Sequences a subscriber may REQUEST at once (its budget's size).")
+@metrics_option
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
              first_sequence, stats_interval, json_stats, no_gso, no_packing, max_pack,
-             max_pack_frames, max_per_address, repair_rate, repair_burst):
+             max_pack_frames, max_per_address, repair_rate, repair_burst, metrics):
     """Run a fyrehose backbone until Ctrl-C or SIGTERM.
 
     The backbone numbers every PUSH it receives with a continuous 48-bit SEQUENCE and DELIVERs
     it to every client that sent a KEEPALIVE in the last --window seconds; REQUESTs for lost
     messages are FORWARDed to a random journaling client. A live stats line shows rates,
-    subscribers and dropped datagrams.
+    subscribers and dropped datagrams; --metrics serves them to Prometheus, with the subscriber
+    table and each subscriber's counters as JSON at /status.
     """
     from pelotari.fyrehose import Backbone
+    from pelotari.fyrehose.metrics import BackboneMetrics
 
     bb = Backbone(host=host, port=port, window=window, max_subscribers=max_subscribers,
                   max_request_range=max_request_range,
@@ -82,8 +86,13 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     bound = bb.address
     click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, "
                f"first sequence {bb.next_sequence}", err=True)
+    try:
+        exporter = start_metrics(metrics, BackboneMetrics(bb))
+    except BaseException:
+        bb.stop()
+        raise
     status = StatusLine(interval=stats_interval or 1.0, plain_interval=stats_interval or 10.0)
-    last = {"t": time.monotonic(), "in": 0, "out": 0, "push": 0}
+    last = {"t": time.monotonic(), "in": 0, "out": 0, "push": 0, "delivers": 0}
 
     def tick(stats):
         now = time.monotonic()
@@ -91,28 +100,41 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
         rate_in = (stats["datagrams_in"] - last["in"]) / dt
         rate_out = (stats["datagrams_out"] - last["out"]) / dt
         pushes = (stats["pushes"] - last["push"]) / dt
+        delivers = (stats["delivers"] - last["delivers"]) / dt
         last.update(t=now, **{"in": stats["datagrams_in"], "out": stats["datagrams_out"],
-                              "push": stats["pushes"]})
+                              "push": stats["pushes"], "delivers": stats["delivers"]})
         drops = sum(stats["drops"].values())
         if json_stats:
             click.echo(json.dumps({"time": time.time(), **stats, "rate_in": rate_in,
-                                   "rate_out": rate_out, "push_rate": pushes}))
+                                   "rate_out": rate_out, "push_rate": pushes,
+                                   "deliver_rate": delivers}))
             sys.stdout.flush()  # a line at a time, also into a pipe or a log
             return
+        # deliver/s counts DELIVER messages (one per message per subscriber), however they
+        # went out (a GSO send or a pack carries several); datagrams in/s counts every type.
         status.update(
             f"subs {stats['subscribers']:>4}  push/s {human_rate(pushes):>7}  "
-            f"in/s {human_rate(rate_in):>7}  out/s {human_rate(rate_out):>7}  "
-            f"seq {stats['next_sequence']}  req {stats['requests']}  drops {drops}",
+            f"deliver/s {human_rate(delivers):>7}  datagrams in/s {human_rate(rate_in):>7}  "
+            f"seq {stats['next_sequence']}  req {stats['requests']}  dropped {drops}",
             force=True)
 
-    bb.serve_forever(on_tick=tick, interval=stats_interval or status.interval)
+    try:
+        bb.serve_forever(on_tick=tick, interval=stats_interval or status.interval)
+    finally:
+        if exporter is not None:
+            exporter.stop()
     status.finish()
     stats = bb.stats()
-    dropped = {k: v for k, v in stats["drops"].items() if v}
     click.echo(f"stopped after {stats['uptime']:.1f}s: {stats['pushes']} pushes, "
                f"{stats['delivers']} delivers, {stats['datagrams_in']} datagrams in, "
-               f"dropped {dropped or 'none'}; next sequence {stats['next_sequence']} "
-               "(--first-sequence for a restart that clients see as a gap)", err=True)
+               f"dropped {drop_summary(stats['drops'])}; next sequence "
+               f"{stats['next_sequence']} (--first-sequence for a restart that clients see as "
+               "a gap)", err=True)
+
+
+def drop_summary(drops: dict) -> str:
+    """{'truncated': 2, 'table_full': 0, 'oversize': 1} -> 'truncated 2, oversize 1' ('none')."""
+    return ", ".join(f"{reason} {count}" for reason, count in drops.items() if count) or "none"
 
 
 def _sigterm_as_interrupt():

@@ -126,6 +126,10 @@ class Backbone:
         """Live clients as [(host, port, flags, seconds_left)]."""
         return self._loop.subscribers()
 
+    def table(self) -> list:
+        """Live clients as dicts: address, flags, seconds left, age and per-entry counters."""
+        return self._loop.table()
+
     def serve_forever(self, on_tick: Optional[Callable[[dict], None]] = None,
                       interval: float = 1.0) -> None:
         """Serve until SIGINT or SIGTERM, calling on_tick(stats) every interval; then stop."""

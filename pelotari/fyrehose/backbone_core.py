@@ -43,7 +43,8 @@ def gso_supported():
 
 class _Subscriber:
     __slots__ = ("key", "address", "expires_ns", "flags", "pack_limit", "repair_tokens",
-                 "repair_ns")
+                 "repair_ns", "since_ns", "delivered", "datagrams", "keepalives", "requested",
+                 "refused", "forwarded")
 
     def __init__(self, key, now, repair_burst):
         self.key = key  # (IPv4 address << 16) | port
@@ -53,6 +54,10 @@ class _Subscriber:
         self.pack_limit = 0
         self.repair_tokens = repair_burst
         self.repair_ns = now
+        # Per-entry counters for the status view, as the compiled core's Subscriber has them.
+        self.since_ns = now
+        self.delivered = self.datagrams = self.keepalives = 0
+        self.requested = self.refused = self.forwarded = 0
 
 
 def _key(address):
@@ -184,6 +189,15 @@ class BackboneCore:
         return [(*s.address, s.flags, (s.expires_ns - now) / 1e9)
                 for s in self._subs if s.expires_ns > now]
 
+    def table(self, now):
+        """Live table entries at `now` (ns) as dicts with their per-entry counters."""
+        return [{"host": s.address[0], "port": s.address[1], "flags": s.flags,
+                 "pack_limit": s.pack_limit, "seconds_left": (s.expires_ns - now) / 1e9,
+                 "age": (now - s.since_ns) / 1e9, "delivered": s.delivered,
+                 "datagrams": s.datagrams, "keepalives": s.keepalives,
+                 "requested": s.requested, "refused": s.refused, "forwarded": s.forwarded}
+                for s in list(self._subs) if s.expires_ns > now]
+
     # ---- receiving ----
 
     def _send(self, data, address):
@@ -279,6 +293,7 @@ class BackboneCore:
         if s is None:
             self.drops[self._refused] += 1
             return
+        s.keepalives += 1
         s.flags = int.from_bytes(data[7:13], "big")
         s.expires_ns = now + self.window_ns
         s.pack_limit = 0
@@ -302,10 +317,12 @@ class BackboneCore:
         if requester is None or requester.expires_ns <= now or requester.flags & NOSUBSCRIBE:
             self.drops["request_not_subscribed"] += 1
             return
+        requester.requested += hi - lo + 1
         requester.repair_tokens += (now - requester.repair_ns) * 1e-9 * self.repair_rate
         requester.repair_tokens = min(requester.repair_tokens, self.repair_burst)
         requester.repair_ns = now
         if requester.repair_tokens < float(hi - lo + 1):
+            requester.refused += 1
             self.drops["repair_budget"] += 1
             return
         requester.repair_tokens -= float(hi - lo + 1)
@@ -328,6 +345,7 @@ class BackboneCore:
             self.drops["no_journal_peer"] += 1
             return
         self.counters["forwards"] += 1
+        chosen.forwarded += 1
         self._send(bytes([FORWARD]) + (key >> 16).to_bytes(4, "big")
                    + (key & 0xffff).to_bytes(2, "big") + data[7:19], chosen.address)
 
@@ -380,13 +398,16 @@ class BackboneCore:
         for s in self._subs:
             if s.expires_ns > now and not s.flags & NOSUBSCRIBE:
                 self.counters["delivers"] += len(frames)
+                s.delivered += len(frames)
                 if s.pack_limit:
                     if s.pack_limit not in packs:
                         packs[s.pack_limit] = self._build_packs(s.pack_limit)
+                    s.datagrams += len(packs[s.pack_limit])
                     for pack in packs[s.pack_limit]:
                         self.counters["packs_out"] += 1
                         self._send(pack, s.address)
                 else:
+                    s.datagrams += len(frames)
                     plain.append(s.address)
         if plain and not self.gso:
             for frame in frames:
@@ -518,6 +539,10 @@ class BackboneLoop:
     def subscribers(self):
         """Live table entries as [(host, port, flags, seconds_left)]."""
         return self.core.subscribers(time.monotonic_ns())
+
+    def table(self):
+        """Live table entries with their per-entry counters (BackboneCore.table)."""
+        return self.core.table(time.monotonic_ns())
 
     def __del__(self):
         if hasattr(self, "_sock"):
