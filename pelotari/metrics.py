@@ -35,7 +35,7 @@ DEFAULT_LIMIT = 1024  # /status entries per answer unless ?limit= says otherwise
 MAX_LIMIT = 65536  # the most /status entries one answer holds, whatever ?limit= asks
 
 __all__ = ["MetricsServer", "MetricsSource", "counter", "counters_by", "gauge", "histogram",
-           "DEFAULT_HOST"]
+           "gauges_by", "stats_families", "OnLoop", "DEFAULT_HOST"]
 
 
 class MetricsSource(Protocol):
@@ -75,6 +75,66 @@ def histogram(name: str, documentation: str, buckets: Iterable[tuple[float, int]
     if not pairs or pairs[-1][0] != "+Inf":
         raise ValueError("a histogram's last bucket is +inf")
     return HistogramMetricFamily(name, documentation, buckets=pairs, sum_value=total)
+
+
+def gauges_by(name: str, documentation: str, label: str,
+              values: Mapping[str, float]) -> GaugeMetricFamily:
+    """One gauge family with a sample per label value (connections by status)."""
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    for key, value in values.items():
+        family.add_metric([str(key)], value)
+    return family
+
+
+def stats_families(prefix: str, stats: Mapping[str, float],
+                   drop_prefixes: tuple = ("dropped_",)):
+    """Counter families for a node's counters: keys starting with one of `drop_prefixes` as
+    one `<prefix>drops` family labelled by reason (the key, less a leading `dropped_`), every
+    other key its own counter `<prefix><key>` (the snake_case names the protocol documents).
+    The drops family is there even when nothing was dropped."""
+    stats = dict(stats)  # one copy: the node's loop may add keys meanwhile
+    drops = {k.removeprefix("dropped_"): v for k, v in sorted(stats.items())
+             if k.startswith(drop_prefixes)}
+    yield counters_by(prefix + "drops", "Datagrams or messages dropped or refused, by reason "
+                      "(the protocol's document names each).", "reason", drops)
+    for key, value in sorted(stats.items()):
+        if not key.startswith(drop_prefixes) and isinstance(value, (int, float)):
+            yield counter(prefix + key, f"{key.replace('_', ' ')} (the node's counter).", value)
+
+
+class OnLoop:
+    """A MetricsSource that reads `source` on an asyncio loop's own thread (call_soon_threadsafe),
+    so that the node's tables are never read while its loop changes them; a loop too busy to
+    answer within `timeout` seconds fails the scrape (TimeoutError), never the node."""
+
+    def __init__(self, source, loop, timeout: float = 2.0):
+        self.source, self.loop, self.timeout = source, loop, timeout
+
+    def _run(self, fn):
+        import concurrent.futures
+
+        future = concurrent.futures.Future()
+
+        def call():
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # handed to the scraping thread
+                    future.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(call)
+        try:
+            return future.result(self.timeout)
+        finally:
+            future.cancel()
+
+    def collect(self):
+        """The source's families, built on the loop."""
+        return self._run(lambda: list(self.source.collect()))
+
+    def status(self) -> dict:
+        """The source's status, built on the loop."""
+        return self._run(self.source.status)
 
 
 class _Collector:
@@ -136,6 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(404, "text/plain; charset=utf-8", b"not found: try /metrics or /status\n")
         except ValueError as exc:
             self._answer(400, "text/plain; charset=utf-8", f"{exc}\n".encode())
+        except (TimeoutError, RuntimeError):  # the node's loop is busy or already stopping
+            owner.errors += 1
+            self._answer(503, "text/plain; charset=utf-8", b"busy: try again\n")
 
     def do_HEAD(self):  # noqa: N802
         self._answer(200 if urlsplit(self.path).path in ("/", "/metrics", "/status") else 404,

@@ -97,14 +97,19 @@ def test_lines_too_long_or_not_utf8_are_reported_and_skipped(nodes, port_pair):
     a.write(b"x" * 70000 + b"\n")
     a.write(b"caf\xe9\n")
     a.write(b"y" * 65503 + b"\n")  # the largest DATA: sent
-    a.write(b"@127.0.0.3 to one\n@127.0.0.9 nobody\n")
+    a.write(b"@127.0.0.3 to one\n@127.0.0.9 nobody\n@bogus hi\n@127.0.0.3:x hi\n")
     a.write("after ✓\n".encode())
     assert b.wait(is_event("message", data="after ✓"), 5)
     a.wait(lambda e: False, 0.3)
     errors = [e["message"] for e in a.seen if e["event"] == "error"]
     assert errors == ["stdin line 1: longer than 65536 bytes (70000); skipped",
                       "stdin line 2: not UTF-8 (byte 3); skipped",
-                      f"127.0.0.9:{port} is not a registered peer"], errors
+                      f"127.0.0.9:{port} is not a peer (peers: 127.0.0.3:{port}); a direct "
+                      "message is @ADDRESS:PORT text",
+                      "'bogus' is not a peer's ADDRESS:PORT; a direct message is @ADDRESS:PORT "
+                      "text",
+                      "'127.0.0.3:x' is not a peer's ADDRESS:PORT; a direct message is "
+                      "@ADDRESS:PORT text"], errors
     got = [e["data"] for e in b.seen if e["event"] == "message"]
     assert got == ["y" * 65503, "to one", "after ✓"]
     assert a.proc.poll() is None

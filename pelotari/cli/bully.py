@@ -6,7 +6,8 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import AddressType, PelotariGroup, escape_text
+from pelotari.cli.common import (AddressType, PelotariGroup, escape_text, metrics_option,
+                                 start_metrics)
 
 from pelotari.bully.wire import DEFAULT_PORT as PORT  # the wire table (no asyncio)
 SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
@@ -87,6 +88,7 @@ def _node_options(fn):
                           "and the sync benchmark: `sync` then brings it back in line."),
         click.option("--json", "as_json", is_flag=True,
                      help="Events as JSON lines (one object per line)."),
+        metrics_option,
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -134,9 +136,9 @@ Commands on stdin, one per line:
                                 "lowest first.")
 @_node_options
 def start(bind, node_id, heartbeat, peer_timeout, sync_interval, election_step,
-          max_connections, clock_offset, as_json):
+          max_connections, clock_offset, as_json, metrics):
     config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections)
-    _serve(bind, None, node_id, config, clock_offset, as_json)
+    _serve(bind, None, node_id, config, clock_offset, as_json, metrics)
 
 
 @bully.command(help=JOIN_HELP, epilog=SERVICE)
@@ -147,19 +149,20 @@ def start(bind, node_id, heartbeat, peer_timeout, sync_interval, election_step,
                    "one each: --bind 127.0.0.1:3334, ...")
 @_node_options
 def join(leader, bind, heartbeat, peer_timeout, sync_interval, election_step, max_connections,
-         clock_offset, as_json):
+         clock_offset, as_json, metrics):
     config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections)
-    _serve(bind, leader, None, config, clock_offset, as_json)
+    _serve(bind, leader, None, config, clock_offset, as_json, metrics)
 
 
 # ---- running ---------------------------------------------------------------------------------
 
-def _serve(bind, leader, node_id, config, clock_offset, as_json):
+def _serve(bind, leader, node_id, config, clock_offset, as_json, metrics=None):
     from pelotari.cli.service import ensure_standard_fds
 
     ensure_standard_fds()
     try:
-        failure = asyncio.run(_run(bind, leader, node_id, config, clock_offset, as_json))
+        failure = asyncio.run(_run(bind, leader, node_id, config, clock_offset, as_json,
+                                   metrics))
     except KeyboardInterrupt:  # before the signal handlers were installed
         return
     if failure:
@@ -242,15 +245,15 @@ def _peers_fields(node):
             "known": [_peer(p) for p in core.known().values()]}
 
 
-async def _run(bind, leader, node_id, config, clock_offset, as_json):
+async def _run(bind, leader, node_id, config, clock_offset, as_json, metrics=None):
     """Run the node until a signal or `quit` (None), or until joining fails (its reason)."""
     from pelotari.cli.service import Output
 
     with Output(as_json, time_key="t", label=False) as out:
-        return await _node(bind, leader, node_id, config, clock_offset, as_json, out)
+        return await _node(bind, leader, node_id, config, clock_offset, as_json, out, metrics)
 
 
-async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
+async def _node(bind, leader, node_id, config, clock_offset, as_json, out, metrics=None):
     from pelotari.bully import core as c
     from pelotari.bully.node import BindError, Node
     from pelotari.cli.service import Stopper, read_commands, run_until_stopped
@@ -296,6 +299,16 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
     emit("listening", human, force=True, host=host, port=port,
                  id=node.core.id or None,
                  leader=None if leader is None else {"host": leader[0], "port": leader[1]})
+    from pelotari.bully.metrics import BullyMetrics
+    from pelotari.metrics import OnLoop
+
+    try:
+        exporter = start_metrics(metrics, OnLoop(BullyMetrics(node), asyncio.get_running_loop()),
+                                 lambda text, url: emit("metrics", text, url=url))
+    except click.ClickException as exc:
+        stopper.close()
+        await node.close()
+        return exc.message
     out.hint("type `help` for the commands")
     held, early = early, None
     for ev in held:
@@ -360,6 +373,8 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out):
             lambda text: command(text.lstrip()) if text.strip() else None, error,
             out.end_of_input)])
     finally:
+        if exporter is not None:
+            exporter.stop()
         await node.close()
     if failure:
         return failure[0]

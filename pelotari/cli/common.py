@@ -188,9 +188,10 @@ def metrics_option(fn):
              "free port and prints it).")(fn)
 
 
-def start_metrics(address, source):
+def start_metrics(address, source, announce=None):
     """A started MetricsServer for `source` on `address` ((host, port)) or None when address is
-    None; prints where it listens; a bind failure is one line (ClickException)."""
+    None; says where it listens (a line on stderr, or announce(text, url)); a bind failure is
+    one line (ClickException)."""
     if address is None:
         return None
     from pelotari.metrics import MetricsServer
@@ -200,6 +201,14 @@ def start_metrics(address, source):
     except OSError as exc:
         raise click.ClickException(
             f"cannot serve metrics on {address[0]}:{address[1]}: {exc.strerror or exc}") from None
-    click.echo(f"metrics at {server.url}/metrics (Prometheus) and {server.url}/status (JSON)",
-               err=True)
+    text = f"metrics at {server.url}/metrics (Prometheus) and {server.url}/status (JSON)"
+    if announce is None:
+        click.echo(text, err=True)
+    else:
+        announce(text, server.url)
     return server
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 peer', '2 peers', '1,000 messages' (`many` for an irregular plural)."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"

@@ -6,7 +6,7 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import PelotariGroup
+from pelotari.cli.common import PelotariGroup, metrics_option, start_metrics
 
 GROUP_HELP = """Potato mesh: relay and elections among clients that are not all peers.
 
@@ -114,7 +114,8 @@ event is one JSON object per line.""")
               show_default=True, help="WebRTC data channels (aiortc; host candidates only, no "
                                       "STUN), or plain TCP with one JSON message per line.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
-def node(name, listen, connect, transport, as_json):
+@metrics_option
+def node(name, listen, connect, transport, as_json, metrics):
     import asyncio
 
     from pelotari.cli.service import ensure_standard_fds
@@ -131,22 +132,22 @@ def node(name, listen, connect, transport, as_json):
                                      param_hint="--connect")
     ensure_standard_fds()
     try:
-        failure = asyncio.run(_run(name, listen, targets, transport, as_json))
+        failure = asyncio.run(_run(name, listen, targets, transport, as_json, metrics))
     except KeyboardInterrupt:
         return
     if failure:
         raise click.ClickException(failure)
 
 
-async def _run(name, listen, targets, transport, as_json):
+async def _run(name, listen, targets, transport, as_json, metrics=None):
     """Run the client until a signal or `quit` (None), or its one-line failure."""
     from pelotari.cli.service import Output
 
     with Output(as_json) as out:
-        return await _serve(name, listen, targets, transport, as_json, out)
+        return await _serve(name, listen, targets, transport, as_json, out, metrics)
 
 
-async def _serve(name, listen, targets, transport, as_json, out):
+async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
     from pelotari.cli.common import escape_text
     from pelotari.cli.service import Stopper, read_commands, run_until_stopped
     from pelotari.potato import core as c
@@ -191,6 +192,7 @@ async def _serve(name, listen, targets, transport, as_json, out):
                  via=ev.via)
 
     node = Node(name, listen[0], listen[1], transport=transport, on_event=on_event)
+    exporter = None
     try:
         try:
             await node.start()
@@ -199,6 +201,16 @@ async def _serve(name, listen, targets, transport, as_json, out):
         host, port = listen[0], node.transport.port  # the port taken, when asked for 0
         emit("listening", f"{name} listening on {host}:{port} ({transport})", name=name,
              host=host, port=port, transport=transport)
+        import asyncio
+
+        from pelotari.metrics import OnLoop
+        from pelotari.potato.metrics import PotatoMetrics
+
+        try:
+            exporter = start_metrics(metrics, OnLoop(PotatoMetrics(node), asyncio.get_running_loop()),
+                                     lambda text, url: emit("metrics", text, url=url))
+        except click.ClickException as exc:
+            return exc.message
         for h, p in targets:  # each its own task, retried with backoff; close() cancels them
             def connected(peer, h=h, p=p):
                 emit("connected", f"connected to {peer} at {h}:{p}", peer=peer, host=h, port=p)
@@ -250,6 +262,8 @@ async def _serve(name, listen, targets, transport, as_json, out):
         emit("stopped", f"stopped by {stopper.why or 'request'}", signal=stopper.why)
     finally:
         stopper.close()
+        if exporter is not None:
+            exporter.stop()
         await node.close()
 
 

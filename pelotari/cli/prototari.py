@@ -1,11 +1,13 @@
 """`pelotari prototari`: run a LAN discovery node, see peers come and go, send lines."""
 import asyncio
 import signal
+import socket
 
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import escape_text, split_address
+from pelotari.cli.common import (escape_text, metrics_option, plural, split_address,
+                                 start_metrics)
 from pelotari.prototari.wire import BROADCAST_PORT, UNICAST_PORT
 from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, quiet_logging,
                                   read_commands, run_until_stopped)
@@ -48,9 +50,10 @@ from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, quiet_lo
 @click.option("--pong-interval", type=click.FloatRange(0), default=0.1, show_default=True,
               help="Answer at most one `hor?` per peer per this many seconds (0: every one).")
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines.")
+@metrics_option
 def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, max_peers,
               broadcast_interval, inactive_peer_time, heartbeat_max_wait, reservation_timeout,
-              response_window, max_reservations, multi_node, pong_interval, as_json):
+              response_window, max_reservations, multi_node, pong_interval, as_json, metrics):
     """Run a prototari node: find peers on the LAN by broadcast and keep them by heartbeat.
 
     Peers joining and leaving, and messages from them, are printed as they happen. Each line
@@ -82,7 +85,7 @@ def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, 
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        asyncio.run(_run(config, interface, host, as_json))
+        asyncio.run(_run(config, interface, host, as_json, metrics))
     except KeyboardInterrupt:  # before the signal handlers were installed
         pass
 
@@ -96,13 +99,13 @@ def _show(data: bytes) -> str:
         return repr(data)  # escapes every byte outside printable ASCII, and the backslash
 
 
-async def _run(config, interface, host, as_json):
+async def _run(config, interface, host, as_json, metrics):
     quiet_logging("pelotari.prototari")
     with Output(as_json) as out:
-        await _serve(config, interface, host, as_json, out)
+        await _serve(config, interface, host, as_json, out, metrics)
 
 
-async def _serve(config, interface, host, as_json, out):
+async def _serve(config, interface, host, as_json, out, metrics):
     from pelotari.prototari import Message, Node, NodeWarning, PeerJoined, PeerLeft
 
     _emit = out.event
@@ -118,6 +121,16 @@ async def _serve(config, interface, host, as_json, out):
     _emit("started", f"{address} on {node.interface or 'the bound address'}, "
           f"broadcast {broadcast}; a peer is its {identity}",
           interface=node.interface, address=address, broadcast=broadcast, peer=identity)
+    from pelotari.metrics import OnLoop
+    from pelotari.prototari.metrics import PrototariMetrics
+
+    try:
+        exporter = start_metrics(metrics, OnLoop(PrototariMetrics(node), asyncio.get_running_loop()),
+                                 lambda text, url: _emit("metrics", text, url=url))
+    except click.ClickException:
+        stopper.close()
+        await node.close()
+        raise
     def error(message):
         _emit("error", err=True, message=message)
 
@@ -142,9 +155,21 @@ async def _serve(config, interface, host, as_json, out):
         if not text:
             return
         try:
-            if text.startswith("@") and " " in text:
-                target, body = text[1:].split(" ", 1)
-                node.send(split_address(target, config.unicast_port), body.encode())
+            if text.startswith("@"):
+                target, _, body = text[1:].partition(" ")
+                try:
+                    peer = split_address(target, config.unicast_port)
+                    socket.inet_aton(peer[0])
+                except (ValueError, OSError):
+                    error(f"{target!r} is not a peer's ADDRESS:PORT; a direct message is "
+                          "@ADDRESS:PORT text")
+                    return
+                if peer not in node.peers:
+                    error(f"{peer[0]}:{peer[1]} is not a peer (peers: "
+                          f"{', '.join(f'{a}:{p}' for a, p in sorted(node.peers)) or 'none yet'})"
+                          "; a direct message is @ADDRESS:PORT text")
+                    return
+                node.send(peer, body.encode())
             else:
                 n = node.send_all(text.encode())
                 _emit("sent", peers=n)
@@ -155,11 +180,13 @@ async def _serve(config, interface, host, as_json, out):
         await run_until_stopped(stopper, [show_events(),
                                           read_commands(on_line, error, out.end_of_input)])
     finally:
+        if exporter is not None:
+            exporter.stop()
         await node.close()
     peers = {f"{a}:{p}": {"missed": s.missed, "pongs": s.pongs}
              for (a, p), s in sorted(node.core.peers.items())}
     dropped = out.dropped
-    _emit("stopped", f"by {stopper.why or 'request'} with {len(peers)} peers" +
+    _emit("stopped", f"by {stopper.why or 'request'} with {plural(len(peers), 'peer')}" +
           (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
           signal=stopper.why, peers=peers,
           stats=dict(sorted(node.core.stats.items())), output_dropped=dropped)

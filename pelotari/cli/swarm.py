@@ -12,7 +12,8 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import PelotariGroup, escape_text, split_address
+from pelotari.cli.common import (PelotariGroup, escape_text, metrics_option, split_address,
+                                 start_metrics)
 
 PORT = 21452  # pelotari.swarm.wire.DEFAULT_PORT (not imported here: --help stays fast)
 ENV_KEYS = "PELOTARI_SWARM_KEYS"  # pelotari.swarm.wire.ENV_KEYS
@@ -160,8 +161,9 @@ core's timers, for tests and small demos: every node of a network should use the
                    "[default: 60]")
 @click.option("--target-direct", type=click.IntRange(0, 1024), default=None, metavar="N",
               help="Advanced: direct connections wanted. [default: 16]")
+@metrics_option
 def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval, get_interval,
-         target_direct):
+         target_direct, metrics):
     from pelotari.cli.service import ensure_standard_fds
 
     ensure_standard_fds()
@@ -184,7 +186,8 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
     keyring, key_source = _keyring(key_file, insecure_key_file)
     config = _config(ping_interval, get_interval, target_direct)
     try:
-        failure = asyncio.run(_run((host, port), boots, keyring, key_source, config, as_json))
+        failure = asyncio.run(_run((host, port), boots, keyring, key_source, config, as_json,
+                                   metrics))
     except KeyboardInterrupt:  # before the signal handlers were installed
         return
     if failure:
@@ -355,16 +358,16 @@ async def _resolve(text, family=socket.AF_INET):
     return infos[0][4][0], port
 
 
-async def _run(listen, boots, keyring, key_source, config, as_json):
+async def _run(listen, boots, keyring, key_source, config, as_json, metrics=None):
     """Run the node until a signal or `quit` (None), or its one-line failure."""
     from pelotari.cli.service import Output, quiet_logging
 
     quiet_logging("pelotari.swarm")
     with Output(as_json) as out:
-        return await _serve(listen, boots, keyring, key_source, config, as_json, out)
+        return await _serve(listen, boots, keyring, key_source, config, as_json, out, metrics)
 
 
-async def _serve(listen, boots, keyring, key_source, config, as_json, out):
+async def _serve(listen, boots, keyring, key_source, config, as_json, out, metrics=None):
     from pelotari.cli.service import Stopper, read_commands, run_until_stopped
     from pelotari.swarm import wire
     from pelotari.swarm.node import Node, NodeWarning
@@ -390,6 +393,16 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
     emit("listening", f"listening on {me}; key {fingerprint} from {key_source} "
          f"({len(keyring.keys)} installed)", force=True, host=node.address[0],
          port=node.address[1], key=fingerprint, keys=len(keyring.keys), key_source=key_source)
+    from pelotari.metrics import OnLoop
+    from pelotari.swarm.metrics import SwarmMetrics
+
+    try:
+        exporter = start_metrics(metrics, OnLoop(SwarmMetrics(node), asyncio.get_running_loop()),
+                                 lambda text, url: emit("metrics", text, url=url))
+    except click.ClickException as exc:
+        stopper.close()
+        await node.close()
+        return exc.message
     out.hint("type `help` for the commands")
     for b in boots:
         try:
@@ -522,6 +535,8 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out):
         await run_until_stopped(stopper, [show_events(), run_commands(),
                                           read_commands(take, error, out.end_of_input)])
     finally:
+        if exporter is not None:
+            exporter.stop()
         await node.close()
     dropped = out.dropped
     emit("stopped", f"stopped by {stopper.why or 'request'}" +

@@ -104,6 +104,7 @@ class Peer:
     pongs: int = 0  # `hemen nago!` received from it
     reconfirmed_for: float | None = None  # the broadcast our last `dale!` to it answered
     last_pong: float | None = None  # when we last answered its `hor?`
+    messages: int = 0  # DATA received from it
 
 
 class NodeCore:
@@ -244,6 +245,7 @@ class NodeCore:
             self._drop("data_from_stranger", source)
             return
         self.stats["messages_in"] += 1
+        peer.messages += 1
         self._events.append(Message(source, bytes(data[len(DATA_MAGIC):])))
 
     def _register(self, peer: Address, now: float, via: str) -> None:
