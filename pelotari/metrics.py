@@ -240,7 +240,7 @@ class _Server(ThreadingHTTPServer):
             return
         # The whole exchange has REQUEST_TIMEOUT: after it the socket is shut, whatever the
         # client is doing, and the handler's next read or write ends it.
-        timer = threading.Timer(REQUEST_TIMEOUT, _cut, (request,))
+        timer = threading.Timer(self.owner.request_timeout, _cut, (request,))
         timer.daemon = True
         with self.lock:
             self.timers[request] = timer
@@ -279,8 +279,11 @@ class MetricsServer:
     """Serves a MetricsSource over HTTP on (host, port) from a daemon thread until stop()."""
 
     def __init__(self, source: MetricsSource, host: str = DEFAULT_HOST, port: int = 0,
-                 process_metrics: bool = True):
+                 process_metrics: bool = True, request_timeout: float = REQUEST_TIMEOUT):
+        if not 0 < request_timeout <= 3600:
+            raise ValueError("request_timeout is in (0, 3600] seconds")
         self.source = source
+        self.request_timeout = request_timeout
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(source))
         if process_metrics:  # process_cpu_seconds_total, process_resident_memory_bytes, fds
@@ -322,7 +325,7 @@ class MetricsServer:
             return
         if self._thread.is_alive():
             self._server.shutdown()
-            self._thread.join(REQUEST_TIMEOUT + 1)
+            self._thread.join(self.request_timeout + 1)
         self._server.server_close()
         self._server = None
 
