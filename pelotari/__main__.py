@@ -1,5 +1,5 @@
 """`python -m pelotari` is the `pelotari` command."""
-from pelotari.cli import main
+from pelotari._entry import run
 
 if __name__ == "__main__":
-    main()
+    run()

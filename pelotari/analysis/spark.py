@@ -13,6 +13,25 @@ STARTUP_NOISE = re.compile(
     r"|Using Spark's default log4j profile|.*WARN NativeCodeLoader)")
 
 
+def kill_children() -> int:
+    """SIGKILL every process this one started (Spark's JVM and its launcher scripts), at once:
+    for a way out where asking Spark to stop would wait on it or print its Java stack traces.
+    Returns how many there were."""
+    import psutil
+
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    for child in children:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(children, timeout=5)
+    return len(children)
+
+
 def session(master: str = "local[*]", app: str = "pelotari-trend"):
     """Start (or reuse) a SparkSession with no UI, no progress bars and start-up noise dropped."""
     try:

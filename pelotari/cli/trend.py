@@ -1,5 +1,9 @@
 """`pelotari trend`: bench results → Spark → Parquet, plots and a Markdown summary."""
+import logging
+import os
 import pathlib
+import signal
+import sys
 import time
 
 import click
@@ -46,17 +50,47 @@ def trend(results, out, master, threshold):
         raise click.ClickException(f"no bench results (*.jsonl) or pytest-benchmark files in {results}")
     started = time.monotonic()
     click.echo(f"{sum(map(len, files.values()))} result files; starting Spark ({master})...", err=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # a service stop ends it as Ctrl-C does
+    # py4j logs (with a traceback) any KeyboardInterrupt that lands while it talks to the JVM:
+    # what goes wrong reaches us as exceptions, so its logging is only noise here.
+    logging.disable(logging.CRITICAL)
     try:
-        spark = session(master)
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
+        try:
+            spark = session(master)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from None
+        # PySpark's own SIGINT handler asks the JVM to cancel jobs (more Java traces, and a
+        # wait); ours just interrupts, and the except below kills the JVM.
+        signal.signal(signal.SIGINT, _interrupt)
         frames = report.load(spark, files)
         click.echo(f"loaded {', '.join(frames)} results; analysing...", err=True)
         tables = report.analyse(frames, threshold)
         written = report.write(tables, out, threshold)
-    finally:
         spark.stop()
+    except KeyboardInterrupt:
+        # Spark's JVM ignores SIGINT, and stopping it mid-job prints pages of Java stack
+        # traces (and can wait on a JVM still starting): kill it and go, saying one line.
+        _quit_interrupted()
     for path in written:
         click.echo(str(path))
     click.echo(f"done in {time.monotonic() - started:.1f}s; summary: {out / 'summary.md'}", err=True)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _quit_interrupted():
+    """After Ctrl-C or SIGTERM: no JVM left, one line, exit status 130 — without the
+    interpreter's exit hooks, which would talk to the JVM just killed (py4j's errors)."""
+    from pelotari.analysis.spark import kill_children
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    kill_children()
+    click.echo("interrupted", err=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
