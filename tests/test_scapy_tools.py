@@ -68,7 +68,7 @@ def test_craft_sets_any_field_by_name_and_lists_the_types():
     want = wire.encode_forward("10.1.2.3", 9, 16, 20)
     assert res.returncode == 0 and res.stdout.splitlines()[0].startswith(
         "0000  " + " ".join(f"{b:02X}" for b in want[:16]))
-    listing = run("craft", "keepalive", "--list").stdout
+    listing = run("craft", "--list").stdout
     assert "keepalive-ack" in listing and "fyrehose.keepalive" in listing
     assert "type, addr, port, flags, token" in listing
 
@@ -242,3 +242,19 @@ def test_inspect_reads_a_short_datagram_padded_by_ethernet(tmp_path):
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in res.stdout.splitlines()][:-1]
     assert [r["type"] for r in rows] == ["KEEPALIVE-ACK"]
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"", "an empty file, not a capture"),
+    (b"root:x:0:0:root:/root:/bin/bash\n", "Not a supported capture file"),
+])
+def test_inspect_of_an_empty_or_non_capture_file_is_one_line(tmp_path, content, needle):
+    path = tmp_path / "in.pcap"
+    path.write_bytes(content)
+    res = run("inspect", str(path))
+    assert res.returncode == 1 and res.stderr == f"Error: {path}: {needle}\n", res.stderr
+
+
+def test_craft_without_a_type_says_what_to_give():
+    res = run("craft")
+    assert res.returncode == 2 and "give a packet TYPE (pelotari craft --list shows them)" in res.stderr

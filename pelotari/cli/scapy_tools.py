@@ -38,7 +38,7 @@ def _show_answer(where, answer):
 
 
 @main.command()
-@click.argument("kind", metavar="TYPE")
+@click.argument("kind", metavar="TYPE", required=False)
 @click.argument("subtype", metavar="[SUBTYPE]", required=False)
 @click.option("--sequence", help="SEQUENCE (DELIVER).")
 @click.option("--data", help="DATA (DELIVER, PUSH): text, or hex:... for bytes.")
@@ -120,6 +120,8 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
         for name, cls in registry.craftable().items():
             click.echo(f"{name:<24} {', '.join(f.name for f in cls.fields_desc)}")
         return
+    if kind is None:
+        raise click.UsageError("give a packet TYPE (pelotari craft --list shows them)")
     pairs = [(name, named[name]) for name in FIELD_OPTIONS if named.get(name) is not None]
     for item in fields:
         name, sep, value = item.partition("=")
@@ -245,6 +247,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     except KeyboardInterrupt:
         pass
     except Scapy_Exception as exc:  # not a capture file, or a damaged one
+        if pcap and os.path.getsize(pcap) == 0:
+            raise click.ClickException(f"{pcap}: an empty file, not a capture") from None
         raise click.ClickException(f"{pcap or interface}: {exc}") from None
     finally:
         if writer:
