@@ -179,12 +179,30 @@ def test_sub_prints_sequence_tab_text_and_repr_for_binary():
 def test_pub_without_backbone_fails_in_one_line():
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     silent.bind(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
     try:
-        res = run("pub", "-b", f"127.0.0.1:{silent.getsockname()[1]}", "--timeout", "0.3", "x")
+        res = run("pub", "-b", f"127.0.0.1:{port}", "--timeout", "0.3", "x")
     finally:
         silent.close()
-    assert res.returncode == 1
-    assert "Traceback" not in res.stderr and "no KEEPALIVE-ACK" in res.stderr
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr == (f"Error: the backbone at 127.0.0.1:{port} is not answering (is "
+                          "`pelotari backbone` running there, and UDP let through?)\n")
+
+
+def test_sub_that_never_reached_a_backbone_says_so_and_fails():
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    try:
+        res = run("sub", "-b", f"127.0.0.1:{port}", "--timeout", "3.5",
+                  timeout=30)
+    finally:
+        silent.close()
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines() == [
+        f"warning: the backbone at 127.0.0.1:{port} is not answering yet; still trying",
+        "received 0 messages; 0 requests, 0 lost, 0 dropped unread, 0 duplicates",
+        f"Error: the backbone at 127.0.0.1:{port} never answered"]
 
 
 def test_demo_shows_messages_flowing_to_every_subscriber():

@@ -10,7 +10,7 @@ import click
 
 from pelotari.cli import main
 from pelotari.cli.common import (AddressType, StatusLine, escape_text, human_rate,
-                                 metrics_option, start_metrics)
+                                 metrics_option, plural, start_metrics)
 
 from fastpath.packets import DEFAULT_PORT, HEADER_SIZE, MAX_DATAGRAM  # the wire table (light)
 BACKBONE_OPTION = click.option(
@@ -246,7 +246,8 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
         try:
             if not client.wait_connected(min(timeout, 3.0)) and not no_confirm:
                 raise click.ClickException(
-                    f"no KEEPALIVE-ACK from backbone {backbone[0]}:{backbone[1]}")
+                    f"the backbone at {backbone[0]}:{backbone[1]} is not answering (is "
+                    "`pelotari backbone` running there, and UDP let through?)")
             for outcome in stream:
                 show(outcome)
         except KeyboardInterrupt:  # stop reading; what went out is still confirmed and printed
@@ -405,8 +406,8 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     with client:
         try:
             if not client.wait_connected(3.0):
-                click.echo(f"warning: no KEEPALIVE-ACK yet from {backbone[0]}:{backbone[1]}; "
-                           "still trying", err=True)
+                click.echo(f"warning: the backbone at {backbone[0]}:{backbone[1]} is not "
+                           "answering yet; still trying", err=True)
             for item in client.messages(timeout=timeout):
                 if isinstance(item, Message):
                     received += 1
@@ -425,7 +426,8 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
         except KeyboardInterrupt:  # Ctrl-C is how a subscription ends: summary, status 0
             pass
         stats = client.stats()
-    click.echo(f"received {received} messages; {stats.get('requests', 0)} requests, "
+    click.echo(f"received {plural(received, 'message')}; "
+               f"{plural(stats.get('requests', 0), 'request')}, "
                f"{stats.get('lost', 0)} lost, {stats.get('overflow', 0)} dropped unread, "
                f"{stats.get('duplicates', 0)} duplicates", err=True)
     if not stats.get("acks_in"):
