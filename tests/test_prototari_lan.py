@@ -1,6 +1,7 @@
 """prototari on a real LAN: nodes as separate processes in network namespaces on a bridge,
 finding each other by real broadcast (root only: the `lan` fixture says why when skipped)."""
 import signal
+import re
 import subprocess
 import time
 
@@ -120,6 +121,24 @@ def test_lan_demo_narrates_discovery_message_death_and_return(lan):
     bridge = next(line for line in res.stdout.splitlines() if "on bridge" in line).split("bridge ")[1].split(":")[0]
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout
     assert bridge not in links  # it cleaned up after itself
+
+
+def test_lan_demo_under_loss_promises_no_delivery_and_succeeds(lan):
+    # prototari never retransmits DATA: under loss the demo reports how many got the message
+    # (each copy arrives with probability 1 - loss) and checks what does retry: discovery and
+    # heartbeats. It used to wait for every copy and end "TIMED OUT ... rc 1".
+    from conftest import PELOTARI
+
+    res = subprocess.run(PELOTARI + ["lan-demo", "--nodes", "3", "--loss", "20"],
+                         capture_output=True, text=True, timeout=180, check=False,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "TIMED OUT" not in res.stdout
+    assert re.search(r"lan-demo: [0-2] of 2 nodes got the message .*with 20% loss, each copy "
+                     r"arrives with probability 0\.80", res.stdout), res.stdout
+    for line in ("every node found every other", "the others dropped it",
+                 "it was admitted again", "namespaces and bridge removed"):
+        assert f"lan-demo: {line}" in res.stdout
 
 
 def _processes_with(marker):
