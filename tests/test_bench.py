@@ -179,6 +179,9 @@ def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
     turns = [res.stderr.index(f"{name:<13} S=16 N=2 P=1 round {k}/2")
              for k, name in ((1, "pelotari"), (1, "reference"), (2, "pelotari"), (2, "reference"))]
     assert turns == sorted(turns)
+    # stderr is no terminal here: whole lines, no carriage returns or terminal escapes.
+    assert "\r" not in res.stderr and "\033" not in res.stderr
+    assert res.stderr.count("lossless") >= 4  # every round's result on its own line
     for r in records:
         assert len(r["rounds"]) == 2 and r["rounds_run"] == 2
         assert r["delivered_rate"] == min(x["delivered_rate"] for x in r["rounds"])

@@ -7,6 +7,7 @@ import click
 
 from fastpath.packets import MAX_DATA
 from pelotari.cli import main
+from pelotari.cli.common import StatusLine
 
 DEFAULT_SYSTEMS = ("pelotari,pelotari-plain,pelotari-packed,reference,reference-gso,asyncio,redis,nats,"
                    "zeromq")
@@ -85,25 +86,32 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
                          duration, output, repeats=repeats, rounds=rounds, precision=precision,
                          env=results.environment(), placement=where)
 
+    # On a terminal each probe rewrites one line; in a log, a probe line every 10 s at most
+    # and every result on its own line (no carriage returns).
+    progress = StatusLine(interval=0.0, plain_interval=10.0)
+
     def show(event):
         if isinstance(event, Skipped):
+            progress.finish()
             click.secho(f"skipping {event.system}: {event.reason}", fg="yellow", err=True)
         elif isinstance(event, Probe):
             r = event.result
-            click.echo(f"\r{_label(event.turn)}  {event.what:<14} offered "
-                       f"{_r(r.offered_rate):>7}/s  delivered {_r(r.delivered_rate):>7}/s  "
-                       f"loss {r.loss:7.3%}"
-                       f"{'  client-bound' if r.client_bound else ''}\033[K", nl=False, err=True)
+            progress.update(f"{_label(event.turn)}  {event.what:<14} offered "
+                            f"{_r(r.offered_rate):>7}/s  delivered {_r(r.delivered_rate):>7}/s  "
+                            f"loss {r.loss:7.3%}{'  client-bound' if r.client_bound else ''}")
         elif isinstance(event, Failed):
-            click.secho(f"\n{_label(event.turn)}: {event.reason}", fg="red", err=True)
+            progress.finish()
+            click.secho(f"{_label(event.turn)}: {event.reason}", fg="red", err=True)
         elif isinstance(event, Measured):
             rec = event.record
-            click.echo(f"\r{_label(event.turn)}  lossless {_r(rec['lossless_rate'])}/s in, "
-                       f"{_r(rec['delivered_rate'])}/s delivered, p99 "
-                       f"{rec['latency_p99_us']:.0f} µs at 50%, server "
-                       f"{rec['server_cpu_us_per_msg']:.2f} µs CPU/msg\033[K", err=True)
+            progress.update(f"{_label(event.turn)}  lossless {_r(rec['lossless_rate'])}/s in, "
+                            f"{_r(rec['delivered_rate'])}/s delivered, p99 "
+                            f"{rec['latency_p99_us']:.0f} µs at 50%, server "
+                            f"{rec['server_cpu_us_per_msg']:.2f} µs CPU/msg", force=True)
+            progress.finish()
 
     done = runner.run(show)
+    progress.finish()
     click.echo(f"\n{results.table(done.records, done.runnable)}\n")
     click.echo(f"{where}; {duration:g}s trials; loss < 0.1 %; results in {output} "
                f"({done.elapsed:.0f}s)", err=True)
@@ -176,14 +184,16 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
     where = placement()[2]
     duration = minutes * 60.0
 
+    progress = StatusLine(interval=0.0, plain_interval=10.0)  # in place, or a line per 10 s
+
     def searching(what, r):
-        click.echo(f"\rsearching the lossless rate: {what:<12} offered "
-                   f"{_r(r.offered_rate):>7}/s  loss {r.loss:7.3%}\033[K", nl=False, err=True)
+        progress.update(f"searching the lossless rate: {what:<12} offered "
+                        f"{_r(r.offered_rate):>7}/s  loss {r.loss:7.3%}")
 
     def sampled(t, memory):
-        click.echo(f"\r{_clock(t)} / {_clock(duration)}  server RSS "
-                   f"{memory.samples[-1][1] / 1024:.1f} MiB (start "
-                   f"{memory.samples[0][1] / 1024:.1f})\033[K", nl=False, err=True)
+        progress.update(f"{_clock(t)} / {_clock(duration)}  server RSS "
+                        f"{memory.samples[-1][1] / 1024:.1f} MiB (start "
+                        f"{memory.samples[0][1] / 1024:.1f})")
 
     try:
         with Session(SYSTEMS[system], scenario) as session:
@@ -192,13 +202,16 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
                 if not found:
                     raise click.ClickException(f"{system} was not lossless at any rate")
                 rate = fraction * found
-                click.echo(f"\rhighest lossless rate {_r(found)}/s; soaking at "
+                progress.finish()
+                click.echo(f"highest lossless rate {_r(found)}/s; soaking at "
                            f"{fraction:.0%}: {_r(rate)}/s in, {_r(rate * subscribers)}/s "
-                           f"delivered, for {minutes:g} min ({where})\033[K", err=True)
+                           f"delivered, for {minutes:g} min ({where})", err=True)
             done = run_soak(session, rate, duration, interval=interval, tolerance_kib=tolerance,
                             on_sample=sampled)
     except Unavailable as exc:
+        progress.finish()
         raise click.ClickException(str(exc)) from None
+    progress.finish()
     trial, summary = done.trial, done.memory.summary()
     results.write(output, [done.record(system, scenario, minutes, fraction, where,
                                        results.environment())])
