@@ -129,60 +129,247 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
     return written
 
 
+# One colour, marker and name per bench system, in every plot (pelotari.harness.systems).
+SYSTEM_STYLE = {
+    "pelotari": ("pelotari (GSO fan-out)", "#1f77b4", "o"),
+    "pelotari-plain": ("pelotari, no GSO", "#6baed6", "s"),
+    "pelotari-packed": ("pelotari, packed clients (extension)", "#08306b", "P"),
+    "pelotari-gro": ("pelotari, GRO subscribers (extension)", "#9ecae1", "X"),
+    "reference": ("C reference, sendmmsg", "#d62728", "^"),
+    "reference-gso": ("C reference, GSO", "#ff9896", "v"),
+    "asyncio": ("naive asyncio backbone", "#7f7f7f", "D"),
+    "redis": ("Redis pub/sub", "#2ca02c", "<"),
+    "nats": ("NATS", "#9467bd", ">"),
+    "zeromq": ("ZeroMQ XSUB/XPUB", "#e377c2", "h"),
+}
+_FALLBACK_COLOURS = ("#bcbd22", "#17becf", "#8c564b", "#ff7f0e", "#393b79", "#637939")
+BENCH_HOW = ("highest lossless rate (loss < 0.1 %) found by search; msgs/s delivered = "
+             "messages x subscribers; S = payload bytes, N = subscribers, P = publishers")
+CLIENT_BOUND_NOTE = "client-bound (load generator saturated; the server had room)"
+
+
+def plural(n: int, word: str) -> str:
+    """'1 subscriber', '16 subscribers'."""
+    return f"{n:,} {word if n == 1 else word + 's'}"
+
+
+def system_style(system: str) -> tuple:
+    """(label, colour, marker) of a bench system: fixed for the known ones, and for any other
+    chosen from its name, so it is the same in every plot and every run."""
+    if system in SYSTEM_STYLE:
+        return SYSTEM_STYLE[system]
+    k = sum(system.encode()) % len(_FALLBACK_COLOURS)
+    return system, _FALLBACK_COLOURS[k], "*"
+
+
+def _system_order(systems) -> List[str]:
+    known = [s for s in SYSTEM_STYLE if s in systems]
+    return known + sorted(set(systems) - set(known))
+
+
+def _scenario_order(rows: List[dict]) -> List[str]:
+    keys = {}
+    for r in rows:
+        keys.setdefault(r["scenario"], (r.get("payload") or 0, r.get("subscribers") or 0))
+    return sorted(keys, key=lambda s: (keys[s], s))
+
+
+def _system_legend(fig, systems, extra=(), ncol=3) -> None:
+    """One legend under the figure: every system shown (and `extra` handles), never on data."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=system_style(s)[1], marker=system_style(s)[2], ls="-",
+                      label=system_style(s)[0]) for s in systems]
+    fig.legend(handles=handles + list(extra), loc="lower center", ncol=ncol, fontsize=8,
+               frameon=False)
+
+
+def _commit_label(commit: str, when) -> str:
+    day = when.strftime("%m-%d") if hasattr(when, "strftime") else str(when or "")[5:10]
+    return f"{_short(commit)}\n{day}"
+
+
 def _bench_plots(data: Dict[str, List[dict]], out: pathlib.Path, plt) -> List[pathlib.Path]:
+    from matplotlib.lines import Line2D
+
     written = []
     rows = data["throughput"]
-    scenarios = sorted({r["scenario"] for r in rows},
-                       key=lambda s: next((r["payload"], r["subscribers"]) for r in rows
-                                          if r["scenario"] == s))
-    commits = sorted({(r["time"], r["commit"]) for r in rows})
-    order = []
-    for _, c in commits:
-        if c not in order:
-            order.append(c)
+    scenarios = _scenario_order(rows)
+    systems = _system_order({r["system"] for r in rows})
+    first_seen = {}
+    for r in sorted(rows, key=lambda r: (str(r["time"]), r["commit"] or "")):
+        first_seen.setdefault(r["commit"], r["time"])
+    order = list(first_seen)
     cols = min(3, len(scenarios))
     nrows = (len(scenarios) + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.4 * nrows), squeeze=False)
+    legend_rows = (len(systems) + 1 + 2) // 3
+    height = 3.3 * nrows + 0.9 + 0.2 * legend_rows
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, height), squeeze=False)
     for ax, sc in zip(axes.flat, scenarios):
-        for system in sorted({r["system"] for r in rows}):
-            pts = sorted((order.index(r["commit"]), r["delivered_rate"]) for r in rows
-                         if r["scenario"] == sc and r["system"] == system)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=system)
+        for system in systems:
+            pts = sorted((order.index(r["commit"]), r["delivered_rate"], bool(r["client_bound"]))
+                         for r in rows if r["scenario"] == sc and r["system"] == system)
+            if not pts:
+                continue
+            label, colour, marker = system_style(system)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, lw=1, alpha=0.8)
+            for x, y, bound in pts:
+                ax.plot([x], [y], marker=marker, color=colour, ms=6, ls="none",
+                        markerfacecolor="white" if bound else colour)
         ax.set_title(sc, fontsize=10)
         ax.set_yscale("log")  # systems differ by 100x: a linear axis hides the close ones
-        ax.set_ylabel("delivered msgs/s")
+        ax.set_ylabel("delivered msgs/s (log)")
         ax.set_xticks(range(len(order)))
-        ax.set_xticklabels([_short(c) for c in order], rotation=30, fontsize=7)
+        ax.set_xticklabels([_commit_label(c, first_seen[c]) for c in order], fontsize=6)
+        ax.set_xlabel("commit and date of its first run (oldest left)", fontsize=7)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(scenarios):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7, ncol=2)
-    fig.suptitle("Highest lossless delivered rate per commit (loss < 0.1 %)")
-    fig.tight_layout()
+    hollow = Line2D([], [], marker="o", color="black", markerfacecolor="white", ls="none",
+                    label="hollow: " + CLIENT_BOUND_NOTE)
+    _system_legend(fig, systems, [hollow], ncol=3)
+    fig.suptitle("Delivered rate per commit: " + BENCH_HOW, fontsize=9)
+    fig.tight_layout(rect=(0, (0.2 * legend_rows + 0.15) / height, 1, 1 - 0.45 / height))
     path = out / "throughput.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     written.append(path)
     if data.get("targets"):
-        fig, ax = plt.subplots(figsize=(9, 4.5))
-        for target, (xs, ys) in target_lines(data["targets"], scenarios).items():
-            ax.plot(xs, ys, marker="o", label=target)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.axhline(0.9, color="grey", lw=0.8, ls="--")
-        ax.set_yscale("log")
-        ax.set_ylabel("delivered rate ratio (latest commit)")
-        ax.set_title("Target ratios: -- is 0.9 of the reference; above 1 is ahead", fontsize=10)
-        ax.set_xticks(range(len(scenarios)))
-        ax.set_xticklabels(scenarios, rotation=30, fontsize=7)
-        ax.legend(fontsize=7, ncol=2)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = out / "ratios.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_ratios_plot(data["targets"], scenarios, out / "ratios.png", plt))
+    if data.get("latency"):
+        written.append(_latency_plot(data["latency"], scenarios, out / "latency.png", plt))
+        written.append(_headline_plot(rows, data["latency"], out / "headline.png", plt))
     return written
+
+
+def latest_commit_rows(rows: List[dict]) -> List[dict]:
+    """Per (scenario, system), the row of its latest commit (by the time it was first run)."""
+    return latest_per(rows, "scenario", "system")
+
+
+def _ratios_plot(targets: List[dict], scenarios: List[str], path: pathlib.Path, plt):
+    lines = target_lines(targets, scenarios)
+    fig, ax = plt.subplots(figsize=(10, 5))
+    n = max(1, len(lines))
+    width = 0.8 / n
+    colours = plt.get_cmap("tab10")
+    for k, (target, (xs, ys)) in enumerate(sorted(lines.items())):
+        offset = (k - (n - 1) / 2) * width  # dodged: no series hides under another
+        ax.bar([x + offset for x in xs], ys, width * 0.9, color=colours(k % 10), label=target)
+    ax.axhline(1.0, color="black", lw=1, label="1.0: as fast as the denominator")
+    ax.axhline(0.9, color="black", lw=1, ls="--", label="0.9: the target's floor")
+    ax.set_yscale("log")
+    ax.set_ylabel("delivered rate ratio, numerator/denominator (log)")
+    ax.set_xlabel("scenario (S = payload bytes, N = subscribers, P = publishers)")
+    ax.set_title("pelotari against the C reference and the brokers at the latest commit that ran "
+                 "both\n(each bar: one ratio of highest lossless delivered rates; above 1: "
+                 "pelotari ahead)", fontsize=9)
+    ax.set_xticks(range(len(scenarios)))
+    ax.set_xticklabels([sc.replace(" ", "\n") for sc in scenarios], fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _latency_plot(latency: List[dict], scenarios: List[str], path: pathlib.Path, plt):
+    from matplotlib.lines import Line2D
+
+    rows = latest_commit_rows(latency)
+    systems = _system_order({r["system"] for r in rows})
+    fig, ax = plt.subplots(figsize=(11, 5.2))
+    width = 0.8 / max(1, len(systems))
+    for k, system in enumerate(systems):
+        label, colour, marker = system_style(system)
+        offset = (k - (len(systems) - 1) / 2) * width
+        for r in rows:
+            if r["system"] != system or r["scenario"] not in scenarios:
+                continue
+            x = scenarios.index(r["scenario"]) + offset
+            if _number(r.get("p99_us")):
+                ax.bar([x], [r["p99_us"]], width * 0.9, color=colour, alpha=0.85)
+            if _number(r.get("p50_us")):
+                ax.plot([x], [r["p50_us"]], marker="_", color="black", ms=9, mew=2)
+    ax.set_yscale("log")
+    ax.set_ylabel("one-way latency, µs (log)")
+    ax.set_xlabel("scenario (S = payload bytes, N = subscribers, P = publishers)")
+    ax.set_xticks(range(len(scenarios)))
+    ax.set_xticklabels([sc.replace(" ", "\n") for sc in scenarios], fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title("Latency at half the highest lossless rate, each system's latest commit: bar = "
+                 "p99, black tick = p50\n(publish to delivery, measured by the load generator "
+                 "on this host)", fontsize=9)
+    handles = [Line2D([], [], color=system_style(s)[1], lw=6, label=system_style(s)[0])
+               for s in systems]
+    handles.append(Line2D([], [], marker="_", color="black", ms=9, mew=2, ls="none",
+                          label="p50"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1),
+              frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+HEADLINE_SCENARIO = "S=16 N=16 P=1"  # the README's headline: a small message, many subscribers
+
+
+def headline_scenario(rows: List[dict]) -> str:
+    """The scenario the headline shows: HEADLINE_SCENARIO, else the one most systems ran."""
+    names = [r["scenario"] for r in rows]
+    if HEADLINE_SCENARIO in names:
+        return HEADLINE_SCENARIO
+    return max(set(names), key=lambda s: (len({r["system"] for r in rows if r["scenario"] == s}), s))
+
+
+def _headline_plot(throughput: List[dict], latency: List[dict], path: pathlib.Path, plt):
+    from matplotlib.patches import Patch
+
+    scenario = headline_scenario(throughput)
+    rates = {r["system"]: r for r in latest_commit_rows(throughput) if r["scenario"] == scenario}
+    lat = {r["system"]: r for r in latest_commit_rows(latency) if r["scenario"] == scenario}
+    systems = _system_order(rates)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.45 * len(systems) + 2.2),
+                                      gridspec_kw={"width_ratios": [1.4, 1]})
+    ys = list(range(len(systems)))[::-1]
+    for y, system in zip(ys, systems):
+        label, colour, _ = system_style(system)
+        r = rates[system]
+        bound = bool(r.get("client_bound"))
+        left.barh([y], [r["delivered_rate"]], color=colour, hatch="//" if bound else None,
+                  edgecolor="white" if bound else colour)
+        left.text(r["delivered_rate"], y, f" {r['delivered_rate'] / 1e6:.2f}M", va="center",
+                  fontsize=8)
+        if system in lat and _number(lat[system].get("p99_us")):
+            right.barh([y], [lat[system]["p99_us"]], color=colour)
+            right.text(lat[system]["p99_us"], y, f" {lat[system]['p99_us']:,.0f}", va="center",
+                       fontsize=8)
+    shown_rates = [rates[s]["delivered_rate"] for s in systems]
+    shown_p99 = [lat[s]["p99_us"] for s in systems if s in lat and _number(lat[s].get("p99_us"))]
+    for ax, values in ((left, shown_rates), (right, shown_p99)):
+        if values:  # bars from a decade below the least; room for the figures after each
+            ax.set_xscale("log")
+            ax.set_xlim(10 ** math.floor(math.log10(min(values))), max(values) * 4)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([system_style(s)[0] for s in systems], fontsize=8)
+        ax.grid(alpha=0.3, axis="x")
+    right.set_yticklabels([])
+    left.set_xlabel("delivered msgs/s, highest lossless rate (log)")
+    right.set_xlabel("p99 latency at half that rate, µs (log; shorter is better)")
+    when = {_short(r["commit"]) for r in rates.values()}
+    one = next(r for r in throughput if r["scenario"] == scenario)
+    fig.suptitle(f"Every system at {scenario} ({one['payload']}-byte messages to "
+                 f"{plural(one['subscribers'], 'subscriber')}), latest run of each; commits "
+                 f"{', '.join(sorted(when))}", fontsize=9)
+    fig.legend(handles=[Patch(facecolor="grey", hatch="//", edgecolor="white",
+                              label="hatched: " + CLIENT_BOUND_NOTE)], loc="lower center",
+               fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def target_lines(targets: List[dict], scenarios: List[str]) -> Dict[str, tuple]:
