@@ -166,9 +166,15 @@ def page(entries: list, query: Mapping[str, list]) -> dict:
     if sort is not None:
         if entries and sort not in entries[0]:
             raise ValueError(f"no field {sort!r} to sort by (fields: {', '.join(entries[0])})")
-        # Mixed types (a missing value) sort last whichever the order.
-        entries = sorted(entries, key=lambda e: (e.get(sort) is None, e.get(sort) or 0),
-                         reverse=(order == "desc"))
+        # Numbers by value, anything else (a list of flags, an address) by its text; entries
+        # without the field go last whichever the order.
+        def key(e):
+            v = e.get(sort)
+            return (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
+
+        present = [e for e in entries if e.get(sort) is not None]
+        entries = (sorted(present, key=key, reverse=(order == "desc"))
+                   + [e for e in entries if e.get(sort) is None])
     return {"total": len(entries), "offset": offset, "limit": limit,
             "entries": entries[offset:offset + limit]}
 

@@ -73,6 +73,15 @@ def test_status_sorts_pages_and_caps(server):
     assert [e["k"] for e in got["entries"]] == [4]
 
 
+def test_status_sorts_lists_text_and_missing_values_without_failing():
+    entries = [{"k": 1, "flags": ["B"]}, {"k": 2, "flags": []}, {"k": 3, "flags": None},
+               {"k": 4, "flags": ["A", "B"]}]
+    got = m.page(entries, {"sort": ["flags"], "order": ["asc"]})
+    assert [e["k"] for e in got["entries"]] == [4, 1, 2, 3]  # by text; the missing one last
+    got = m.page(entries, {"sort": ["flags"]})
+    assert [e["k"] for e in got["entries"]][-1] == 3
+
+
 def test_status_limit_at_and_one_past_the_cap():
     with m.MetricsServer(Source(m.MAX_LIMIT + 1)) as s:
         at = json.loads(get(s.url + f"/status?limit={m.MAX_LIMIT}")[2])
