@@ -7,10 +7,10 @@ import subprocess
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import wait_for
 from nodeproc import NodeProcess, Spawner, is_event
+from test_metrics_e2e import scrape
 from test_bully_node import FAST as BULLY_FAST, Bully, bound_port
 from test_potato_node import Potato
 from test_prototari_cli import Loopback
@@ -25,18 +25,6 @@ def metrics_url(node):
     ev = NodeProcess.wait(node, is_event("metrics"), 10)  # (some wrappers wait by name)
     assert ev, node.stderr_text()
     return ev["url"]
-
-
-def scrape(url):
-    """{name{labels}: value} of a /metrics page (parsed as Prometheus parses it)."""
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
-    return out
 
 
 def status(url, query=""):
