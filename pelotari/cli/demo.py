@@ -9,6 +9,8 @@ import time
 
 import click
 
+from pelotari.cli.common import plural
+
 from pelotari.cli import main
 
 COLOURS = ["cyan", "green", "magenta", "yellow", "blue", "red"]
@@ -53,7 +55,7 @@ def demo(messages, rate, subscribers, timeout):
         procs.append(("backbone", bb))
         port = _await_port(bb)
         _pump(bb, "backbone", out_q)
-        click.secho(f"demo: backbone on 127.0.0.1:{port}; starting {subscribers} subscribers",
+        click.secho(f"demo: backbone on 127.0.0.1:{port}; starting {plural(subscribers, 'subscriber')}",
                     bold=True)
         address = f"127.0.0.1:{port}"
         subs = []
@@ -72,8 +74,8 @@ def demo(messages, rate, subscribers, timeout):
                 continue
             if name == "backbone" and line and line.startswith("{"):
                 seen_subs = json.loads(line)["subscribers"]
-        click.secho(f"demo: {seen_subs} subscribers signed on; publishing {messages} messages "
-                    f"at {rate:g}/s", bold=True)
+        click.secho(f"demo: {plural(seen_subs, 'subscriber')} signed on; publishing "
+                    f"{plural(messages, 'message')} at {rate:g}/s", bold=True)
         pub = _spawn(["pub", "-b", address, "--rate", str(rate)], stdin=subprocess.PIPE)
         procs.append(("pub", pub))
         _pump(pub, "pub", out_q)
@@ -101,7 +103,7 @@ def demo(messages, rate, subscribers, timeout):
         in_order = all(b == a + 1 for a, b in zip(seqs, seqs[1:]))
         good = len(seqs) == messages and in_order
         ok &= good
-        click.secho(f"demo: {name} received {len(seqs)}/{messages} messages"
+        click.secho(f"demo: {name} received {len(seqs)}/{plural(messages, 'message')}"
                     f"{', in sequence order' if in_order else ', OUT OF ORDER'}",
                     fg="green" if good else "red", bold=True)
     sys.exit(0 if ok else 1)
