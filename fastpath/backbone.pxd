@@ -34,6 +34,7 @@ cdef struct Counters:
     uint64_t forwards
     uint64_t receive_errors
     uint64_t batches
+    uint64_t batch_sizes[8]  # receive batches of <= 1, 2, 4 ... 64 datagrams, and more
     uint64_t packs_in       # PUSH datagrams holding more than one frame
     uint64_t packs_out      # DELIVER datagrams sent to packing subscribers
     uint64_t gso_sends
@@ -98,6 +99,7 @@ cdef class BackboneCore:
     cdef Py_ssize_t packs_limit  # the limit `packs` was built for; 0 = not built
 
     cdef void receive_batch(self, int count, int64_t now) noexcept nogil
+    cdef void count_batch(self, int count) noexcept nogil
     cdef void end_batch(self, int64_t now) noexcept nogil
     cdef void on_timer(self, int64_t now) noexcept nogil
     cdef void fill_slot(self, int i, const char* data, Py_ssize_t n, sockaddr_in* sa) noexcept nogil

@@ -195,10 +195,19 @@ cdef class BackboneCore:
         """Handle the first `count` receive slots, all received at `now`, and flush the sends
         they set off (every queued send points into the slots, which the next batch reuses)."""
         cdef int i
-        self.c.batches += 1
+        self.count_batch(count)
         for i in range(count):
             self.handle(i, now)
         self.end_batch(now)
+
+    cdef void count_batch(self, int count) noexcept nogil:
+        """Count one receive batch of `count` datagrams, and its batch-size histogram bucket
+        (at most 1, 2, 4 ... 64 datagrams, or more)."""
+        cdef int k = 0
+        self.c.batches += 1
+        while k < 7 and count > (1 << k):
+            k += 1
+        self.c.batch_sizes[k] += 1
 
     cdef void end_batch(self, int64_t now) noexcept nogil:
         self.fan_out_pending(now)
@@ -669,7 +678,7 @@ cdef class BackboneCore:
                     while start < n:
                         # receive_batch(), each datagram handled as it is put in its slot
                         count = min(n - start, self.rx.capacity)
-                        self.c.batches += 1
+                        self.count_batch(count)
                         for i in range(count):
                             if k == 0 or n > self.rx.capacity:
                                 self.fill_slot(i, src[start + i], lens[start + i], &sas[start + i])
@@ -731,6 +740,7 @@ cdef class BackboneCore:
             "requests": self.c.requests,
             "forwards": self.c.forwards,
             "batches": self.c.batches,
+            "batch_sizes": [self.c.batch_sizes[k] for k in range(8)],
             "gso": bool(self.gso),
             "gso_sends": self.c.gso_sends,
             "gso_segments": self.c.gso_segments,

@@ -223,6 +223,14 @@ def test_repair_budget_at_the_limit_and_one_past_then_refilled_by_the_clock(make
     assert asker["keepalives"] == 1 and asker["age"] == 1.0
 
 
+def test_receive_batches_are_counted_by_size_for_the_histogram(make_core):
+    core = make_core(batch=7)
+    core.receive_datagrams([(wire.encode_push(b"x"), PUB)] * 10, 0)  # batches of 7 and 3
+    core.receive_datagrams([(wire.encode_push(b"x"), PUB)], 0)  # and of 1
+    assert core.stats(0)["batch_sizes"] == [1, 0, 1, 1, 0, 0, 0, 0]  # <=1, <=4, <=8
+    assert core.stats(0)["batches"] == 3
+
+
 def test_each_entry_counts_the_deliveries_it_was_sent_plain_or_packed(make_core):
     core = make_core()
     sign_on(core, host(2))

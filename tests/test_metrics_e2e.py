@@ -117,6 +117,11 @@ def test_status_shows_each_subscriber_with_its_counters_and_ctrl_c_stops_everyth
         assert metrics["pelotari_fyrehose_subscribers"] == 2
         assert metrics["pelotari_fyrehose_journaling_subscribers"] == 1
         assert "process_resident_memory_bytes" in metrics
+        batches = metrics["pelotari_fyrehose_receive_batches_total"]
+        assert metrics["pelotari_fyrehose_receive_batch_size_count"] == batches > 0
+        assert metrics["pelotari_fyrehose_receive_batch_size_bucket{le=+Inf}"] == batches
+        assert (metrics["pelotari_fyrehose_receive_batch_size_sum"]
+                == metrics["pelotari_fyrehose_datagrams_received_total"])
     finally:
         rc, err = stop(proc)
     assert rc == 0, err

@@ -127,6 +127,7 @@ class BackboneCore:
              "keepalives", "requests", "forwards", "batches", "gso_sends", "gso_segments",
              "packs_in", "packs_out"), 0)
         self.drops = dict.fromkeys(DROP_NAMES, 0)
+        self.batch_sizes = [0] * 8  # batches of <= 1, 2, 4 ... 64 datagrams, and more
 
     # ---- the API ----
 
@@ -138,7 +139,12 @@ class BackboneCore:
         for _ in range(repeat):
             for start in range(0, len(datagrams), self.batch):
                 self.counters["batches"] += 1
-                for data, address, key in datagrams[start:start + self.batch]:
+                chunk = datagrams[start:start + self.batch]
+                k = 0
+                while k < 7 and len(chunk) > (1 << k):  # the compiled core's histogram buckets
+                    k += 1
+                self.batch_sizes[k] += 1
+                for data, address, key in chunk:
                     self._handle(data, address, key, now)
                 self._fan_out_pending(now)
 
@@ -178,6 +184,7 @@ class BackboneCore:
             "send_errors": 0, "send_would_block": 0, "receive_errors": 0,
             "pushes": c["pushes"], "delivers": c["delivers"], "keepalives": c["keepalives"],
             "requests": c["requests"], "forwards": c["forwards"], "batches": c["batches"],
+            "batch_sizes": list(self.batch_sizes),
             "gso": self.gso, "gso_sends": c["gso_sends"], "gso_segments": c["gso_segments"],
             "packing": self.packing, "packs_in": c["packs_in"], "packs_out": c["packs_out"],
             "clients": live, "subscribers": subscribers, "journaling": journaling,

@@ -24,6 +24,9 @@ COUNTERS = (
     ("packs_in", "packed_pushes", "Packed PUSH datagrams (packing extension) received."),
     ("packs_out", "packed_delivers", "Packed DELIVER datagrams (packing extension) sent."),
 )
+# Upper bounds of the receive-batch histogram's buckets (the cores count batches of at most
+# 1, 2, 4 ... 64 datagrams, and more: fastpath/backbone.pyx receive_batch).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, float("inf"))
 GAUGES = (
     ("clients", "clients", "Live table entries (subscribers and publishers that sign on)."),
     ("subscribers", "subscribers", "Live entries that receive DELIVERs."),
@@ -46,7 +49,7 @@ class BackboneMetrics:
 
     def collect(self):
         """The backbone's counters, gauges and drops by reason, read now."""
-        from pelotari.metrics import counter, counters_by, gauge
+        from pelotari.metrics import counter, counters_by, gauge, histogram
 
         stats = self.backbone.stats()
         for key, name, doc in COUNTERS:
@@ -58,6 +61,13 @@ class BackboneMetrics:
                       stats["drops"].get("repair_budget", 0))
         for key, name, doc in GAUGES:
             yield gauge(PREFIX + name, doc, stats[key])
+        cumulative, buckets = 0, []
+        for bound, count in zip(BATCH_BUCKETS, stats["batch_sizes"]):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        yield histogram(PREFIX + "receive_batch_size", "Datagrams per receive batch (recvmmsg "
+                        "call): batches near 64 mean the backbone is busy.", buckets,
+                        stats["datagrams_in"])
 
     def status(self) -> dict:
         """Counters and the subscriber table; each entry's `loss_hint` is the share of the
