@@ -200,8 +200,17 @@ def test_a_broadcast_flood_does_not_get_good_peers_dropped(potato, transport):
         assert stats.get("recv_yielded", 0) + stats.get("recv_held", 0) > 0, stats
     # (WebRTC: aiortc itself takes fewer than recv_rate messages a second here; what keeps the
     # good peers is that any SCTP packet from a peer counts as a sign of life.)
-    a.command("broadcast still here")
-    assert good["D"].wait("message", body="still here", timeout=10)
+    # The mesh still carries messages. A broadcast is best-effort: right after the flood, a slow
+    # (pure-Python, loaded) D may still have A's and C's bounded send buffers toward it full of
+    # relayed flood, and a message that does not fit is dropped and counted, by design; so
+    # try a few times.
+    for k in range(3):
+        a.command(f"broadcast still here {k}")
+        if good["D"].wait("message", timeout=10,
+                          check=lambda e: e["body"].startswith("still here")):
+            break
+    else:
+        pytest.fail("no broadcast reached D after the flood")
 
 
 async def _flood(kind, name, host, target, seconds):
