@@ -60,7 +60,8 @@ NOT_RUN = {
     "pelotari swarm simulate --nodes 10000 -o swarm.jsonl": MINUTES,
     "pelotari swarm bench -o swarm.jsonl": MINUTES,
     "pelotari trend .": "needs the swarm records above; tests/test_trend.py runs trend",
-    "sudo .venv/bin/python bench/attack/replay.py": ROOTED.format("test_prototari_attack.py"),
+    "sudo .venv/bin/python bench/attack/replay.py": "needs root and ~40 s; each attack it replays "
+    "is a test of its own (tests/test_hostile_fyrehose.py, tests/test_prototari_attack.py)",
     "pelotari bench --systems pelotari,pelotari-plain,reference,reference-gso --rounds 3": MINUTES,
     "sudo bash bench/peers/install.sh": "installs Debian packages; tools/run runs it before the tests",
     "pelotari bench": MINUTES,
