@@ -30,6 +30,8 @@ cdef class GapTracker:
     cdef list out                  # released items, in order
     cdef readonly int64_t max_gap
     cdef readonly Py_ssize_t max_held
+    cdef readonly Py_ssize_t max_held_bytes
+    cdef Py_ssize_t held_size      # DATA bytes in held
     cdef readonly int64_t max_request_range
     cdef readonly double request_delay
     cdef readonly double backoff
@@ -40,6 +42,7 @@ cdef class GapTracker:
 
     cdef int64_t unwrap(self, uint64_t seq)
     cdef void release(self)
+    cdef bint lose_first(self)
     cdef void add_gap(self, int64_t first, int64_t last, double now)
     cdef void fill(self, int64_t pos)
     cdef void resync(self, uint64_t seq, int64_t pos)

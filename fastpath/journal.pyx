@@ -95,12 +95,15 @@ cdef class GapTracker:
     """
 
     def __cinit__(self, *, int64_t max_gap=65536, Py_ssize_t max_held=65536,
+                  Py_ssize_t max_held_bytes=16 << 20,
                   int64_t max_request_range=1024, double request_delay=0.02,
                   double backoff=2.0, int retries=4):
-        if max_gap < 1 or max_held < 1 or max_request_range < 1 or retries < 0:
-            raise ValueError("max_gap, max_held and max_request_range must be positive")
+        if (max_gap < 1 or max_held < 1 or max_held_bytes < 1 or max_request_range < 1
+                or retries < 0):
+            raise ValueError("max_gap, max_held, max_held_bytes and max_request_range must be positive")
         self.max_gap = max_gap
         self.max_held = max_held
+        self.max_held_bytes = max_held_bytes
         self.max_request_range = max_request_range
         self.request_delay = request_delay
         self.backoff = backoff
@@ -123,6 +126,11 @@ cdef class GapTracker:
     def held_count(self):
         """Messages waiting behind a gap."""
         return len(self.held)
+
+    @property
+    def held_bytes(self):
+        """DATA bytes of the messages waiting behind a gap."""
+        return self.held_size
 
     def open_gaps(self):
         """[(first_sequence, last_sequence)] still being repaired."""
@@ -179,9 +187,12 @@ cdef class GapTracker:
         else:
             self.fill(pos)
         self.held[pos] = data
-        if len(self.held) > self.max_held:
-            self.lose_first_gap()
+        self.held_size += len(data)
         self.release()
+        # Over either bound, give up gaps oldest first: each releases what it held back.
+        while (len(self.held) > self.max_held or self.held_size > self.max_held_bytes) \
+                and self.lose_first():
+            self.release()
         return status
 
     cdef void resync(self, uint64_t seq, int64_t pos):
@@ -220,17 +231,23 @@ cdef class GapTracker:
                 return
 
     def lose_first_gap(self):
+        """Give up the oldest gap still being repaired."""
+        self.lose_first()
+
+    cdef bint lose_first(self):
         cdef Gap g
         for g in self.gaps:
             if not g.lost:
                 g.lost = True
-                return
+                return True
+        return False
 
     cdef void release(self):
         cdef Gap g
         while True:
             data = self.held.pop(self.next_pos, None)
             if data is not None:
+                self.held_size -= len(data)
                 self.out.append((MESSAGE, <uint64_t>self.next_pos & SEQ_MASK, data))
                 self.next_pos += 1
                 continue

@@ -100,15 +100,18 @@ class GapTracker:
     """
 
     __slots__ = ("started", "next_pos", "highest", "held", "gaps", "out", "max_gap", "max_held",
-                 "max_request_range", "request_delay", "backoff", "retries", "duplicates",
+                 "max_held_bytes", "held_bytes", "max_request_range", "request_delay", "backoff", "retries", "duplicates",
                  "resets", "lost_messages")
 
-    def __init__(self, *, max_gap=65536, max_held=65536, max_request_range=1024,
-                 request_delay=0.02, backoff=2.0, retries=4):
-        if max_gap < 1 or max_held < 1 or max_request_range < 1 or retries < 0:
-            raise ValueError("max_gap, max_held and max_request_range must be positive")
+    def __init__(self, *, max_gap=65536, max_held=65536, max_held_bytes=16 << 20,
+                 max_request_range=1024, request_delay=0.02, backoff=2.0, retries=4):
+        if (max_gap < 1 or max_held < 1 or max_held_bytes < 1 or max_request_range < 1
+                or retries < 0):
+            raise ValueError("max_gap, max_held, max_held_bytes and max_request_range must be positive")
         self.max_gap = max_gap
         self.max_held = max_held
+        self.max_held_bytes = max_held_bytes
+        self.held_bytes = 0  # DATA bytes of the messages waiting behind a gap
         self.max_request_range = max_request_range
         self.request_delay = float(request_delay)
         self.backoff = float(backoff)
@@ -189,9 +192,12 @@ class GapTracker:
         else:
             self._fill(pos)
         self.held[pos] = data
-        if len(self.held) > self.max_held:
-            self.lose_first_gap()
+        self.held_bytes += len(data)
         self._release()
+        # Over either bound, give up gaps oldest first: each releases what it held back.
+        while (len(self.held) > self.max_held or self.held_bytes > self.max_held_bytes) \
+                and self._lose_first():
+            self._release()
         return status
 
     def _resync(self, seq, pos):
@@ -223,16 +229,21 @@ class GapTracker:
                 return
 
     def lose_first_gap(self):
-        """Give up the oldest gap still being repaired (the held limit was passed)."""
+        """Give up the oldest gap still being repaired."""
+        self._lose_first()
+
+    def _lose_first(self):
         for g in self.gaps:
             if not g.lost:
                 g.lost = True
-                return
+                return True
+        return False
 
     def _release(self):
         while True:
             data = self.held.pop(self.next_pos, None)
             if data is not None:
+                self.held_bytes -= len(data)
                 self.out.append((MESSAGE, self.next_pos & SEQ_MASK, data))
                 self.next_pos += 1
                 continue

@@ -138,6 +138,41 @@ def test_too_many_held_messages_give_up_the_oldest_gap(jm):
     assert t.ready() == [(jm.LOST, 1, 1)] + [(jm.MESSAGE, s, b"%d" % s) for s in (2, 3, 4, 5)]
 
 
+def test_held_bytes_past_the_limit_give_up_the_oldest_gap(jm):
+    t = tracker(jm, max_held_bytes=30)
+    t.offer(0, b"", 0)
+    t.ready()
+    for seq in (2, 3, 4):
+        t.offer(seq, b"x" * 10, 0)
+    assert t.ready() == [] and t.held_bytes == 30  # at the limit
+    t.offer(5, b"y", 0)                             # one byte past it
+    assert t.ready() == [(jm.LOST, 1, 1)] + [(jm.MESSAGE, s, b"x" * 10) for s in (2, 3, 4)] + [
+        (jm.MESSAGE, 5, b"y")]
+    assert t.held_bytes == 0 and t.held_count == 0
+
+
+def test_one_large_message_gives_up_as_many_gaps_as_it_takes(jm):
+    # Held behind three gaps: 2, 4, 6. A big message at 8 passes the byte limit; losing gap 1
+    # alone frees 2 bytes, not enough, so gaps go oldest first until the rest fits.
+    t = tracker(jm, max_held_bytes=100)
+    t.offer(0, b"", 0)
+    for seq in (2, 4, 6):
+        t.offer(seq, b"ab", 0)
+    t.ready()
+    t.offer(8, b"z" * 99, 0)
+    out = t.ready()
+    assert out == [(jm.LOST, 1, 1), (jm.MESSAGE, 2, b"ab"), (jm.LOST, 3, 3), (jm.MESSAGE, 4, b"ab"),
+                   (jm.LOST, 5, 5), (jm.MESSAGE, 6, b"ab")]
+    assert t.held_bytes == 99 and t.open_gaps() == [(7, 7)]
+    assert t.lost_messages == 3
+
+
+def test_the_held_limits_must_be_positive(jm):
+    for bad in ({"max_held": 0}, {"max_held_bytes": 0}):
+        with pytest.raises(ValueError):
+            jm.GapTracker(**bad)
+
+
 def test_backwards_jump_beyond_max_gap_is_a_resync_not_a_duplicate(jm):
     t = tracker(jm, max_gap=100)
     t.offer(5000, b"a", 0)
@@ -182,8 +217,9 @@ steps = st.lists(st.tuples(st.sampled_from(["offer", "offer", "offer", "due"]),
 @given(start=st.integers(0, MAX_SEQUENCE), steps=steps)
 @settings(max_examples=200, deadline=None)
 def test_the_twin_tracks_exactly_as_the_compiled_tracker(start, steps):
-    trackers = [JOURNALS[k].GapTracker(max_gap=32, max_held=16, max_request_range=8,
-                                       request_delay=0.1, retries=2) for k in ("cython", "python")]
+    trackers = [JOURNALS[k].GapTracker(max_gap=32, max_held=16, max_held_bytes=40,
+                                       max_request_range=8, request_delay=0.1, retries=2)
+                for k in ("cython", "python")]
     now, seq = 0.0, start
     for kind, offset, dt in steps:
         now += dt
@@ -193,7 +229,7 @@ def test_the_twin_tracks_exactly_as_the_compiled_tracker(start, steps):
         else:
             results = [t.due(now) for t in trackers]
         results += [(t.ready(), t.open_gaps(), t.next_deadline(), t.requested(seq), t.held_count,
-                     t.next_sequence, t.duplicates, t.resets, t.lost_messages) for t in trackers]
+                     t.held_bytes, t.next_sequence, t.duplicates, t.resets, t.lost_messages) for t in trackers]
         assert results[0] == results[1] and results[2] == results[3]
 
 

@@ -41,6 +41,7 @@ class ClientConfig:
     max_request_range: int = 1024
     max_gap: int = 65536  # a larger jump is a Resync, not a gap
     max_held: int = 65536  # messages held behind gaps before the oldest gap is given up
+    max_held_bytes: int = 16 << 20  # ... and their DATA bytes
     publish_timeout: float = 2.0
     # Quiet seconds before asking peers for what may follow the highest sequence (0: never).
     # Off by default: peers' answers would then move the highest sequence (docs: Security).
@@ -84,7 +85,8 @@ class ClientCore:
         self.config = cfg = config or ClientConfig()
         self.journal = Journal(cfg.journal_size)
         self.tracker = GapTracker(
-            max_gap=cfg.max_gap, max_held=cfg.max_held, max_request_range=cfg.max_request_range,
+            max_gap=cfg.max_gap, max_held=cfg.max_held,
+            max_held_bytes=cfg.max_held_bytes, max_request_range=cfg.max_request_range,
             request_delay=cfg.request_delay, backoff=cfg.request_backoff,
             retries=cfg.request_retries)
         self._out: List[Tuple[bytes, Address]] = []
