@@ -370,3 +370,19 @@ def test_hops_count_links_for_direct_and_broadcast_alike():
     (direct,) = sim.events(("A", 1), Delivered)
     (bcast,) = [e for e in sim.events(("D", 1), Delivered) if e.kind == "broadcast"]
     assert (direct.hops, direct.via, bcast.hops, bcast.via) == (3, "B", 3, "C")
+
+
+def test_no_answer_goes_to_a_requester_that_went_away():
+    # Found by the fuzzer (bench/fuzz/potato.py, potato-node): B asks A, A asks C, B leaves,
+    # then C leaves: A's tally was answered to B, no longer a peer.
+    a = PotatoNode("A", 0.0)
+    for p in ("B", "C"):
+        a.peer_up(p, 0.0)
+    req = {"parent": "INITIAL", "next": "f1", "originator": "B", "direct_participants": ["A"]}
+    a.receive("B", json.dumps({"type": "direct_election_request", "identifier": "1", "from": "B",
+                               "visited": [], "body": req}).encode(), 0.0)
+    assert [p for p, _ in a.messages_to_send()] == ["C"]  # asked C, waits for it
+    a.peer_down("B", 0.01)
+    a.peer_down("C", 0.02)
+    assert a.messages_to_send() == []
+    assert a.stats["answer_requester_gone"] == 1

@@ -356,6 +356,9 @@ class PotatoNode:
         return "NO"
 
     def _respond(self, to: str, kind: str, req: Request, vote: str, yes: int, no: int) -> None:
+        if to not in self.peers:  # the requester went away while we waited for answers
+            self.stats["answer_requester_gone"] += 1
+            return
         body = Response(req.parent, req.next, vote, yes, no).as_dict()
         self._send(to, Message(f"{kind}_election_response", wire.new_identifier(), self.name,
                                (), to, body))

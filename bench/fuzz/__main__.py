@@ -1,0 +1,183 @@
+"""Run pelotari's fuzz targets: `python -m bench.fuzz --help` (or `bash tools/run fuzz --help`)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from bench.fuzz import registry
+
+ROOT = Path(__file__).resolve().parents[2]
+NATIVE = ROOT / "build" / "fuzz" / "native"  # the coverage-instrumented Cython build
+STAT = re.compile(rb"stat::(\w+):\s+(\d+)")
+DONE = re.compile(rb"#(\d+)\s+(?:DONE|pulse|NEW|REDUCE|INITED)\s+cov: (\d+) ft: (\d+) corp: (\d+)")
+
+
+def _seed(corpus: Path, target) -> None:
+    corpus.mkdir(parents=True, exist_ok=True)
+    for data in target.seeds():
+        (corpus / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True, check=False)
+    return out.stdout.strip() or "unknown"
+
+
+def _environment(native: bool) -> dict:
+    env = dict(os.environ)
+    if native:
+        import atheris
+
+        env["PELOTARI_FUZZ_NATIVE"] = str(NATIVE)
+
+        env["LD_PRELOAD"] = os.path.join(atheris.path(), "asan_with_fuzzer.so")
+        # CPython's own allocations are not instrumented: leaks and odd frees there are noise
+        env["ASAN_OPTIONS"] = "detect_leaks=0:allocator_may_return_null=1:abort_on_error=0"
+    return env
+
+
+def run_target(name: str, work: Path, seconds: float, runs: int, native: bool,
+               max_len: int) -> dict:
+    """Fuzz one target in a subprocess; return its record (inputs, coverage, crashes...)."""
+    target = registry.load(name)
+    corpus, crashes, log = work / "corpus" / name, work / "crashes" / name, work / "logs" / f"{name}.log"
+    _seed(corpus, target)
+    crashes.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    before = set(os.listdir(crashes))
+    options = [f"-max_total_time={int(seconds)}" if seconds else "", f"-runs={runs}" if runs else "",
+               "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
+               f"-max_len={max_len}", f"-artifact_prefix={crashes}/", str(corpus)]
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.run([sys.executable, "-m", "bench.fuzz.worker", name] + [o for o in options if o],
+                              stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                              env=_environment(native), cwd=ROOT, check=False)
+    text = log.read_bytes()
+    stats = {k.decode(): int(v) for k, v in STAT.findall(text)}
+    last = DONE.findall(text)
+    found = sorted(set(os.listdir(crashes)) - before)
+    return {
+        "kind": "fuzz", "target": name, "commit": _commit(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "implementation": "python" if os.environ.get("PELOTARI_PURE_PYTHON", "") not in ("", "0") else "cython",
+        "native_coverage": native, "seconds": round(time.monotonic() - started, 1),
+        "inputs": stats.get("number_of_executed_units", 0),
+        "inputs_per_second": stats.get("average_exec_per_sec", 0),
+        "coverage_edges": int(last[-1][1]) if last else 0, "features": int(last[-1][2]) if last else 0,
+        "corpus": len(os.listdir(corpus)), "peak_rss_mb": stats.get("peak_rss_mb", 0),
+        "crashes": [str(crashes / f) for f in found], "exit": proc.returncode, "log": str(log),
+    }
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main():
+    """Coverage-guided fuzzing (atheris) of every parser and sans-IO core pelotari has.
+
+    Each target states its invariant (`list`); a broken invariant, an exception that is not the
+    parser's own ValueError-rooted error, a hang (10 s) or memory past 2 GB is a crash, saved under
+    WORK/crashes/TARGET/ (replay it with `replay`).
+    """
+
+
+@main.command("list")
+def list_targets():
+    """The targets and their invariants."""
+    for name in registry.NAMES:
+        target = registry.load(name)
+        click.echo(f"{name}  (goal {target.goal:,} inputs)\n    " +
+                   " ".join(target.invariant.split()) + "\n")
+
+
+@main.command()
+@click.argument("targets", nargs=-1)
+@click.option("--seconds", type=click.FloatRange(min=0), default=0.0,
+              help="Stop each target after this long (0: no limit).")
+@click.option("--runs", type=click.IntRange(min=0), default=0,
+              help="Stop each target after this many inputs (0: no limit; --goal uses the target's).")
+@click.option("--goal", is_flag=True, help="Run each target to its goal (the README's figures).")
+@click.option("--native", is_flag=True,
+              help="Use the coverage-instrumented Cython build (make it with `build` first).")
+@click.option("--work", type=click.Path(file_okay=False, path_type=Path),
+              default=ROOT / "build" / "fuzz", show_default=True,
+              help="Corpora, crashes and logs go here.")
+@click.option("--max-len", type=click.IntRange(min=1),
+              help="Longest input libFuzzer makes (default: the target's, 4096 for most).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Append one JSON line per target here (results/fuzz.jsonl, say).")
+def run(targets, seconds, runs, goal, native, work, max_len, out):
+    """Fuzz TARGETS (all when none is named) one after another."""
+    names = list(targets) or registry.NAMES
+    unknown = [n for n in names if n not in registry.NAMES]
+    if unknown:
+        raise click.UsageError(f"no target {unknown[0]!r}; `list` shows them")
+    if not (seconds or runs or goal):
+        raise click.UsageError("say how long: --seconds, --runs or --goal")
+    if native and not (NATIVE / "fastpath").is_dir():
+        raise click.UsageError(f"no instrumented build in {NATIVE}: run `build` first")
+    failed = False
+    for name in names:
+        limit = registry.load(name).goal if goal and not runs else runs
+        record = run_target(name, work, seconds, limit, native, max_len or registry.load(name).max_len)
+        failed |= bool(record["crashes"]) or record["exit"] != 0
+        click.echo(f"{name:18} {record['inputs']:>11,} inputs  {record['inputs_per_second']:>7,}/s  "
+                   f"cov {record['coverage_edges']:>5}  ft {record['features']:>6}  "
+                   f"corpus {record['corpus']:>5}  {len(record['crashes'])} crashes"
+                   + (f"  exit {record['exit']} (see {record['log']})" if record["exit"] else ""))
+        for crash in record["crashes"]:
+            click.echo(f"    crash: {crash}  (replay: python -m bench.fuzz replay {name} {crash})")
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "a") as f:
+                f.write(json.dumps(record) + "\n")
+    sys.exit(1 if failed else 0)
+
+
+@main.command()
+@click.argument("target")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+def replay(target, files):
+    """Run TARGET once on each of FILES, in this process, and show what happens."""
+    if target not in registry.NAMES:
+        raise click.UsageError(f"no target {target!r}; `list` shows them")
+    one_input = registry.load(target).one_input
+    bad = 0
+    for path in files:
+        data = Path(path).read_bytes()
+        try:
+            one_input(data)
+            click.echo(f"{path}: holds ({data!r:.120})")
+        except Exception as exc:  # noqa: BLE001 - what a crash is, is the point
+            bad += 1
+            click.echo(f"{path}: {type(exc).__name__}: {exc}  input {data!r:.200}")
+    sys.exit(1 if bad else 0)
+
+
+@main.command()
+def build():
+    """Build the Cython extensions with clang's coverage instrumentation and ASan into
+    build/fuzz/native (clang-14: `apt-get install clang-14`; `tools/run fuzz` installs it)."""
+    clang = shutil.which("clang-14") or shutil.which("clang")
+    if clang is None:
+        raise click.ClickException("no clang: apt-get install clang-14")
+    flags = "-fsanitize=address,fuzzer-no-link -g -O1 -fno-omit-frame-pointer"
+    env = dict(os.environ, CC=clang, LDSHARED=f"{clang} -shared", CFLAGS=flags, LDFLAGS=flags)
+    temp = ROOT / "build" / "fuzz" / "temp"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(NATIVE),
+                    "--build-temp", str(temp), "--force"], cwd=ROOT, env=env, check=True)
+    for py in (ROOT / "fastpath").glob("*.py"):  # the package's Python half: twins, tables
+        shutil.copy2(py, NATIVE / "fastpath" / py.name)
+    click.echo(f"instrumented build in {NATIVE}")
+
+
+if __name__ == "__main__":
+    main()

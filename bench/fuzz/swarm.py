@@ -1,0 +1,144 @@
+"""swarm: the datagram path (size, MAC, header, flags, Connections) and the node core."""
+from __future__ import annotations
+
+
+from bench.fuzz.common import Script, Target, check, mutate
+from pelotari.swarm import wire
+from pelotari.swarm.core import Config, SwarmNode
+from pelotari.swarm.wire import Entry, Keyring, SwarmError
+
+KEYS = Keyring([bytes(range(32))])
+STRANGER = Keyring([bytes(range(1, 33))])
+WALL = 1_800_000_000.0  # an epoch starts here (EPOCH_SECONDS divides it)
+LIMITS = [wire.LIMITS, wire.Limits(max_datagram=128, max_entries=4)]
+
+
+def _contents():
+    """header || body of each message kind (tests/test_swarm_wire.py's shapes)."""
+    yield wire.pack(wire.connect(3, 0x0102030405060708))
+    yield wire.pack(wire.connect(4, 7, ack=True, echo=9))
+    yield wire.pack(wire.reset(2))
+    yield wire.pack(wire.ping(5))
+    yield wire.pack(wire.pong(5))
+    yield wire.pack(wire.get_connections(64))
+    yield wire.pack(wire.connections([Entry("127.0.0.2", 9000, True), Entry("127.0.0.3", 9001, True),
+                                      Entry("::1", 9002, False), Entry("10.0.0.1", 1, False)]))
+    yield wire.pack(wire.user(7, b"application data", 0xFFFF))
+
+
+def datagram_seeds():
+    return list(_contents())
+
+
+def datagram_input(data: bytes) -> None:
+    """Signed with the network key, any header || body goes through decode (size, MAC, parse) to
+    a Message or a SwarmError, never anything else; decode and the MAC-less parse agree; what is
+    accepted packs back to the same header || body (reserved flag bits kept); the same datagram
+    under another key, with a MAC bit flipped or outside the accepted epochs is BadMac."""
+    if len(data) < wire.HEADER_SIZE:
+        data = data.ljust(wire.HEADER_SIZE, b"\0")
+    datagram = KEYS.sign(data, WALL)
+    for limits in LIMITS:
+        try:
+            msg = wire.decode(datagram, KEYS, WALL, limits)
+        except SwarmError as exc:
+            try:
+                wire.parse(datagram, limits)
+                check(isinstance(exc, wire.BadMac), f"decode refused what parse took: {exc!r}")
+            except SwarmError as again:
+                check(type(again) is type(exc), "decode and parse refuse differently")
+            continue
+        check(wire.parse(datagram, limits) == msg, "decode and parse disagree")
+        check(wire.pack(msg, limits) == data, "pack(decode(d)) != d")
+        for bad, when in ((STRANGER.sign(data, WALL), WALL), (datagram, WALL + 3600),
+                          (datagram[:8] + bytes([datagram[8] ^ 1]) + datagram[9:], WALL)):
+            try:
+                wire.decode(bad, KEYS, when, limits)
+                raise AssertionError("a datagram with a wrong MAC was accepted")
+            except wire.BadMac:
+                pass
+
+
+# ---- the node -------------------------------------------------------------------------------
+
+ME = ("127.0.0.1", 9000)
+PEERS = [("127.0.0.%d" % h, 9000) for h in (2, 3, 4)] + [("127.0.0.2", 9001)]
+
+
+def node_seeds():
+    ops = []
+    for c in _contents():
+        ops.append(b"\x00\x00" + bytes([len(c)]) + c)
+    yield b"".join(ops) + b"\x02\x20" * 6
+
+
+def node_input(data: bytes) -> None:
+    """A node fed a script of signed, mutated, wrongly keyed and garbage datagrams from a few
+    sources, dials, sends and clock steps: nothing escapes; a datagram under the wrong key or
+    malformed is answered with nothing; no source is ever sent more bytes than it sent, but the
+    node's own dials, Pings and GetConnections to connections it holds; the table stays within
+    its capacity and the counters non-negative."""
+    s = Script(data)
+    cfg = Config(capacity=8, max_known=8, target_direct=2, max_direct=3, resets_per_slot=4,
+                 connect_answers_per_slot=4, vague_pongs_per_slot=4)
+    now = 0.0
+    node = SwarmNode(ME, KEYS, now, cfg, wall_offset=WALL, secret=b"s" * 32, seed=1)
+    contents = list(_contents())
+    received: dict = {}
+    sent: dict = {}
+    initiated = set()  # addresses the node talks to on its own (dials, held connections)
+    while s:
+        op = s.below(6)
+        if op <= 2:
+            source = s.pick(PEERS)
+            kind = s.below(4)
+            content = s.blob() if kind == 0 else mutate(s, s.pick(contents))
+            if len(content) < wire.HEADER_SIZE:
+                content = content.ljust(wire.HEADER_SIZE, b"\0")
+            keys = STRANGER if kind == 3 else KEYS
+            datagram = keys.sign(content, WALL + now) if s.byte() & 3 else content + bytes(32)
+            received[source] = received.get(source, 0) + len(datagram)
+            before = len(node._out)
+            node.receive_datagram(datagram, source, now)
+            try:
+                wire.decode(datagram, KEYS, WALL + now, cfg.limits)
+            except SwarmError:
+                check(len(node._out) == before, "answered a datagram it dropped")
+        elif op == 3:
+            now += s.below(5000) / 1000
+            due = node.get_timer()
+            if due is not None and now >= due:
+                node.handle_timer(now)
+        elif op == 4:
+            address = s.pick(PEERS)
+            initiated.add(address)
+            try:
+                node.connect(address, now)
+            except RuntimeError:  # the table is full of direct connections: documented
+                pass
+        else:
+            address = s.pick(PEERS)
+            try:
+                node.send(address, 6 + s.byte(), s.blob(32), now)
+                initiated.add(address)
+            except (KeyError, ValueError):  # not connected / too long: the documented refusals
+                pass
+        for datagram, to in node.datagrams_to_send():
+            sent[to] = sent.get(to, 0) + len(datagram)
+        for info in node.connections():
+            initiated.add(info.address)  # held connections are checked on the node's own
+        while node.next_event() is not None:
+            pass
+        check(len(node.table) <= cfg.capacity, "the table is over its capacity")
+        check(all(v >= 0 for v in node.stats.values()), "a negative count")
+    for to, n in sent.items():
+        if to not in initiated:
+            check(n <= received.get(to, 0), f"{n} bytes to {to}, which sent {received.get(to, 0)}")
+
+
+TARGETS = [
+    Target("swarm-datagram", datagram_input, datagram_seeds, datagram_input.__doc__,
+           ("pelotari.swarm.wire",), goal=10_000_000),
+    Target("swarm-node", node_input, node_seeds, node_input.__doc__,
+           ("pelotari.swarm.core", "pelotari.swarm.wire", "pelotari.swarm.table")),
+]
