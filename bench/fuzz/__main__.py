@@ -163,6 +163,52 @@ def replay(target, files):
 
 
 @main.command()
+@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def report(results):
+    """RESULTS (run --out's JSON lines) as the Markdown table the README quotes: per target, its
+    newest record with and without the instrumented Cython build."""
+    newest = {}
+    for line in results.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            newest[(r["target"], r["native_coverage"])] = r
+    click.echo("| target | build | inputs | inputs/s | coverage (edges / features) | corpus | crashes | commit |")
+    click.echo("|---|---|---:|---:|---:|---:|---:|---|")
+    for name in registry.NAMES:
+        for native in (False, True):
+            r = newest.get((name, native))
+            if r is None:
+                continue
+            build = "Cython, instrumented + ASan" if native else r["implementation"].replace(
+                "cython", "Cython") + (", Python coverage")
+            click.echo(f"| {name} | {build} | {r['inputs']:,} | {r['inputs_per_second']:,} | "
+                       f"{r['coverage_edges']:,} / {r['features']:,} | {r['corpus']:,} | "
+                       f"{len(r['crashes'])} | `{r['commit']}` |")
+
+
+@main.command("coverage")
+@click.argument("targets", nargs=-1)
+@click.option("--work", type=click.Path(file_okay=False, path_type=Path),
+              default=ROOT / "build" / "fuzz", show_default=True, help="Where `run` kept the corpora.")
+def coverage_command(targets, work):
+    """Replay each target's corpus under coverage.py: the share of the lines of the target's
+    Python modules that the inputs the fuzzer kept reach (a Markdown table)."""
+    names = list(targets) or registry.NAMES
+    click.echo("| target | module | lines reached |")
+    click.echo("|---|---|---:|")
+    for name in names:
+        corpus = work / "corpus" / name
+        if not corpus.is_dir():
+            raise click.UsageError(f"no corpus for {name} in {work}: `run` it first")
+        out = subprocess.run([sys.executable, "-m", "bench.fuzz.cover", name, str(corpus)], cwd=ROOT,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise click.ClickException(f"{name}: {out.stderr.strip().splitlines()[-1:]}")
+        for module, share in json.loads(out.stdout).items():
+            click.echo(f"| {name} | `{module}` | {share:.0f} % |")
+
+
+@main.command()
 def build():
     """Build the Cython extensions with clang's coverage instrumentation and ASan into
     build/fuzz/native (clang-14: `apt-get install clang-14`; `tools/run fuzz` installs it)."""

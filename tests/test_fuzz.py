@@ -1,0 +1,99 @@
+"""bench/fuzz: every target's invariant holds on its seeds and on the inputs that once broke
+one, the invariants can fail, a short atheris run of every target finds nothing, and the
+runner's commands work as bench/fuzz/__main__.py documents them."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.fuzz import registry
+from bench.fuzz.common import Broken, Script, mutate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Inputs the fuzzer found that broke an invariant, each replayed through its target; the fix and
+# a test written out by hand sit next to the parser's or core's own tests.
+REGRESSIONS = [
+    # a requester that left was still answered (tests/test_potato_core.py,
+    # test_no_answer_goes_to_a_requester_that_went_away)
+    ("potato-node", b"\xff\xfa\x00\x01\x00\x02\x00\x03\x01\x00\x03\x00\x00.\x01\x00\x01\x00"
+                    b"0123be8514ef23e154540de99abd83d6c24fdbb26c\x02&"),
+]
+
+
+def fuzz(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "bench.fuzz", *args], cwd=ROOT,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_every_target_holds_on_its_seeds(name):
+    target = registry.load(name)
+    seeds = list(target.seeds())
+    assert seeds and target.invariant
+    for data in seeds:
+        target.one_input(data)
+    target.one_input(b"")  # the empty input is an input too
+
+
+@pytest.mark.parametrize("name,data", REGRESSIONS, ids=[n for n, _ in REGRESSIONS])
+def test_inputs_that_once_broke_a_target_hold(name, data):
+    registry.load(name).one_input(data)
+
+
+def test_an_invariant_can_fail(monkeypatch):
+    from pelotari.potato import wire
+
+    target = registry.load("potato-wire")
+    first, second = list(target.seeds())[:2]
+    monkeypatch.setattr(wire, "encode", lambda msg: second)  # an encoder that loses the message
+    with pytest.raises(Broken, match="decode"):
+        target.one_input(first)
+
+
+def test_a_script_replays_the_same_choices_and_runs_dry_without_error():
+    s = Script(b"\x05\x01\x02abc")
+    assert (s.below(3), s.pick("xyz"), s.blob(), s.take(1), bool(s)) == (2, "y", b"ab", b"c", False)
+    assert (s.byte(), s.below(1000), s.blob()) == (0, 0, b"")
+    assert mutate(Script(b""), b"abc") == b"abc"
+
+
+def test_list_names_every_target_with_its_invariant():
+    out = fuzz("list")
+    assert out.returncode == 0, out.stderr
+    for name in registry.NAMES:
+        assert name in out.stdout
+    assert "never anything else" in out.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("run", "nope", "--runs", "1"), "no target 'nope'"),
+    (("run", "potato-wire"), "say how long"),
+    (("replay", "nope", "README.md"), "no target 'nope'"),
+])
+def test_a_users_mistake_is_one_line(args, needle):
+    out = fuzz(*args)
+    assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_replay_says_what_each_input_does(tmp_path):
+    good = tmp_path / "good"
+    good.write_bytes(REGRESSIONS[0][1])
+    out = fuzz("replay", "potato-node", str(good))
+    assert out.returncode == 0 and "holds" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_a_short_atheris_run_of_every_target_finds_nothing(tmp_path):
+    """The smoke run: 400 inputs per target under atheris with libFuzzer's mutations."""
+    results = tmp_path / "fuzz.jsonl"
+    out = fuzz("run", "--runs", "400", "--work", str(tmp_path / "work"), "--out", str(results))
+    assert out.returncode == 0, out.stdout + out.stderr
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["target"] for r in records] == registry.NAMES
+    for r in records:
+        assert r["exit"] == 0 and r["crashes"] == [], r
+        assert r["inputs"] >= 400 and r["coverage_edges"] > 0 and r["corpus"] > 0, r
