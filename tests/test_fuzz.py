@@ -97,3 +97,12 @@ def test_a_short_atheris_run_of_every_target_finds_nothing(tmp_path):
     for r in records:
         assert r["exit"] == 0 and r["crashes"] == [], r
         assert r["inputs"] >= 400 and r["coverage_edges"] > 0 and r["corpus"] > 0, r
+    table = fuzz("report", str(results))
+    assert table.returncode == 0 and all(f"| {n} |" in table.stdout for n in registry.NAMES)
+    reached = fuzz("coverage", "potato-wire", "prototari-node", "--work", str(tmp_path / "work"))
+    assert reached.returncode == 0, reached.stderr
+    shares = {row.split("|")[2].strip(" `"): float(row.split("|")[3].strip(" %"))
+              for row in reached.stdout.splitlines()[2:]}
+    assert set(shares) == {"pelotari/potato/wire.py", "pelotari/prototari/core.py",
+                           "pelotari/prototari/wire.py"}
+    assert all(50 < share <= 100 for share in shares.values()), shares

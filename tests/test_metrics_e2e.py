@@ -131,6 +131,7 @@ def test_status_shows_each_subscriber_with_its_counters_and_ctrl_c_stops_everyth
 
 @pytest.mark.parametrize("value, needle", [
     ("nohost.invalid:9", "cannot resolve host"), ("127.0.0.1:70000", "port 70000 outside"),
+    ("-1", "'-1': port -1 outside"), ("[::1]:9466", "listens on IPv4"),
 ])
 def test_a_bad_metrics_address_is_one_line(value, needle):
     done = subprocess.run(PELOTARI + ["backbone", "--host", "127.0.0.1", "--port", "0",

@@ -169,14 +169,16 @@ class MetricsAddressType(click.ParamType):
         from pelotari.metrics import DEFAULT_HOST, DEFAULT_PORT
 
         text = value.strip()
-        if text.isdigit():
+        if text.lstrip("+-").isdigit():
             text = f"{DEFAULT_HOST}:{text}"
         elif text.startswith(":") and text.count(":") == 1:
             text = DEFAULT_HOST + text
+        if text.startswith("[") or text.count(":") > 1:
+            self.fail(f"{value!r}: the metrics server listens on IPv4 (HOST:PORT)", param, ctx)
         try:
             return resolve_ipv4(split_address(text, DEFAULT_PORT))
         except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            self.fail(f"{value!r}: {exc}", param, ctx)
 
 
 def metrics_option(fn):
