@@ -1,7 +1,7 @@
 """bully: the TCP stream framing of the 13 messages, and the node core."""
 from __future__ import annotations
 
-from bench.fuzz.common import Script, Target, check, mutate
+from bench.fuzz.common import Script, Target, check, mutate, tick
 from pelotari.bully import wire
 from pelotari.bully.core import BullyNode, Close, Config, Connect, Send
 from pelotari.bully.wire import BullyError, Framer, Message, Peer
@@ -107,9 +107,7 @@ def node_input(data: bytes) -> None:
             node.data_received(conn, payload, now)
         elif op == 3:
             now += s.below(4000) / 1000
-            due = node.get_timer()
-            if due is not None and now >= due:
-                node.handle_timer(now)
+            tick(node, now)
         elif op == 4 and live:
             conn = s.pick(sorted(live))
             if s.byte() & 1 and live[conn] == (True, False):

@@ -67,6 +67,13 @@ class Script:
         return self.take(min(self.byte(), limit))
 
 
+def tick(core, now: float) -> None:
+    """Run a sans-IO core's timer if it is due at now."""
+    due = core.get_timer()
+    if due is not None and now >= due:
+        core.handle_timer(now)
+
+
 def mutate(script: Script, wire: bytes) -> bytes:
     """wire with a few bytes overwritten, cut or extended, as the script says."""
     out = bytearray(wire)

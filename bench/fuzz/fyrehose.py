@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import array
 
-from bench.fuzz.common import Script, Target, check, framed, mutate
+from bench.fuzz.common import Script, Target, check, framed, mutate, tick
 from fastpath import refcodec
 from fastpath.errors import CodecError
 from fastpath.implementation import compiled
@@ -135,8 +135,7 @@ def client_input(data: bytes) -> None:
             core.receive_datagram(wire, source, now)
         elif op == 1:
             now += s.below(3000) / 1000
-            if now >= core.get_timer():
-                core.handle_timer(now)
+            tick(core, now)
         elif op == 2:
             try:
                 core.publish(s.blob(), now)
@@ -198,8 +197,7 @@ def backbone_input(data: bytes) -> None:
         if s.below(4) == 0:
             now += s.below(2000) * 10**6
             for core in cores:
-                if now >= core.get_timer():
-                    core.handle_timer(now)
+                tick(core, now)
         else:
             batch = []
             for _ in range(1 + s.below(4)):

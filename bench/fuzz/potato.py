@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from bench.fuzz.common import Script, Target, check, mutate
+from bench.fuzz.common import Script, Target, check, mutate, tick
 from pelotari.potato import wire
 from pelotari.potato.core import Config, FrameChanged, PotatoNode, VoteCast
 from pelotari.potato.wire import PotatoError
@@ -109,9 +109,7 @@ def node_input(data: bytes) -> None:
             node.receive(s.pick(PEERS), mutate(s, payload) if op == 3 else payload, now)
         elif op == 4:
             now += s.below(1000) / 1000
-            due = node.get_timer()
-            if due is not None and now >= due:
-                node.handle_timer(now)
+            tick(node, now)
         elif op == 5:
             node.propose(now)
         elif op == 6:

@@ -1,7 +1,7 @@
 """prototari: the node core fed datagrams from strangers and peers on a fuzzed clock."""
 from __future__ import annotations
 
-from bench.fuzz.common import Script, Target, check, framed, mutate
+from bench.fuzz.common import Script, Target, check, framed, mutate, tick
 from pelotari.prototari import wire
 from pelotari.prototari.core import Config, Message, NodeCore, PeerJoined, PeerLeft
 
@@ -36,8 +36,7 @@ def node_input(data: bytes) -> None:
         op = s.below(4)
         if op == 0:
             now += s.below(2500) / 1000
-            if now >= core.get_timer():
-                core.handle_timer(now)
+            tick(core, now)
         elif op == 1:
             source = s.pick(SOURCES)
             kind = s.below(3)

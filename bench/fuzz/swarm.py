@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from bench.fuzz.common import Script, Target, check, mutate
+from bench.fuzz.common import Script, Target, check, mutate, tick
 from pelotari.swarm import wire
 from pelotari.swarm.core import Config, SwarmNode
 from pelotari.swarm.wire import Entry, Keyring, SwarmError
@@ -106,9 +106,7 @@ def node_input(data: bytes) -> None:
                 check(len(node._out) == before, "answered a datagram it dropped")
         elif op == 3:
             now += s.below(5000) / 1000
-            due = node.get_timer()
-            if due is not None and now >= due:
-                node.handle_timer(now)
+            tick(node, now)
         elif op == 4:
             address = s.pick(PEERS)
             initiated.add(address)
