@@ -58,7 +58,7 @@ def run_target(name: str, work: Path, seconds: float, runs: int, native: bool,
     options = [f"-max_total_time={int(seconds)}" if seconds else "", f"-runs={runs}" if runs else "",
                "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
                f"-max_len={max_len}", f"-artifact_prefix={crashes}/", str(corpus)]
-    started = time.monotonic()
+    started, commit = time.monotonic(), _commit()  # the code the run started with
     with open(log, "wb") as out:
         proc = subprocess.run([sys.executable, "-m", "bench.fuzz.worker", name] + [o for o in options if o],
                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -68,7 +68,7 @@ def run_target(name: str, work: Path, seconds: float, runs: int, native: bool,
     last = DONE.findall(text)
     found = sorted(set(os.listdir(crashes)) - before)
     return {
-        "kind": "fuzz", "target": name, "commit": _commit(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "kind": "fuzz", "target": name, "commit": commit, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "implementation": "python" if os.environ.get("PELOTARI_PURE_PYTHON", "") not in ("", "0") else "cython",
         "native_coverage": native, "seconds": round(time.monotonic() - started, 1),
         "inputs": stats.get("number_of_executed_units", 0),
