@@ -11,7 +11,7 @@ MODULES = {
     "bench.fuzz.fyrehose": ["fyrehose-codec", "fyrehose-client", "fyrehose-backbone"],
     "bench.fuzz.prototari": ["prototari-node"],
     "bench.fuzz.potato": ["potato-wire", "potato-node"],
-    "bench.fuzz.swarm": ["swarm-datagram", "swarm-node"],
+    "bench.fuzz.swarm": ["swarm-datagram", "swarm-node", "swarm-path"],
     "bench.fuzz.bully": ["bully-framing", "bully-node"],
     "bench.fuzz.layers": ["scapy-layers"],
 }

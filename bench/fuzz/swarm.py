@@ -26,8 +26,11 @@ def _contents():
     yield wire.pack(wire.user(7, b"application data", 0xFFFF))
 
 
+CONTENTS = list(_contents())
+
+
 def datagram_seeds():
-    return list(_contents())
+    return CONTENTS
 
 
 def datagram_input(data: bytes) -> None:
@@ -67,7 +70,7 @@ PEERS = [("127.0.0.%d" % h, 9000) for h in (2, 3, 4)] + [("127.0.0.2", 9001)]
 
 def node_seeds():
     ops = []
-    for c in _contents():
+    for c in CONTENTS:
         ops.append(b"\x00\x00" + bytes([len(c)]) + c)
     yield b"".join(ops) + b"\x02\x20" * 6
 
@@ -83,7 +86,7 @@ def node_input(data: bytes) -> None:
                  connect_answers_per_slot=4, vague_pongs_per_slot=4)
     now = 0.0
     node = SwarmNode(ME, KEYS, now, cfg, wall_offset=WALL, secret=b"s" * 32, seed=1)
-    contents = list(_contents())
+    contents = CONTENTS
     received: dict = {}
     sent: dict = {}
     initiated = set()  # addresses the node talks to on its own (dials, held connections)
@@ -134,9 +137,60 @@ def node_input(data: bytes) -> None:
             check(n <= received.get(to, 0), f"{n} bytes to {to}, which sent {received.get(to, 0)}")
 
 
+# ---- the C datagram path against the core --------------------------------------------------
+
+def path_seeds():
+    yield b"\x00\x00\x00\x03\x01\x00\x00\x00" + b"\x40\x02\x00\x00\x05" * 6
+
+
+def path_input(data: bytes) -> None:
+    """The same datagrams (signed Pings, mutated ones, the core's own messages, garbage) from
+    four peers, some holding vague and some direct connections, reach the C path over real
+    loopback sockets and the Python core in memory: both send the same datagrams, count the
+    same and leave the same table. (Without the Cython build there is no C path: nothing.)"""
+    from fastpath.implementation import compiled
+
+    if compiled("swarmpath") is None:
+        return
+    from bench.fuzz.swarmpath import Pair, table_state
+
+    s = Script(data)
+    cfg = Config(vague_pongs_per_slot=1 + s.below(4), ping_burst=1 + s.below(3),
+                 ping_refill=0.5 + s.below(4), capacity=16)
+    contents = CONTENTS
+    p = Pair(cfg)
+    try:
+        for k in range(s.below(5)):
+            p.establish(k, 0.0, direct=bool(s.byte() & 1))
+        now = 1.0
+        while s:
+            now += s.below(3000) / 1000
+            items = []
+            for _ in range(1 + s.below(6)):
+                k, kind = s.below(4), s.below(4)
+                if kind == 0:
+                    datagram = p.sign(wire.ping(s.below(1 << 16)), now)
+                elif kind == 1:
+                    datagram = mutate(s, p.sign(wire.ping(s.byte()), now))
+                elif kind == 2:
+                    datagram = KEYS.sign(s.pick(contents), WALL + now)
+                else:
+                    datagram = s.blob()
+                items.append((k, datagram))
+            p.feed(items, now)
+            check(sorted(p.c_sent()) == sorted(p.to_py), "the C path and the core sent differently")
+            p.to_py = []
+            check(p.stats() == p.py.stats, "the C path and the core count differently")
+            check(table_state(p.c) == table_state(p.py), "the C path and the core hold different tables")
+    finally:
+        p.close()
+
+
 TARGETS = [
     Target("swarm-datagram", datagram_input, datagram_seeds, datagram_input.__doc__,
            ("pelotari.swarm.wire",), goal=10_000_000),
     Target("swarm-node", node_input, node_seeds, node_input.__doc__,
            ("pelotari.swarm.core", "pelotari.swarm.wire", "pelotari.swarm.table")),
+    Target("swarm-path", path_input, path_seeds, path_input.__doc__,
+           ("pelotari.swarm.core", "pelotari.swarm.wire", "fastpath.swarmpath")),
 ]
