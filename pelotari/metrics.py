@@ -8,9 +8,11 @@ is counted twice and the hot path pays nothing between scrapes) and `status()` -
 `/status?sort=FIELD&order=desc&limit=N&offset=K`.
 
 The server answers at most MAX_CONNECTIONS connections at once, at most PER_HOST_CONNECTIONS
-from one host, each for at most REQUEST_TIMEOUT seconds in all (a connection past either bound
-is closed at once): a stranger who connects and dribbles costs a thread for a bounded time and
-cannot lock a scraper on another host out. It binds loopback unless told otherwise.
+from one host, each for at most REQUEST_TIMEOUT seconds in all; a connection from a host that
+holds none while all are taken cuts the oldest one of the host holding the most, and any other
+past a bound is closed at once. So a stranger who connects and dribbles, from however many
+addresses, costs a thread for a bounded time and cannot lock a scraper on another host out. It
+binds loopback unless told otherwise.
 """
 import json
 import socket
@@ -232,14 +234,24 @@ class _Server(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.active: Counter = Counter()  # open connections by source host
         self.timers: dict = {}  # connection -> the timer that cuts it at REQUEST_TIMEOUT
+        self.opened: dict = {}  # connection -> its host, oldest first
+        self.cut: set = set()  # connections evicted for a newcomer, not yet released
 
     def process_request(self, request, client_address):
         host = client_address[0]
+        victim = None
         with self.lock:
-            full = (sum(self.active.values()) >= MAX_CONNECTIONS
-                    or self.active[host] >= PER_HOST_CONNECTIONS)
+            full = self.active[host] >= PER_HOST_CONNECTIONS
+            if not full and sum(self.active.values()) >= MAX_CONNECTIONS:
+                if self.active[host] == 0:  # a host that holds none: make room
+                    victim = self._evict()
+                full = victim is None
             if not full:
                 self.active[host] += 1
+                self.opened[request] = host
+        if victim is not None:
+            self.owner.evicted += 1
+            _cut(victim)
         if full:
             self.owner.refused += 1
             self.shutdown_request(request)
@@ -263,12 +275,30 @@ class _Server(ThreadingHTTPServer):
         finally:
             self._release(request, client_address[0])
 
+    def _evict(self):
+        """The oldest connection of the host holding the most, its place freed (lock held)."""
+        busiest = max(self.active.values())
+        for request, host in self.opened.items():  # oldest first
+            if self.active[host] == busiest:
+                del self.opened[request]
+                self.cut.add(request)
+                self._forget(host)
+                return request
+        return None
+
+    def _forget(self, host):
+        self.active[host] -= 1
+        if self.active[host] <= 0:
+            del self.active[host]
+
     def _release(self, request, host):
         with self.lock:
             self.timers.pop(request).cancel()
-            self.active[host] -= 1
-            if self.active[host] <= 0:
-                del self.active[host]
+            if request in self.cut:  # its place went to a newcomer already
+                self.cut.discard(request)
+            else:
+                del self.opened[request]
+                self._forget(host)
 
     def handle_error(self, request, client_address):
         self.owner.errors += 1  # a client that hung up or timed out: counted, never printed
@@ -297,6 +327,7 @@ class MetricsServer:
         self.requests = 0  # answered
         self.errors = 0  # connections that failed (hung up, timed out, garbage)
         self.refused = 0  # connections closed unanswered: too many at once
+        self.evicted = 0  # connections cut to make room for a host that held none
         self._server: Optional[_Server] = _Server((host, port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever,

@@ -134,19 +134,29 @@ def test_one_host_holds_at_most_its_share_and_another_host_still_gets_in(server)
             s.close()
 
 
-def test_at_most_max_connections_at_once():
+def test_at_most_max_connections_at_once_and_a_new_host_still_gets_in():
+    # Strangers holding every connection from four addresses (before: a scraper on a fifth
+    # was closed unanswered for as long as they kept reconnecting).
     with m.MetricsServer(Source(), request_timeout=5) as server:
         held = [connect(server, f"127.0.0.{2 + k // m.PER_HOST_CONNECTIONS}")
                 for k in range(m.MAX_CONNECTIONS)]
         try:
             assert wait_for(lambda: sum(server._server.active.values()) == m.MAX_CONNECTIONS, 2)
-            extra = connect(server, "127.0.0.200")
-            assert extra.recv(100) == b""
-            extra.close()
-            assert server.refused == 1
+            again = connect(server, "127.0.0.3")  # a host that holds some: no room made
+            assert again.recv(100) == b""
+            again.close()
+            assert server.refused == 1 and server.evicted == 0
+            scraper = connect(server, "127.0.0.200")
+            scraper.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            reply = b"".join(iter(lambda: scraper.recv(65536), b""))
+            scraper.close()
+            assert reply.startswith(b"HTTP/1.0 200")
+            assert server.evicted == 1 and held[0].recv(100) == b""  # the oldest of the busiest
+            assert sum(server._server.active.values()) <= m.MAX_CONNECTIONS
         finally:
             for s in held:
                 s.close()
+        assert wait_for(lambda: not server._server.active and not server._server.cut, 2)
 
 
 def test_a_client_that_dribbles_is_cut_after_the_request_timeout(server):
