@@ -46,10 +46,10 @@ def _environment(native: bool) -> dict:
     return env
 
 
-def run_target(name: str, work: Path, seconds: float, runs: int, native: bool,
+def run_target(target, work: Path, seconds: float, runs: int, native: bool,
                max_len: int) -> dict:
     """Fuzz one target in a subprocess; return its record (inputs, coverage, crashes...)."""
-    target = registry.load(name)
+    name = target.name
     corpus, crashes, log = work / "corpus" / name, work / "crashes" / name, work / "logs" / f"{name}.log"
     _seed(corpus, target)
     crashes.mkdir(parents=True, exist_ok=True)
@@ -125,9 +125,11 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
     if native and not (NATIVE / "fastpath").is_dir():
         raise click.UsageError(f"no instrumented build in {NATIVE}: run `build` first")
     failed = False
-    for name in names:
-        limit = registry.load(name).goal if goal and not runs else runs
-        record = run_target(name, work, seconds, limit, native, max_len or registry.load(name).max_len)
+    targets = [registry.load(name) for name in names]  # all at once: the code this run started with
+    for target in targets:
+        name = target.name
+        limit = target.goal if goal and not runs else runs
+        record = run_target(target, work, seconds, limit, native, max_len or target.max_len)
         failed |= bool(record["crashes"]) or record["exit"] != 0
         click.echo(f"{name:18} {record['inputs']:>11,} inputs  {record['inputs_per_second']:>7,}/s  "
                    f"cov {record['coverage_edges']:>5}  ft {record['features']:>6}  "
