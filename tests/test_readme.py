@@ -81,6 +81,11 @@ NOT_RUN = {
     "pelotari craft swarm ping -F token=random --key-file swarm.key --send 127.0.0.1:21452 --wait 1": "needs a swarm node; tests/test_craft.py",
     "pelotari inspect -i lo -f \"udp port 21452\" -w swarm.pcap": ROOTED.format("test_scapy_tools.py"),
     "pelotari inspect swarm.pcap --key-file swarm.key": "reads the capture above; tests/test_scapy_tools.py",
+    "bash tools/run fuzz list": "runs from the repository, not a fresh folder; tests/test_fuzz.py runs `list`",
+    "bash tools/run fuzz run --seconds 60": "a minute per target; tests/test_fuzz.py runs every target for 400 inputs",
+    "bash tools/run fuzz run --goal --out results/fuzz.jsonl": MINUTES,
+    "bash tools/run fuzz report results/fuzz.jsonl": "needs the run above; tests/test_fuzz.py reports its smoke run",
+    "bash tools/run fuzz coverage": "needs the run above; tests/test_fuzz.py measures its smoke run's corpora",
 }
 
 

@@ -932,3 +932,47 @@ def test_swarm_summary_marks_what_never_converged_and_the_goals():
     assert lines[:2] == ["## swarm", ""]
     assert ("| bytes per connection (table of 100,000) | 64.0 ✓ | 64.5 ✗ | — | ≤ 64 | 1 | `aaa` |"
             in lines)  # the goal is at most 64
+
+
+# ---- fuzz records (bench/fuzz run --out) ------------------------------------------------------
+
+def fuzz_record(target, when, inputs, commit="c1", native=False, crashes=(), impl="cython"):
+    return {"kind": "fuzz", "target": target, "commit": commit, "when": when,
+            "implementation": impl, "native_coverage": native, "seconds": 10.0,
+            "inputs": inputs, "inputs_per_second": inputs // 10, "coverage_edges": 100,
+            "features": 300, "corpus": 20, "crashes": list(crashes), "exit": 77 if crashes else 0,
+            "log": "x", "peak_rss_mb": 50}
+
+
+FUZZ_RECORDS = [
+    fuzz_record("swarm-node", "2026-11-24T01:00:00Z", 1000, crashes=["build/crash-1"]),
+    fuzz_record("swarm-node", "2026-11-24T02:00:00Z", 5000, commit="c2"),
+    fuzz_record("swarm-node", "2026-11-24T03:00:00Z", 700, native=True),
+    fuzz_record("potato-wire", "2026-11-24T01:30:00Z", 9000),
+]
+
+
+def test_fuzz_runs_take_each_targets_newest_run_per_build(spark):
+    raw = spark.createDataFrame(FUZZ_RECORDS + [RECORDS[0]], schema=trend.FUZZ_SCHEMA)
+    rows = collect(trend.fuzz_runs(raw), "target", "native_coverage")
+    assert [(r["target"], r["native_coverage"], r["inputs"], r["commit"], r["crashes"], r["runs"],
+             r["inputs_all"], r["crashes_all"]) for r in rows] == [
+        ("potato-wire", False, 9000, "c1", 0, 1, 9000, 0),
+        ("swarm-node", False, 5000, "c2", 0, 2, 6000, 1),
+        ("swarm-node", True, 700, "c1", 0, 1, 700, 0)]
+
+
+def test_report_on_fuzz_records_only(spark, tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "fuzz.jsonl").write_text("".join(json.dumps(r) + "\n" for r in FUZZ_RECORDS))
+    frames = report.load(spark, report.find(folder))
+    assert set(frames) == {"fuzz"}  # no empty throughput tables
+    tables = report.analyse(frames, 0.1)
+    written = report.write(tables, tmp_path / "trend", 0.1)
+    assert {p.name for p in written} == {"fuzz", "summary.md"}
+    summary = (tmp_path / "trend" / "summary.md").read_text()
+    assert "## Fuzzing" in summary and "Regressions" not in summary
+    assert ("| swarm-node | Cython, Python coverage | 5,000 | 500 | 100 / 300 | 0 | `c2` | "
+            "2 (6,000, 1) |") in summary
+    assert "| swarm-node | Cython, instrumented + ASan | 700 |" in summary

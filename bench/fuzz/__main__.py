@@ -181,8 +181,8 @@ def report(results):
             r = newest.get((name, native))
             if r is None:
                 continue
-            build = "Cython, instrumented + ASan" if native else r["implementation"].replace(
-                "cython", "Cython") + (", Python coverage")
+            build = "Cython, instrumented + ASan" if native else {
+                "cython": "Cython", "python": "pure Python"}[r["implementation"]] + ", Python coverage"
             click.echo(f"| {name} | {build} | {r['inputs']:,} | {r['inputs_per_second']:,} | "
                        f"{r['coverage_edges']:,} / {r['features']:,} | {r['corpus']:,} | "
                        f"{len(r['crashes'])} | `{r['commit']}` |")

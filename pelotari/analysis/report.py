@@ -19,8 +19,9 @@ def load(spark, files: Dict[str, List[str]]) -> Dict[str, object]:
     """Spark DataFrames of the files find() returned: "bench" (`pelotari bench` records),
     "bully" (the bully benchmark's, when there are any), "potato" (potato's: the simulator's
     and real meshes', when there are any), "swarm" (swarm's: the simulator's and the benchmark's,
-    when there are any) and "micro". The JSON-lines files are read once per schema; "bench" is
-    left out when they hold nothing but bully, potato and swarm records."""
+    when there are any), "fuzz" (bench/fuzz's runs, when there are any) and "micro". The
+    JSON-lines files are read once per schema; "bench" is left out when they hold nothing but
+    bully, potato, swarm and fuzz records."""
     jsonl, bench_json = files.get("bench"), files.get("micro")
     frames = {}
     if jsonl:
@@ -29,8 +30,11 @@ def load(spark, files: Dict[str, List[str]]) -> Dict[str, object]:
         bully = kinds & set(trend.BULLY_KINDS)
         potato = kinds & set(trend.POTATO_KINDS)
         swarm = kinds & set(trend.SWARM_KINDS)
-        if kinds - bully - potato - swarm or not (bully or potato or swarm):
+        fuzz = kinds & set(trend.FUZZ_KINDS)
+        if kinds - bully - potato - swarm - fuzz or not (bully or potato or swarm or fuzz):
             frames["bench"] = spark.read.schema(trend.BENCH_SCHEMA).json(jsonl)
+        if fuzz:
+            frames["fuzz"] = spark.read.schema(trend.FUZZ_SCHEMA).json(jsonl)
         if bully:
             frames["bully"] = spark.read.schema(trend.BULLY_SCHEMA).json(jsonl)
         if potato:
@@ -73,6 +77,8 @@ def analyse(frames: Dict[str, object], threshold: float) -> Dict[str, object]:
         out.update(swarm_joins=trend.swarm_joins(frames["swarm"]),
                    swarm_recoveries=trend.swarm_recoveries(frames["swarm"]),
                    swarm_bench=bench, swarm_speedups=trend.swarm_speedups(bench))
+    if "fuzz" in frames:
+        out["fuzz"] = trend.fuzz_runs(frames["fuzz"])
     if "micro" in frames:
         out["micro"] = trend.micro_benchmarks(frames["micro"])
     return out
@@ -1447,6 +1453,24 @@ def _rate(v) -> str:
     return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k"
 
 
+def _fuzz_markdown(data: Dict[str, List[dict]]) -> List[str]:
+    rows = data.get("fuzz", [])
+    if not rows:
+        return []
+    lines = ["## Fuzzing (bench/fuzz: each target's newest run per build)", "",
+             "| target | build | inputs | inputs/s | coverage (edges / features) | crashes | "
+             "commit | runs (inputs, crashes in all) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["target"], r["implementation"] or "", r["native_coverage"])):
+        build = ("Cython, instrumented + ASan" if r["native_coverage"] else
+                 {"cython": "Cython", "python": "pure Python"}.get(r["implementation"], "?")
+                 + ", Python coverage")
+        lines.append(f"| {r['target']} | {build} | {r['inputs'] or 0:,} | "
+                     f"{r['inputs_per_second'] or 0:,} | {r['coverage_edges'] or 0:,} / "
+                     f"{r['features'] or 0:,} | {r['crashes']} | `{_short(r['commit'])}` | "
+                     f"{r['runs']} ({r['inputs_all'] or 0:,}, {r['crashes_all']}) |")
+    return lines + [""]
+
+
 def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -> str:
     bench = "regressions" in data  # `pelotari bench` records were loaded
     lines = ["# pelotari throughput trend" if bench else "# pelotari trend", ""]
@@ -1503,6 +1527,7 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
     lines += _bully_markdown(data)
     lines += _potato_markdown(data)
     lines += _swarm_markdown(data)
+    lines += _fuzz_markdown(data)
     micro = data.get("micro", [])
     if micro:
         lines += ["## Micro-benchmarks (latest file)", "",

@@ -5,14 +5,15 @@ from the bully benchmark's JSON lines (pelotari/bully/bench.py: one record per e
 round), from potato's (pelotari/potato/simulate.py and bench.py: one record per simulated
 broadcast or election, or per real mesh), from swarm's (pelotari/swarm/simulate.py: one record
 per phase of a simulated swarm; bench.py: one per figure and stack) and from pytest-benchmark
-JSON files. Nothing here reads or writes files; see report.py.
+JSON files, and from the fuzz runner's (bench/fuzz: one record per target run). Nothing here
+reads or writes files; see report.py.
 """
 from typing import Iterable
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, StringType,
+                               StructField, StructType)
 
 PEERS = ("redis", "nats", "zeromq")
 
@@ -540,3 +541,44 @@ def swarm_speedups(bench: DataFrame) -> DataFrame:
             .withColumn("ratio", F.when(F.col("higher_is_better"), F.col("cython") / F.col("pure"))
                         .otherwise(F.col("pure") / F.col("cython")))
             .select("measure", "commit", "time", "pure", "cython", "higher_is_better", "ratio"))
+
+
+# ---- fuzzing (bench/fuzz `run --out`) ---------------------------------------------------------
+
+FUZZ_KINDS = ("fuzz",)
+FUZZ_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("target", StringType()),
+    StructField("commit", StringType()),
+    StructField("when", StringType()),
+    StructField("implementation", StringType()),
+    StructField("native_coverage", BooleanType()),
+    StructField("seconds", DoubleType()),
+    StructField("inputs", LongType()),
+    StructField("inputs_per_second", LongType()),
+    StructField("coverage_edges", LongType()),
+    StructField("features", LongType()),
+    StructField("corpus", LongType()),
+    StructField("crashes", ArrayType(StringType())),
+    StructField("exit", LongType()),
+])
+
+
+def fuzz_runs(raw: DataFrame) -> DataFrame:
+    """Fuzz records → per target and build (implementation, instrumented Cython or not) its
+    newest run: inputs, inputs/s, coverage, corpus, crashes found, commit and time; and `runs`,
+    `inputs_all` and `crashes_all` over every run of that target and build."""
+    runs = (raw.where(F.col("kind") == "fuzz")
+            .withColumn("time", F.to_timestamp("when"))
+            .withColumn("crash_count", F.coalesce(F.size("crashes"), F.lit(0)))
+            .withColumn("native_coverage", F.coalesce("native_coverage", F.lit(False))))
+    key = ["target", "implementation", "native_coverage"]
+    newest = Window.partitionBy(*key).orderBy(F.col("time").desc_nulls_last())
+    totals = runs.groupBy(*key).agg(F.count(F.lit(1)).alias("runs"),
+                                    F.sum("inputs").alias("inputs_all"),
+                                    F.sum("crash_count").alias("crashes_all"))
+    return (runs.withColumn("k", F.row_number().over(newest)).where(F.col("k") == 1)
+            .join(totals, key)
+            .select("target", "implementation", "native_coverage", "commit", "time", "inputs",
+                    "inputs_per_second", "coverage_edges", "features", "corpus",
+                    F.col("crash_count").alias("crashes"), "runs", "inputs_all", "crashes_all"))
