@@ -106,3 +106,27 @@ def test_a_short_atheris_run_of_every_target_finds_nothing(tmp_path):
     assert set(shares) == {"pelotari/potato/wire.py", "pelotari/prototari/core.py",
                            "pelotari/prototari/wire.py"}
     assert all(50 < share <= 100 for share in shares.values()), shares
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_run_and_its_fuzzer_in_one_line(tmp_path):
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-m", "bench.fuzz", "run", "potato-wire", "--seconds",
+                             "60", "--work", str(tmp_path)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the fuzzer never started"
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted during potato-wire" in err and "Traceback" not in err, err
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from bench.fuzz import registry
+from pelotari.cli.common import StatusLine
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "build" / "fuzz" / "native"  # the coverage-instrumented Cython build
@@ -25,6 +26,13 @@ def _seed(corpus: Path, target) -> None:
     corpus.mkdir(parents=True, exist_ok=True)
     for data in target.seeds():
         (corpus / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def _tail(path: Path, size: int = 4096) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - size))
+        return f.read()
 
 
 def _commit() -> str:
@@ -59,10 +67,28 @@ def run_target(target, work: Path, seconds: float, runs: int, native: bool,
                "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
                f"-max_len={max_len}", f"-artifact_prefix={crashes}/", str(corpus)]
     started, commit = time.monotonic(), _commit()  # the code the run started with
+    status = StatusLine()
     with open(log, "wb") as out:
-        proc = subprocess.run([sys.executable, "-m", "bench.fuzz.worker", name] + [o for o in options if o],
-                              stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                              env=_environment(native), cwd=ROOT, check=False)
+        proc = subprocess.Popen([sys.executable, "-m", "bench.fuzz.worker", name] + [o for o in options if o],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=_environment(native), cwd=ROOT)
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                if status.due():
+                    last = DONE.findall(_tail(log))
+                    if last:
+                        status.update(f"{name}: {int(last[-1][0]):,} inputs, cov {int(last[-1][1]):,} "
+                                      f"after {time.monotonic() - started:.0f} s")
+        finally:
+            if proc.poll() is None:  # Ctrl-C: libFuzzer got it too; make sure it is gone
+                proc.terminate()
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            status.finish()
     text = log.read_bytes()
     stats = {k.decode(): int(v) for k, v in STAT.findall(text)}
     last = DONE.findall(text)
@@ -129,7 +155,11 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
     for target in targets:
         name = target.name
         limit = target.goal if goal and not runs else runs
-        record = run_target(target, work, seconds, limit, native, max_len or target.max_len)
+        try:
+            record = run_target(target, work, seconds, limit, native, max_len or target.max_len)
+        except KeyboardInterrupt:  # run_target stopped the fuzzer on its way out
+            click.echo(f"interrupted during {name}", err=True)
+            sys.exit(130)
         failed |= bool(record["crashes"]) or record["exit"] != 0
         click.echo(f"{name:18} {record['inputs']:>11,} inputs  {record['inputs_per_second']:>7,}/s  "
                    f"cov {record['coverage_edges']:>5}  ft {record['features']:>6}  "
