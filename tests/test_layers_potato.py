@@ -135,14 +135,16 @@ def messages(draw):
     kind = draw(st.sampled_from(sorted(wire.TYPES)))
     needs_to, body_kind = wire.TYPES[kind]
     ident = st.text(min_size=1, max_size=12)
+    parent = draw(ident)
+    nxt = draw(ident.filter(lambda n: n != parent))  # a frame is not its own parent
     if body_kind == "request":
-        body = Request(draw(ident), draw(ident), draw(names), tuple(draw(st.lists(names, max_size=3))),
+        body = Request(parent, nxt, draw(names), tuple(draw(st.lists(names, max_size=3))),
                        draw(st.none() | st.integers(0, 300))).as_dict()
     elif body_kind == "response":
         vote = draw(st.sampled_from(wire.VOTES))
         yes, no = (0, 0) if vote == "ABSTAIN" else sorted(draw(st.tuples(
             st.integers(0, 50), st.integers(1, 50))), reverse=vote == "YES")
-        body = Response(draw(ident), draw(ident), vote, yes, no).as_dict()
+        body = Response(parent, nxt, vote, yes, no).as_dict()
     else:
         body = draw(json_values)
     to = draw(names) if needs_to else draw(st.none() | names)

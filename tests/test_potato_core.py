@@ -246,7 +246,26 @@ def test_open_elections_are_never_forgotten():
         n.peer_up(p, 0.0)
     for k in range(10):
         n.receive("Z", request("F0", f"n{k}"), 0.0)
-    assert len(n._votes) == 4 and n.stats["abstained_limit"] == 6
+    # Others get max_elections - 1 places: one stays for this node's own proposal.
+    assert len(n._votes) == 3 and n.stats["abstained_limit"] == 7
+
+
+def test_strangers_filling_the_election_table_cannot_stop_our_proposal():
+    # Found by the potato-node fuzz target: a proposal on a table full of open elections went
+    # one past max_elections. Now others leave one place, at the limit and one past it.
+    n = PotatoNode("A", 0.0, Config(max_elections=4, request_burst=100))
+    for p in ("Z", "B"):
+        n.peer_up(p, 0.0)
+    for k in range(3):
+        n.receive("Z", request("F0", f"n{k}"), 0.0)
+    assert len(n._votes) == 3 and n.stats["abstained_limit"] == 0
+    n.receive("Z", request("F0", "n3"), 0.0)  # one past the others' share: ABSTAIN
+    assert len(n._votes) == 3 and n.stats["abstained_limit"] == 1
+    assert n.propose(0.0) is not None and len(n._votes) == 4
+    n.receive("Z", request("F0", "n4"), 0.0)
+    assert len(n._votes) == 4 and n.stats["abstained_limit"] == 2
+    with pytest.raises(ValueError):
+        Config(max_elections=1)
 
 
 def test_a_forged_request_does_not_bind_the_parent_for_ever():
@@ -259,6 +278,27 @@ def test_a_forged_request_does_not_bind_the_parent_for_ever():
     sim.run(2.0)
     (result,) = sim.events(("A", 1), ElectionResult)
     assert result.won and result.no == 0
+
+
+def test_an_election_on_itself_is_malformed_and_a_frame_is_not_its_own_parent():
+    # Found by the potato-node fuzz target: a request (f3, f3) was heard, then the broadcast
+    # of frame f3 on parent f3 was taken. Both are garbage now, as bytes off the wire.
+    req = (b'{"type": "indirect_election_request", "identifier": "1", "from": "Z", '
+           b'"visited": [], "body": {"parent": "f3", "next": "f3", "originator": "Z", '
+           b'"direct_participants": []}}')
+    with pytest.raises(wire.BadField, match="own parent"):
+        wire.decode(req)
+    resp = (b'{"type": "direct_election_response", "identifier": "2", "from": "Z", '
+            b'"visited": [], "to": "A", "body": {"parent": "f3", "next": "f3", "vote": "NO"}}')
+    with pytest.raises(wire.BadField, match="own parent"):
+        wire.decode(resp)
+    assert wire.decode(req.replace(b'"next": "f3"', b'"next": "f4"')).body["next"] == "f4"
+    n = listener()
+    n.receive("P", request("f3", "f3", "P"), 0.0)
+    assert n.stats["dropped_bad_field"] == 1 and not n.messages_to_send()
+    n._seen[("f3", "f3")] = "P"  # even had it been heard
+    n.receive("P", frame_broadcast("f3", "f3", "P"), 0.0)
+    assert n.frame == "F0" and n.stats["frame_refused_malformed"] == 1
 
 
 def test_response_counts_are_bounded_and_must_match_the_vote():
@@ -349,7 +389,8 @@ def test_a_delivered_message_names_the_peer_that_handed_it_over():
 
 
 def test_seen_elections_and_frame_history_are_bounded():
-    n = PotatoNode("A", 0.0, Config(max_seen_elections=3, frame_history=2, request_burst=100))
+    n = PotatoNode("A", 0.0, Config(max_seen_elections=3, max_elections=2, frame_history=2,
+                                    request_burst=100))
     n.peer_up("P", 0.0)
     for k in range(5):
         n.receive("P", request("F0", f"n{k}"), 0.0)
@@ -360,6 +401,35 @@ def test_seen_elections_and_frame_history_are_bounded():
     assert n.frame == "n4" and list(n._history) == ["n3", "n4"]
     with pytest.raises(ValueError):
         Config(max_seen_elections=0)
+    with pytest.raises(ValueError):  # seen elections must outlive the ones voted in
+        Config(max_seen_elections=3, max_elections=4)
+
+
+def test_a_late_copy_of_a_forgotten_election_gets_no_second_vote():
+    # Found by the potato-node fuzz target: an election let go to make room was voted on again
+    # when a copy of its request came late. Those heard (max_seen_elections) outlive those
+    # tracked (max_elections): a late copy is ABSTAINed on, up to the limit and one past it.
+    n = PotatoNode("A", 0.0, Config(max_elections=2, max_seen_elections=3, request_burst=100))
+    n.peer_up("P", 0.0)
+    n.peer_up("Q", 0.0)
+    n.receive("P", request("F0", "n0"), 0.0)
+    n.handle_timer(10.0)  # that election is over (nobody answered): done, may be let go
+    votes = [e for e in iter(n.next_event, None) if isinstance(e, VoteCast)]
+    assert [(v.parent, v.next) for v in votes] == [("F0", "n0")]
+    n.receive("P", request("F0", "n1"), 10.0)  # n0 is let go to make room for it
+    assert ("F0", "n0") not in n._votes and ("F0", "n0") in n._seen
+    n.messages_to_send()
+    n.receive("Q", request("F0", "n0"), 10.0)  # a late copy, from another peer
+    assert not [e for e in iter(n.next_event, None) if isinstance(e, VoteCast) and e.next == "n0"]
+    (answer,) = [wire.decode(d) for p, d in n.messages_to_send() if p == "Q"]
+    assert answer.body["vote"] == "ABSTAIN" and n.stats["abstained_forgotten"] == 1
+    for k in range(2, 5):  # three more heard: n0 is forgotten there too, and new to this node
+        n.handle_timer(10.0 * k)
+        n.receive("P", request("F0", f"n{k}"), 10.0 * k)
+    assert ("F0", "n0") not in n._seen
+    n.handle_timer(60.0)
+    n.receive("Q", request("F0", "n0"), 60.0)
+    assert [e for e in iter(n.next_event, None) if isinstance(e, VoteCast) and e.next == "n0"]
 
 
 def test_hops_count_links_for_direct_and_broadcast_alike():

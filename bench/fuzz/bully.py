@@ -31,11 +31,11 @@ def framing_seeds():
 
 
 def framing_input(data: bytes) -> None:
-    """A stream cut into pieces (sizes from the first byte, at most ~32 of them) gives the same messages, in order,
-    and the same error as the stream fed whole; the framer never raises anything but a
-    BullyError nor holds more than one message's bytes; every message decodes alone from its own
-    bytes and encodes to bytes that decode to it again (exactly its bytes when its peer slots
-    are canonical)."""
+    """A stream cut into pieces (sizes from the first byte, at most ~32 of them) gives the same
+    messages, in order, and the same error as the stream fed whole; the framer never raises
+    anything but a BullyError nor holds more than one message's bytes; every message decodes
+    alone from its own bytes and encodes to bytes that decode to it again (exactly its bytes
+    when its peer slots are canonical)."""
     if not data:
         return
     stream = data[1:]

@@ -8,7 +8,7 @@ from bench.fuzz.common import Script, Target, check, framed, mutate, tick
 from fastpath import refcodec
 from fastpath.errors import CodecError
 from fastpath.implementation import compiled
-from fastpath.packets import MAX_DATA, Deliver, Push
+from fastpath.packets import MAX_DATA, Deliver, Forward, Push
 from pelotari.fyrehose import backbone_core
 from pelotari.fyrehose.core import ClientConfig, ClientCore
 from pelotari.fyrehose.events import Lost, Message, Resync
@@ -113,16 +113,18 @@ def client_input(data: bytes) -> None:
     """A client core fed a script of datagrams from the backbone and strangers, publishes and
     clock steps: nothing but its own errors escapes, delivered sequences only move forward
     (or are a Resync), counts never go negative, held messages stay within max_held and
-    max_held_bytes, and it never sends a stranger more bytes than that stranger sent it."""
+    max_held_bytes, it never sends a stranger more bytes than that stranger sent it, and a
+    requester the backbone FORWARDs to gets at most the repair budget (burst + rate x time)."""
     s = Script(data)
     flags = s.below(4)
     cfg = ClientConfig(flags=flags, max_held=16, max_held_bytes=256, journal_size=16,
                        max_pending_publishes=8, serve_burst=512, serve_rate=1024,
-                       serve_requesters=4, tail_probe=s.pick((0.0, 0.1)))
+                       serve_requesters=1024, tail_probe=s.pick((0.0, 0.1)))
     now = 1000.0
     core = ClientCore(BACKBONE, now, cfg)
     sent_by: dict = {}
     got_from: dict = {}
+    named: dict = {}  # requester -> when the backbone first FORWARDed to it
     expected = None  # the next sequence the application should see
     while s:
         op = s.below(4)
@@ -132,6 +134,13 @@ def client_input(data: bytes) -> None:
             if s.byte() & 1:
                 wire = mutate(s, s.pick(list(client_seeds_wires())))
             sent_by[source] = sent_by.get(source, 0) + len(wire)
+            if source == core.backbone_source:
+                try:
+                    fwd = refcodec.decode(wire)
+                except ValueError:
+                    fwd = None
+                if isinstance(fwd, Forward):
+                    named.setdefault((fwd.addr, fwd.port), now)
             core.receive_datagram(wire, source, now)
         elif op == 1:
             now += s.below(3000) / 1000
@@ -144,7 +153,14 @@ def client_input(data: bytes) -> None:
         else:
             core.set_flags(s.below(4), now)
         for wire, to in core.datagrams_to_send():
-            got_from[to] = got_from.get(to, 0) + len(wire)
+            got_from[to] = n = got_from.get(to, 0) + len(wire)
+            if to == BACKBONE:
+                continue
+            # Repairs the backbone asked for (C4) are bounded by the budget, whoever the
+            # requester; anything else to an address is bounded by what that address sent.
+            budget = 512 + 1024 * (now - named[to]) if to in named else 0
+            check(n <= sent_by.get(to, 0) + budget,
+                  f"{n} bytes to {to}, which sent {sent_by.get(to, 0)} (repair budget {budget:.0f})")
         while (event := core.next_event()) is not None:
             if isinstance(event, Message):
                 check(expected is None or event.sequence == expected, "a message out of order")
@@ -157,11 +173,6 @@ def client_input(data: bytes) -> None:
         check(core.tracker.held_count <= 16 and core.tracker.held_bytes <= 256 + 255,
               "held beyond its limits")
         check(all(v >= 0 for v in core.stats.values()), "a negative count")
-    for to, n in got_from.items():
-        if to != BACKBONE and to not in sent_by:
-            continue  # addresses named in FORWARDs from the backbone: the backbone's to answer for
-        check(to == BACKBONE or n <= max(sent_by.get(to, 0), 0) + 512,
-              f"{n} bytes to {to}, which sent {sent_by.get(to, 0)}")
 
 
 def client_seeds_wires():

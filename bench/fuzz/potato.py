@@ -89,15 +89,20 @@ def node_seeds():
 def node_input(data: bytes) -> None:
     """A node fed a script of schema-shaped, mutated and garbage messages from peers that come
     and go, proposals, broadcasts and clock steps: nothing escapes, every message goes to a
-    current peer and never to one its `visited` names (but a direct to its `to`), no election (parent, next) gets two
-    votes cast or two non-ABSTAIN answers, a frame once left is never taken again, and every
-    table stays within its limit."""
+    current peer and never to one its `visited` names (but a direct to its `to`), no election
+    (parent, next) gets two votes cast or two non-ABSTAIN answers while the node can remember
+    it (max_seen_elections newer ones heard), a frame once left is never taken again while
+    it is among the last frame_history, and every table stays within its limit."""
     s = Script(data)
-    cfg = Config(max_cache=16, max_elections=8, max_seen_elections=8, frame_history=4,
+    cfg = Config(max_cache=16, max_elections=6, max_seen_elections=10, frame_history=4,
                  request_burst=4, limits=LIMITS)
     now = 10.0
     node = PotatoNode("a", now, cfg)
-    voted, answered, frames = set(), set(), ["INITIAL"]
+    frames = ["INITIAL"]
+    voted: dict = {}  # election -> elections heard when we last voted in it
+    rounds: dict = {}  # election -> votes cast in it (a second once it was forgotten)
+    answered: dict = {}  # election -> the round its non-ABSTAIN answer went out in
+
     while s:
         op = s.below(8)
         if op == 0:
@@ -116,6 +121,17 @@ def node_input(data: bytes) -> None:
             node.broadcast({"n": s.byte()}, now)
         else:
             node.receive(s.pick(PEERS), s.blob(), now)
+        while (event := node.next_event()) is not None:
+            if isinstance(event, VoteCast):
+                key = (event.parent, event.next)
+                heard = node.stats["elections_heard"]
+                check(key not in voted or heard - voted[key] >= cfg.max_seen_elections,
+                      f"two votes cast in election {key}")
+                voted[key], rounds[key] = heard, rounds.get(key, 0) + 1
+            elif isinstance(event, FrameChanged):
+                check(event.frame not in frames[-cfg.frame_history:],  # as far as it remembers
+                      f"frame {event.frame} taken again")
+                frames.append(event.frame)
         for peer, payload in node.messages_to_send():
             check(peer in node.peers, f"sent to {peer}, not a peer")
             msg = wire.decode(payload)
@@ -123,16 +139,9 @@ def node_input(data: bytes) -> None:
                   f"relayed to {peer}, which `visited` names")  # (a direct goes to its `to`)
             if msg.type.endswith("_response") and msg.body["vote"] != "ABSTAIN":
                 key = (msg.body["parent"], msg.body["next"])
-                check(key not in answered, f"election {key} answered twice")
-                answered.add(key)
-        while (event := node.next_event()) is not None:
-            if isinstance(event, VoteCast):
-                key = (event.parent, event.next)
-                check(key not in voted, f"two votes cast in election {key}")
-                voted.add(key)
-            elif isinstance(event, FrameChanged):
-                check(event.frame not in frames, f"frame {event.frame} taken again")
-                frames.append(event.frame)
+                check(key in rounds and answered.get(key) != rounds[key],
+                      f"election {key} answered twice, or without a vote")
+                answered[key] = rounds[key]
         check(len(node._cache) <= cfg.max_cache and len(node._votes) <= cfg.max_elections
               and len(node._seen) <= cfg.max_seen_elections
               and len(node._history) <= cfg.frame_history, "a table over its limit")

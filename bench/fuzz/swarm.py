@@ -191,6 +191,7 @@ TARGETS = [
            ("pelotari.swarm.wire",), goal=10_000_000),
     Target("swarm-node", node_input, node_seeds, node_input.__doc__,
            ("pelotari.swarm.core", "pelotari.swarm.wire", "pelotari.swarm.table")),
+    # Every input opens a socket pair: scripts past 1 KiB only repeat steps, at a quarter the pace.
     Target("swarm-path", path_input, path_seeds, path_input.__doc__,
-           ("pelotari.swarm.core", "pelotari.swarm.wire", "fastpath.swarmpath")),
+           ("pelotari.swarm.core", "pelotari.swarm.wire", "fastpath.swarmpath"), max_len=1024),
 ]

@@ -37,10 +37,13 @@ class Config:
     def __post_init__(self):
         if self.cache_lifetime <= 0 or self.direct_timeout <= 0:
             raise ValueError("cache_lifetime and direct_timeout must be positive")
-        if min(self.max_cache, self.max_elections, self.max_seen_elections,
-               self.frame_history) < 1:
-            raise ValueError("max_cache, max_elections, max_seen_elections and frame_history "
-                             "must be at least 1")
+        if min(self.max_cache, self.max_seen_elections, self.frame_history) < 1:
+            raise ValueError("max_cache, max_seen_elections and frame_history must be at least 1")
+        if self.max_elections < 2:
+            raise ValueError("max_elections must be at least 2 (one place is kept for our own)")
+        if self.max_seen_elections < self.max_elections:
+            raise ValueError("max_seen_elections must be at least max_elections (it outlives "
+                             "them, so a forgotten election is not voted on twice)")
 
 
 # ---- events ------------------------------------------------------------------------------
@@ -289,7 +292,7 @@ class PotatoNode:
         frame or on one we never had (we missed a frame: catch up), from the originator of an
         election for it that we heard. So a broadcast alone, with no election before it, moves
         nobody, an old frame is never taken back, and no frame forks our history."""
-        if not isinstance(parent, str):
+        if not isinstance(parent, str) or parent == frame:
             return "malformed"
         if frame in self._history:
             return "old"
@@ -311,6 +314,7 @@ class PotatoNode:
         v = _Vote(req, None, "direct", now + self.config.direct_timeout,
                   waiting=set(req.direct_participants))
         self._mine = v
+        self._room(own=True)  # always true: others leave one place, and our last one is done
         self._track((req.parent, req.next), v)
         self._heard(req)
         self._note_vote(req, now)
@@ -321,16 +325,19 @@ class PotatoNode:
         self._maybe_answer(v, now)
         return nxt
 
-    def _room(self) -> bool:
+    def _room(self, own: bool = False) -> bool:
         """Forget finished elections past the limit; whether there is room for another. An
-        open one is never forgotten (its copies still travelling would look new)."""
-        if len(self._votes) < self.config.max_elections:
+        open one is never forgotten (its copies still travelling would look new). Other nodes'
+        elections get max_elections - 1 places, so ours always finds one: strangers filling
+        the table cannot stop this node from proposing, nor push it past max_elections."""
+        limit = self.config.max_elections - (0 if own else 1)
+        if len(self._votes) < limit:
             return True
         for key in [k for k, v in self._votes.items() if v.done]:
-            if len(self._votes) < self.config.max_elections:
+            if len(self._votes) < limit:
                 break
             del self._votes[key]
-        return len(self._votes) < self.config.max_elections
+        return len(self._votes) < limit
 
     def _track(self, key: tuple[str, str], v: _Vote) -> None:
         self._votes[key] = v
@@ -375,13 +382,21 @@ class PotatoNode:
         key = (req.parent, req.next)
         if key not in self._seen:  # the first originator named for it stands
             self._seen[key] = req.originator
+            self.stats["elections_heard"] += 1
             while len(self._seen) > self.config.max_seen_elections:
                 self._seen.popitem(last=False)
 
     def _on_request(self, peer: str, msg: Message, req: Request, now: float) -> None:
         kind = "direct" if msg.type.startswith("direct") else "indirect"
         key = (req.parent, req.next)
+        forgotten = key in self._seen and key not in self._votes
         self._heard(req)
+        if forgotten:
+            # A late copy of an election we answered (or refused) and have since let go to
+            # make room: voting now would be a second vote in it. `_seen` outlives `_votes`.
+            self.stats["abstained_forgotten"] += 1
+            self._respond(peer, kind, req, "ABSTAIN", 0, 0)
+            return
         if key not in self._votes and (not self._bucket_ok(peer, now) or not self._room()):
             # Too many new elections from this peer, or too many open at once: ABSTAIN, and
             # spread nothing (each request we spread costs the mesh a message per edge).

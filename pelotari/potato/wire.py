@@ -211,8 +211,11 @@ def request_body(body, limits: Limits) -> Request:
     originator = body.get("originator")
     if not is_name(originator):
         raise BadField("originator must be a name")
-    return Request(_ident(body.get("parent"), limits, "parent"),
-                   _ident(body.get("next"), limits, "next"), originator,
+    parent = _ident(body.get("parent"), limits, "parent")
+    nxt = _ident(body.get("next"), limits, "next")
+    if parent == nxt:
+        raise BadField("next must differ from parent (a frame is not its own parent)")
+    return Request(parent, nxt, originator,
                    _names(body.get("direct_participants"), limits.max_participants,
                           "direct_participants"), deadline)
 
@@ -238,8 +241,11 @@ def response_body(body, limits: Limits) -> Response:
         if (vote == "YES" and yes < no) or (vote == "NO" and no < yes) or \
                 (vote != "ABSTAIN" and yes + no == 0):
             raise BadField("vote contradicts the counts")
-    return Response(_ident(body.get("parent"), limits, "parent"),
-                    _ident(body.get("next"), limits, "next"), vote,
+    parent = _ident(body.get("parent"), limits, "parent")
+    nxt = _ident(body.get("next"), limits, "next")
+    if parent == nxt:
+        raise BadField("next must differ from parent (a frame is not its own parent)")
+    return Response(parent, nxt, vote,
                     counts[0] if counts[0] >= 0 and counts[1] >= 0 else -1,
                     counts[1] if counts[0] >= 0 and counts[1] >= 0 else -1)
 
