@@ -71,12 +71,26 @@ def trend(results, out, master, threshold):
         # Spark's JVM ignores SIGINT, and stopping it mid-job prints pages of Java stack
         # traces (and can wait on a JVM still starting): kill it and go, saying one line.
         _quit_interrupted()
+    except Exception:
+        # The interrupt can land inside PySpark's own error handling, which then fails on
+        # the half-read py4j connection and raises its error instead (Py4JNetworkError:
+        # "Answer from Java side is empty"): after a signal, any error means interrupted.
+        if _signalled:
+            _quit_interrupted()
+        raise
+    if _signalled:  # a KeyboardInterrupt that py4j swallowed
+        _quit_interrupted()
     for path in written:
         click.echo(str(path))
     click.echo(f"done in {time.monotonic() - started:.1f}s; summary: {out / 'summary.md'}", err=True)
 
 
+_signalled = False
+
+
 def _interrupt(signum, frame):
+    global _signalled
+    _signalled = True
     raise KeyboardInterrupt
 
 
