@@ -81,3 +81,33 @@ def test_interrupting_trend_during_the_analysis_is_one_line(tmp_path):
         pytest.fail("trend never reached its analysis")
     time.sleep(0.5)
     _interrupted_cleanly(proc, signal.SIGINT)
+
+
+@pytest.mark.parametrize("py4j_does", ["raise its own error", "swallow it"])
+def test_an_interrupt_py4j_turns_into_its_own_error_is_still_one_line(tmp_path, py4j_does):
+    # What CI saw once: the KeyboardInterrupt landed in PySpark's error handling, which then
+    # failed on the half-read connection and raised Py4JNetworkError instead. Made
+    # deterministic: the analysis gets the signal and does what py4j did (or swallows it).
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(DOCS / "bench-issue15.jsonl", results)
+    swallow = py4j_does == "swallow it"
+    code = ("import os, signal, sys, time\n"
+            "from py4j.protocol import Py4JNetworkError\n"
+            "from pelotari.analysis import report\n"
+            "def analyse(frames, threshold):\n"
+            "    try:\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "        time.sleep(5)\n"
+            "    except KeyboardInterrupt:\n"
+            f"        if {swallow}:\n"
+            "            return report_analyse(frames, threshold)\n"
+            "        raise Py4JNetworkError('Answer from Java side is empty')\n"
+            "report_analyse, report.analyse = report.analyse, analyse\n"
+            f"sys.argv = ['pelotari', 'trend', {str(results)!r}, '-o', {str(tmp_path / 'out')!r}]\n"
+            "import runpy; runpy.run_module('pelotari', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "Py4J" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == "interrupted", done.stderr
