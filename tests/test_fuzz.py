@@ -156,6 +156,18 @@ def test_replay_says_what_each_input_does(tmp_path):
     assert out.returncode == 0 and "holds" in out.stdout, out.stdout + out.stderr
 
 
+def test_the_readmes_fuzz_table_is_the_report_of_the_committed_records():
+    """The README quotes `fuzz report docs/fuzz/fuzz.jsonl` as it is: every record a goal run wrote."""
+    records = [json.loads(line) for line in (ROOT / "docs/fuzz/fuzz.jsonl").read_text().splitlines()]
+    assert records and all(r["kind"] == "fuzz" and r["exit"] == 0 for r in records)
+    for r in records:
+        goal = registry.load(r["target"]).goal
+        assert r["native_coverage"] or r["inputs"] >= goal, r  # the goal runs reached their goal
+    out = fuzz("report", "docs/fuzz/fuzz.jsonl")
+    assert out.returncode == 0 and out.stdout.count("\n") == len(records) + 2, out.stderr
+    assert out.stdout.strip() in (ROOT / "README.md").read_text()
+
+
 @pytest.mark.slow
 def test_a_short_atheris_run_of_every_target_finds_nothing(tmp_path):
     """The smoke run: 400 inputs per target under atheris with libFuzzer's mutations."""

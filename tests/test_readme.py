@@ -85,6 +85,8 @@ NOT_RUN = {
     "bash tools/run fuzz run --seconds 60": "a minute per target; tests/test_fuzz.py runs every target for 400 inputs",
     "bash tools/run fuzz run --goal --out results/fuzz.jsonl": MINUTES,
     "bash tools/run fuzz report results/fuzz.jsonl": "needs the run above; tests/test_fuzz.py reports its smoke run",
+    "bash tools/run fuzz report docs/fuzz/fuzz.jsonl": "runs from the repository, not a fresh folder; "
+    "tests/test_fuzz.py checks that the README's table is its output",
     "bash tools/run fuzz coverage": "needs the run above; tests/test_fuzz.py measures its smoke run's corpora",
 }
 
