@@ -149,6 +149,24 @@ def test_a_users_mistake_is_one_line(args, needle):
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
 
 
+def test_build_without_cython_says_so_in_one_line():
+    # A fresh venv had Cython only in pip's isolated build env: `build` was a traceback.
+    code = ("import sys\n"
+            "class NoCython:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'Cython':\n"
+            "            raise ImportError(name)\n"
+            "sys.meta_path.insert(0, NoCython())\n"
+            "sys.argv = ['bench.fuzz', 'build']\n"
+            "import runpy; runpy.run_module('bench.fuzz', run_name='__main__')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "Error: no Cython in this environment: pip install 'cython>=3.0.10' "
+        "(or reinstall with `pip install -e '.[test]'`)"], out.stderr
+
+
 def test_replay_says_what_each_input_does(tmp_path):
     good = tmp_path / "good"
     good.write_bytes(REGRESSIONS[0][1])

@@ -244,14 +244,22 @@ def coverage_command(targets, work):
 def build():
     """Build the Cython extensions with clang's coverage instrumentation and ASan into
     build/fuzz/native (clang-14: `apt-get install clang-14`; `tools/run fuzz` installs it)."""
+    try:
+        import Cython  # noqa: F401  (setup.py cythonizes; pip's isolated build env had it, not the venv)
+    except ImportError:
+        raise click.ClickException("no Cython in this environment: pip install 'cython>=3.0.10' "
+                                   "(or reinstall with `pip install -e '.[test]'`)") from None
     clang = shutil.which("clang-14") or shutil.which("clang")
     if clang is None:
         raise click.ClickException("no clang: apt-get install clang-14")
     flags = "-fsanitize=address,fuzzer-no-link -g -O1 -fno-omit-frame-pointer"
     env = dict(os.environ, CC=clang, LDSHARED=f"{clang} -shared", CFLAGS=flags, LDFLAGS=flags)
     temp = ROOT / "build" / "fuzz" / "temp"
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(NATIVE),
-                    "--build-temp", str(temp), "--force"], cwd=ROOT, env=env, check=True)
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(NATIVE),
+                           "--build-temp", str(temp), "--force"], cwd=ROOT, env=env, check=False)
+    if done.returncode != 0:
+        raise click.ClickException(f"the instrumented build failed (setup.py exit {done.returncode}; "
+                                   "its output is above)")
     for py in (ROOT / "fastpath").glob("*.py"):  # the package's Python half: twins, tables
         shutil.copy2(py, NATIVE / "fastpath" / py.name)
     click.echo(f"instrumented build in {NATIVE}")
