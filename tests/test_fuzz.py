@@ -209,7 +209,8 @@ def test_a_short_atheris_run_of_every_target_finds_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_run_and_its_fuzzer_in_one_line(tmp_path):
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_stops_the_run_and_its_fuzzer_in_one_line(tmp_path, how):
     import os
     import signal
     import time
@@ -226,7 +227,10 @@ def test_ctrl_c_stops_the_run_and_its_fuzzer_in_one_line(tmp_path):
     children = psutil.Process(proc.pid).children(recursive=True)
     assert children, "the fuzzer never started"
     time.sleep(1)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    if how == "Ctrl-C":
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    else:
+        proc.terminate()  # as a service manager or `kill`: the runner alone (it left its fuzzer)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted during potato-wire" in err and "Traceback" not in err, err
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]

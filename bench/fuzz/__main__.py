@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -151,6 +152,7 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
     if native and not (NATIVE / "fastpath").is_dir():
         raise click.UsageError(f"no instrumented build in {NATIVE}: run `build` first")
     failed = False
+    signal.signal(signal.SIGTERM, _terminate)  # a service stop ends the run as Ctrl-C does
     targets = [registry.load(name) for name in names]  # all at once: the code this run started with
     for target in targets:
         name = target.name
@@ -172,6 +174,10 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
             with open(out, "a") as f:
                 f.write(json.dumps(record) + "\n")
     sys.exit(1 if failed else 0)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
 
 
 @main.command()
