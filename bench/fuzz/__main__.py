@@ -162,6 +162,9 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
         except KeyboardInterrupt:  # run_target stopped the fuzzer on its way out
             click.echo(f"interrupted during {name}", err=True)
             sys.exit(130)
+        if _terminated:  # the signal came while the fuzzer was already going (or gone)
+            click.echo(f"interrupted during {name}", err=True)
+            sys.exit(130)
         failed |= bool(record["crashes"]) or record["exit"] != 0
         click.echo(f"{name:18} {record['inputs']:>11,} inputs  {record['inputs_per_second']:>7,}/s  "
                    f"cov {record['coverage_edges']:>5}  ft {record['features']:>6}  "
@@ -176,7 +179,12 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
     sys.exit(1 if failed else 0)
 
 
+_terminated = False
+
+
 def _terminate(signum, frame):
+    global _terminated
+    _terminated = True
     raise KeyboardInterrupt
 
 
