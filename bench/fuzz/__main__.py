@@ -16,6 +16,7 @@ import click
 
 from bench.fuzz import registry
 from pelotari.cli.common import StatusLine
+from pelotari.cli.service import SignalInterrupt
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "build" / "fuzz" / "native"  # the coverage-instrumented Cython build
@@ -152,7 +153,7 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
     if native and not (NATIVE / "fastpath").is_dir():
         raise click.UsageError(f"no instrumented build in {NATIVE}: run `build` first")
     failed = False
-    signal.signal(signal.SIGTERM, _terminate)  # a service stop ends the run as Ctrl-C does
+    interrupts = SignalInterrupt(signal.SIGTERM)  # a service stop ends the run as Ctrl-C does
     targets = [registry.load(name) for name in names]  # all at once: the code this run started with
     for target in targets:
         name = target.name
@@ -160,9 +161,8 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
         try:
             record = run_target(target, work, seconds, limit, native, max_len or target.max_len)
         except KeyboardInterrupt:  # run_target stopped the fuzzer on its way out
-            click.echo(f"interrupted during {name}", err=True)
-            sys.exit(130)
-        if _terminated:  # the signal came while the fuzzer was already going (or gone)
+            record = None
+        if record is None or interrupts.came:  # (came: the fuzzer had already ended)
             click.echo(f"interrupted during {name}", err=True)
             sys.exit(130)
         failed |= bool(record["crashes"]) or record["exit"] != 0
@@ -177,15 +177,6 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
             with open(out, "a") as f:
                 f.write(json.dumps(record) + "\n")
     sys.exit(1 if failed else 0)
-
-
-_terminated = False
-
-
-def _terminate(signum, frame):
-    global _terminated
-    _terminated = True
-    raise KeyboardInterrupt
 
 
 @main.command()

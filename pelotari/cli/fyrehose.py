@@ -9,6 +9,7 @@ import time
 import click
 
 from pelotari.cli import main
+from pelotari.cli.service import SignalInterrupt
 from pelotari.cli.common import (AddressType, StatusLine, escape_text, human_rate,
                                  metrics_option, plural, start_metrics)
 
@@ -137,14 +138,6 @@ def drop_summary(drops: dict) -> str:
     return ", ".join(f"{reason} {count}" for reason, count in drops.items() if count) or "none"
 
 
-def _sigterm_as_interrupt():
-    """Let SIGTERM end this command the way Ctrl-C does (summary line, clean exit)."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-
-
 def _client_options(fn):
     fn = click.option("--bind", type=AddressType(0), default="0.0.0.0:0", show_default=True,
                       help="Local address for this client's socket.")(fn)
@@ -207,7 +200,7 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     With --pack, messages go in groups (64, or 10 ms worth at --rate, at most --in-flight; from
     stdin a group leaves when it is full or input ends), each packed into as few datagrams as fit.
     """
-    _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
+    SignalInterrupt(signal.SIGTERM)  # a service manager's stop ends it like Ctrl-C
     from pelotari.fyrehose import Client
     from pelotari.fyrehose.codec import MAX_DATA, NOJOURNAL, NOSUBSCRIBE
 
@@ -389,7 +382,7 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     could supply are reported as "lost FIRST..LAST" on stderr (or in --json), never skipped
     silently. So are messages dropped because output was not read in time (--max-queued).
     """
-    _sigterm_as_interrupt()  # a service manager's stop ends it like Ctrl-C
+    SignalInterrupt(signal.SIGTERM)  # a service manager's stop ends it like Ctrl-C
     from pelotari.fyrehose import Client, Lost, Message, Resync
     from pelotari.fyrehose.codec import NOJOURNAL
 

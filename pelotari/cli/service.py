@@ -241,6 +241,25 @@ async def read_commands(on_line: Callable[[str], None], on_error: Callable[[str]
         (on_error if kind == "error" else on_line)(text)
 
 
+class SignalInterrupt:
+    """For commands without an event loop: each signal watched raises KeyboardInterrupt, as
+    Ctrl-C does, and `came` remembers it even where a library swallowed or replaced that
+    exception (py4j does both)."""
+
+    def __init__(self, *signals: int):
+        self.came = False
+        self.watch(*signals)
+
+    def watch(self, *signals: int) -> None:
+        """Raise KeyboardInterrupt on these signals too, from now on."""
+        for sig in signals:
+            signal.signal(sig, self._raise)
+
+    def _raise(self, signum, frame):
+        self.came = True
+        raise KeyboardInterrupt
+
+
 class Stopper:
     """What stops a long-running command cleanly: `signals` (each handled from construction until
     close()) or stop(why), e.g. a `quit` command. `why`: the first reason, None if none."""

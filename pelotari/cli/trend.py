@@ -9,6 +9,7 @@ import time
 import click
 
 from pelotari.cli import main
+from pelotari.cli.service import SignalInterrupt
 
 
 @main.command()
@@ -50,7 +51,7 @@ def trend(results, out, master, threshold):
         raise click.ClickException(f"no bench results (*.jsonl) or pytest-benchmark files in {results}")
     started = time.monotonic()
     click.echo(f"{sum(map(len, files.values()))} result files; starting Spark ({master})...", err=True)
-    signal.signal(signal.SIGTERM, _interrupt)  # a service stop ends it as Ctrl-C does
+    interrupts = SignalInterrupt(signal.SIGTERM)  # a service stop ends it as Ctrl-C does
     # py4j logs (with a traceback) any KeyboardInterrupt that lands while it talks to the JVM:
     # what goes wrong reaches us as exceptions, so its logging is only noise here.
     logging.disable(logging.CRITICAL)
@@ -61,7 +62,7 @@ def trend(results, out, master, threshold):
             raise click.ClickException(str(exc)) from None
         # PySpark's own SIGINT handler asks the JVM to cancel jobs (more Java traces, and a
         # wait); ours just interrupts, and the except below kills the JVM.
-        signal.signal(signal.SIGINT, _interrupt)
+        interrupts.watch(signal.SIGINT)
         frames = report.load(spark, files)
         click.echo(f"loaded {', '.join(frames)} results; analysing...", err=True)
         tables = report.analyse(frames, threshold)
@@ -75,23 +76,14 @@ def trend(results, out, master, threshold):
         # The interrupt can land inside PySpark's own error handling, which then fails on
         # the half-read py4j connection and raises its error instead (Py4JNetworkError:
         # "Answer from Java side is empty"): after a signal, any error means interrupted.
-        if _signalled:
+        if interrupts.came:
             _quit_interrupted()
         raise
-    if _signalled:  # a KeyboardInterrupt that py4j swallowed
+    if interrupts.came:  # a KeyboardInterrupt that py4j swallowed
         _quit_interrupted()
     for path in written:
         click.echo(str(path))
     click.echo(f"done in {time.monotonic() - started:.1f}s; summary: {out / 'summary.md'}", err=True)
-
-
-_signalled = False
-
-
-def _interrupt(signum, frame):
-    global _signalled
-    _signalled = True
-    raise KeyboardInterrupt
 
 
 def _quit_interrupted():
