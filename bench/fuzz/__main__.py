@@ -229,20 +229,32 @@ def report(results):
               default=ROOT / "build" / "fuzz", show_default=True, help="Where `run` kept the corpora.")
 def coverage_command(targets, work):
     """Replay each target's corpus under coverage.py: the share of the lines of the target's
-    Python modules that the inputs the fuzzer kept reach (a Markdown table)."""
+    Python modules that the inputs the fuzzer kept reach (a Markdown table), with the Cython
+    build (as the runs fuzz) and again with every pure-Python twin (PELOTARI_PURE_PYTHON=1: the
+    twins' lines, which code compiled in their place leaves unrun)."""
     names = list(targets) or registry.NAMES
-    click.echo("| target | module | lines reached |")
-    click.echo("|---|---|---:|")
+    click.echo("| target | module | lines reached | with the pure-Python twins |")
+    click.echo("|---|---|---:|---:|")
     for name in names:
         corpus = work / "corpus" / name
         if not corpus.is_dir():
             raise click.UsageError(f"no corpus for {name} in {work}: `run` it first")
-        out = subprocess.run([sys.executable, "-m", "bench.fuzz.cover", name, str(corpus)], cwd=ROOT,
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
-        if out.returncode != 0:
-            raise click.ClickException(f"{name}: {out.stderr.strip().splitlines()[-1:]}")
-        for module, share in json.loads(out.stdout).items():
-            click.echo(f"| {name} | `{module}` | {share:.0f} % |")
+        shares = [_replay(name, corpus, pure) for pure in (False, True)]
+        for module, share in shares[0].items():
+            click.echo(f"| {name} | `{module}` | {share:.0f} % | {shares[1].get(module, 0.0):.0f} % |")
+
+
+def _replay(name: str, corpus: Path, pure: bool) -> dict:
+    """{module: % of its lines reached} for one target's corpus, in a fresh interpreter."""
+    env = dict(os.environ)
+    env.pop("PELOTARI_PURE_PYTHON", None)
+    if pure:
+        env["PELOTARI_PURE_PYTHON"] = "1"
+    out = subprocess.run([sys.executable, "-m", "bench.fuzz.cover", name, str(corpus)], cwd=ROOT, env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise click.ClickException(f"{name}: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout)
 
 
 @main.command()
