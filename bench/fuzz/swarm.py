@@ -66,66 +66,104 @@ def datagram_input(data: bytes) -> None:
 
 ME = ("127.0.0.1", 9000)
 PEERS = [("127.0.0.%d" % h, 9000) for h in (2, 3, 4)] + [("127.0.0.2", 9001)]
+# ops of a node script: 0-2 a datagram from a peer's address (signed, mutated, wrongly keyed or
+# garbage), 3 the clock, 4 the node dials, 5 the node sends, 6 the honest peers and the node
+# exchange what they queued, 7 an honest peer dials the node
+INJECT, CLOCK, DIAL, SEND, DELIVER, PEER_DIAL, OPS = 2, 3, 4, 5, 6, 7, 8
 
 
 def node_seeds():
     ops = []
     for c in CONTENTS:
         ops.append(b"\x00\x00" + bytes([len(c)]) + c)
-    yield b"".join(ops) + b"\x02\x20" * 6
+    yield b"".join(ops) + b"\x03\x20" * 6
+    # handshakes with honest peers both ways, then Pings, Pongs and promotion as the clock runs
+    yield (bytes([DIAL, 0, PEER_DIAL, 1, PEER_DIAL, 3]) + bytes([DELIVER, 0xFF]) * 4
+           + (bytes([CLOCK, 0x07, 0xD0]) + bytes([DELIVER, 0xFF]) * 3) * 12)
+    yield (bytes([DIAL, 0, DIAL, 1, DIAL, 2, DIAL, 3]) + bytes([DELIVER, 0xFF]) * 4
+           + (bytes([CLOCK, 0x0F, 0xA0]) + bytes([DELIVER, 0x7F]) * 2 + bytes([SEND, 1, 0, 4]) + b"data") * 10)
 
 
 def node_input(data: bytes) -> None:
     """A node fed a script of signed, mutated, wrongly keyed and garbage datagrams from a few
-    sources, dials, sends and clock steps: nothing escapes; a datagram under the wrong key or
-    malformed is answered with nothing; no source is ever sent more bytes than it sent, but the
-    node's own dials, Pings and GetConnections to connections it holds; the table stays within
-    its capacity and the counters non-negative."""
+    sources, dials, sends, clock steps and exchanges with honest peers (cores of their own,
+    which dial it and answer it): nothing escapes; a datagram under the wrong key or malformed
+    is answered with nothing; no source is ever sent more bytes than it sent, but the node's
+    own dials, Pings and GetConnections to connections it holds; the table stays within its
+    capacity and the counters non-negative."""
     s = Script(data)
     cfg = Config(capacity=8, max_known=8, target_direct=2, max_direct=3, resets_per_slot=4,
                  connect_answers_per_slot=4, vague_pongs_per_slot=4)
     now = 0.0
     node = SwarmNode(ME, KEYS, now, cfg, wall_offset=WALL, secret=b"s" * 32, seed=1)
+    peers = {a: SwarmNode(a, KEYS, now, Config(capacity=8, max_known=8, target_direct=1, max_direct=2),
+                          wall_offset=WALL, secret=bytes([k]) * 32, seed=2 + k)
+             for k, a in enumerate(PEERS)}
     contents = CONTENTS
     received: dict = {}
     sent: dict = {}
+    queued: list = []  # what the node sent to the honest peers, not yet delivered
     initiated = set()  # addresses the node talks to on its own (dials, held connections)
+
+    def receive(datagram: bytes, source) -> None:
+        received[source] = received.get(source, 0) + len(datagram)
+        before = len(node._out)
+        node.receive_datagram(datagram, source, now)
+        try:
+            wire.decode(datagram, KEYS, WALL + now, cfg.limits)
+        except SwarmError:
+            check(len(node._out) == before, "answered a datagram it dropped")
+
     while s:
-        op = s.below(6)
-        if op <= 2:
+        op = s.below(OPS)
+        if op <= INJECT:
             source = s.pick(PEERS)
             kind = s.below(4)
             content = s.blob() if kind == 0 else mutate(s, s.pick(contents))
             if len(content) < wire.HEADER_SIZE:
                 content = content.ljust(wire.HEADER_SIZE, b"\0")
             keys = STRANGER if kind == 3 else KEYS
-            datagram = keys.sign(content, WALL + now) if s.byte() & 3 else content + bytes(32)
-            received[source] = received.get(source, 0) + len(datagram)
-            before = len(node._out)
-            node.receive_datagram(datagram, source, now)
-            try:
-                wire.decode(datagram, KEYS, WALL + now, cfg.limits)
-            except SwarmError:
-                check(len(node._out) == before, "answered a datagram it dropped")
-        elif op == 3:
+            receive(keys.sign(content, WALL + now) if s.byte() & 3 else content + bytes(32), source)
+        elif op == CLOCK:
             now += s.below(5000) / 1000
             tick(node, now)
-        elif op == 4:
+            for peer in peers.values():
+                tick(peer, now)
+        elif op == DIAL:
             address = s.pick(PEERS)
             initiated.add(address)
             try:
                 node.connect(address, now)
             except RuntimeError:  # the table is full of direct connections: documented
                 pass
-        else:
+        elif op == SEND:
             address = s.pick(PEERS)
             try:
                 node.send(address, 6 + s.byte(), s.blob(32), now)
                 initiated.add(address)
             except (KeyError, ValueError):  # not connected / too long: the documented refusals
                 pass
+        elif op == DELIVER:
+            keep = s.byte()  # bit k: the k-th datagram each way arrives (of the first 8)
+            for k, (datagram, to) in enumerate(queued):
+                if keep >> (k % 8) & 1:
+                    peers[to].receive_datagram(datagram, ME, now)
+            queued = []
+            for address, peer in peers.items():
+                for k, (datagram, to) in enumerate(peer.datagrams_to_send()):
+                    if to == ME and keep >> (k % 8) & 1:
+                        receive(datagram, address)
+                while peer.next_event() is not None:
+                    pass
+        else:
+            try:
+                s.pick(list(peers.values())).connect(ME, now)
+            except RuntimeError:
+                pass
         for datagram, to in node.datagrams_to_send():
             sent[to] = sent.get(to, 0) + len(datagram)
+            if to in peers:
+                queued.append((datagram, to))
         for info in node.connections():
             initiated.add(info.address)  # held connections are checked on the node's own
         while node.next_event() is not None:
