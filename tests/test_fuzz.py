@@ -61,6 +61,11 @@ REGRESSIONS = [
      b"\x8b\x8b\x8b\x8b\x8b\x8b\x8b\x8b\x8b\x00\x00\x01\x00\x00\x00\x00\x00\x8b\x8b"
      b"\x8b\x8b\x8b\x8b\x8b\xc5\xc5\xc5\xc5\xc5\xcd:8:`:::::f2c62a2\x1c\x00\xf5]\x00"
      b"\x00JJJ\xcc"),
+    # a `type` that is an object or array raised TypeError (a dict lookup): a traceback per
+    # message on a live node's stderr (tests/test_potato_hostile.py,
+    # test_a_type_that_is_no_string_is_an_unknown_type)
+    ("potato-wire", b'{"type":"indirect_election_request","identifier":"3","from":"b","visited":[],'
+                    b'"type":{"paent":200}}'),
     # not a bug in the client: the harness forgot that the backbone may FORWARD to a host that
     # also sent garbage; what that host gets is bounded by the repair budget, checked since
     ("fyrehose-client",

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from pelotari.layers import potato as potato_layers
 from pelotari.potato import wire
 from pelotari.potato.core import PotatoNode
 from pelotari.potato.transport import TcpTransport
@@ -45,6 +46,23 @@ def test_text_no_encoder_takes_is_dropped_not_relayed(what, data):
     node.receive("S", data, 0.0)  # no exception
     assert node.stats["dropped_not_json"] == 1
     assert node.messages_to_send() == []
+
+
+@pytest.mark.parametrize("kind", ['{}', '{"a":1}', '[]', '["direct"]', '1', 'null', 'true'])
+def test_a_type_that_is_no_string_is_an_unknown_type(kind):
+    # An object or array as `type` raised TypeError (unhashable, looked up in TYPES): a live
+    # node printed a traceback for every such line a peer sent (found by the potato-wire fuzzer).
+    data = (f'{{"type":{kind},"identifier":"3","from":"b","visited":[]}}').encode()
+    with pytest.raises(wire.UnknownType):
+        wire.decode(data)
+    node = PotatoNode("A", 0.0)
+    node.peer_up("S", 0.0)
+    node.peer_up("B", 0.0)
+    node.receive("S", data, 0.0)
+    assert node.stats["dropped_unknown_type"] == 1
+    assert node.messages_to_send() == []
+    # `pelotari inspect` showed it as not potato's (scapy swallowed the TypeError): now malformed
+    assert potato_layers.problem(data + b"\n").startswith("unknown_type: unknown type")
 
 
 def test_valid_text_still_passes():

@@ -274,7 +274,7 @@ def decode(data: bytes, limits: Limits = Limits()) -> Message:
     if missing:
         raise BadField(f"missing {', '.join(missing)}")
     kind = obj["type"]
-    if kind not in TYPES:
+    if not isinstance(kind, str) or kind not in TYPES:  # (an object or array: no dict key)
         raise UnknownType(f"unknown type {str(kind)[:40]!r}")
     needs_to, body_kind = TYPES[kind]
     to = obj.get("to")
