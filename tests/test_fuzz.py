@@ -149,10 +149,59 @@ def test_list_names_every_target_with_its_invariant():
     (("run", "nope", "--runs", "1"), "no target 'nope'"),
     (("run", "potato-wire"), "say how long"),
     (("replay", "nope", "README.md"), "no target 'nope'"),
+    # a review found these were tracebacks, or (a fraction, a value past a C int) ran for ever
+    (("run", "potato-wire", "--seconds", "nan"), "nan is not a number of seconds"),
+    (("run", "potato-wire", "--seconds", "inf"), "not in the range"),
+    (("run", "potato-wire", "--seconds", "4294967297"), "not in the range"),
+    (("run", "potato-wire", "--runs", "10", "--work", "/proc/none"), "--work /proc/none"),
+    (("coverage", "nope"), "no target 'nope'"),
 ])
 def test_a_users_mistake_is_one_line(args, needle):
     out = fuzz(*args)
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_an_unwritable_out_is_refused_before_any_fuzzing(tmp_path):
+    # It was found only when the first target's record was written: after the fuzzing, a
+    # traceback, and the other targets never ran.
+    work = tmp_path / "work"
+    out = fuzz("run", "potato-wire", "--runs", "10", "--work", str(work), "--out", "/proc/none/x.jsonl")
+    assert out.returncode == 2 and "--out /proc/none/x.jsonl" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (work / "corpus" / "potato-wire").exists()
+
+
+def test_a_fraction_of_a_second_rounds_up_and_the_rate_is_not_zero(tmp_path):
+    # libFuzzer takes whole seconds and reads 0 as no limit; its rate is per whole second.
+    results = tmp_path / "fuzz.jsonl"
+    out = fuzz("run", "bully-framing", "--seconds", "0.5", "--work", str(tmp_path / "work"),
+               "--out", str(results), timeout=120)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(results.read_text())
+    assert record["inputs"] > 0 and record["inputs_per_second"] > 0 and record["seconds"] < 60, record
+
+
+@pytest.mark.parametrize("text,needle", [
+    (b"\xff\xfe", "not text"),
+    (b"nope\n", ":1: not JSON"),
+    (b"[1, 2]\n", ":1: not a fuzz record"),
+    (b'{"kind": "bench", "target": "x"}\n', ":1: not a fuzz record"),
+    (b'\n{"kind": "fuzz", "target": "potato-wire"}\n', ":2: a fuzz record with a bad 'commit'"),
+    (b"", "no fuzz records"),
+])
+def test_report_of_what_is_no_records_file_is_one_line(tmp_path, text, needle):
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(text)
+    out = fuzz("report", str(path))
+    assert out.returncode == 1 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_report_leaves_out_a_target_it_does_not_know_and_says_so(tmp_path):
+    records = (ROOT / "docs" / "fuzz" / "fuzz.jsonl").read_text().splitlines()
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join([records[0].replace(json.loads(records[0])["target"], "renamed")] + records) + "\n")
+    out = fuzz("report", str(path))
+    assert out.returncode == 0 and "1: no target 'renamed' here" in out.stderr
+    assert out.stdout == fuzz("report", str(ROOT / "docs" / "fuzz" / "fuzz.jsonl")).stdout
 
 
 def test_build_without_cython_says_so_in_one_line():

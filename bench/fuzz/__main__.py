@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 import click
 
 from bench.fuzz import registry
-from pelotari.cli.common import StatusLine
+from pelotari.cli.common import PelotariGroup, StatusLine
 from pelotari.cli.service import SignalInterrupt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +36,15 @@ def _tail(path: Path, size: int = 4096) -> bytes:
         f.seek(0, os.SEEK_END)
         f.seek(max(0, f.tell() - size))
         return f.read()
+
+
+MAX_SECONDS = 2**31 - 1  # libFuzzer's -max_total_time is a C int
+
+
+def _finite(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", param_hint=what)
+    return value
 
 
 def _commit() -> str:
@@ -65,7 +75,7 @@ def run_target(target, work: Path, seconds: float, runs: int, native: bool,
     crashes.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     before = set(os.listdir(crashes))
-    options = [f"-max_total_time={int(seconds)}" if seconds else "", f"-runs={runs}" if runs else "",
+    options = [f"-max_total_time={math.ceil(seconds)}" if seconds else "", f"-runs={runs}" if runs else "",
                "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
                f"-max_len={max_len}", f"-artifact_prefix={crashes}/", str(corpus)]
     started, commit = time.monotonic(), _commit()  # the code the run started with
@@ -100,14 +110,16 @@ def run_target(target, work: Path, seconds: float, runs: int, native: bool,
         "implementation": "python" if os.environ.get("PELOTARI_PURE_PYTHON", "") not in ("", "0") else "cython",
         "native_coverage": native, "seconds": round(time.monotonic() - started, 1),
         "inputs": stats.get("number_of_executed_units", 0),
-        "inputs_per_second": stats.get("average_exec_per_sec", 0),
+        # libFuzzer's figure is per whole second (0 for a run under one): then the wall clock's
+        "inputs_per_second": stats.get("average_exec_per_sec", 0) or round(
+            stats.get("number_of_executed_units", 0) / max(time.monotonic() - started, 1e-3)),
         "coverage_edges": int(last[-1][1]) if last else 0, "features": int(last[-1][2]) if last else 0,
         "corpus": len(os.listdir(corpus)), "peak_rss_mb": stats.get("peak_rss_mb", 0),
         "crashes": [str(crashes / f) for f in found], "exit": proc.returncode, "log": str(log),
     }
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=PelotariGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main():
     """Coverage-guided fuzzing (atheris) of every parser and sans-IO core pelotari has.
 
@@ -128,9 +140,10 @@ def list_targets():
 
 @main.command()
 @click.argument("targets", nargs=-1)
-@click.option("--seconds", type=click.FloatRange(min=0), default=0.0,
-              help="Stop each target after this long (0: no limit).")
-@click.option("--runs", type=click.IntRange(min=0), default=0,
+@click.option("--seconds", type=click.FloatRange(min=0, max=MAX_SECONDS), default=0.0,
+              callback=lambda ctx, param, v: _finite(v, "--seconds"),
+              help="Stop each target after this long (0: no limit; a fraction rounds up to a second).")
+@click.option("--runs", type=click.IntRange(min=0, max=2**31 - 1), default=0,
               help="Stop each target after this many inputs (0: no limit; --goal uses the target's).")
 @click.option("--goal", is_flag=True, help="Run each target to its goal (the README's figures).")
 @click.option("--native", is_flag=True,
@@ -152,6 +165,16 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
         raise click.UsageError("say how long: --seconds, --runs or --goal")
     if native and not (NATIVE / "fastpath").is_dir():
         raise click.UsageError(f"no instrumented build in {NATIVE}: run `build` first")
+    # Where the run writes is checked before hours of fuzzing, not after.
+    for what, path, make in (("--work", work, lambda: work.mkdir(parents=True, exist_ok=True)),
+                             ("--out", out, lambda: (out.parent.mkdir(parents=True, exist_ok=True),
+                                                     open(out, "a").close()))):
+        try:
+            if path is not None:
+                make()
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+            raise click.UsageError(f"{what} {path}: {exc.strerror or exc}{where}") from None
     failed = False
     interrupts = SignalInterrupt(signal.SIGTERM)  # a service stop ends the run as Ctrl-C does
     targets = [registry.load(name) for name in names]  # all at once: the code this run started with
@@ -205,10 +228,14 @@ def report(results):
     """RESULTS (run --out's JSON lines) as the Markdown table the README quotes: per target, its
     newest record with and without the instrumented Cython build."""
     newest = {}
-    for line in results.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            newest[(r["target"], r["native_coverage"])] = r
+    for number, r in _records(results):
+        if r["target"] not in registry.NAMES:
+            click.echo(f"{results}:{number}: no target {r['target']!r} here (renamed or removed); "
+                       "left out", err=True)
+            continue
+        newest[(r["target"], r["native_coverage"])] = r
+    if not newest:
+        raise click.ClickException(f"no fuzz records in {results} (`run --out` writes them)")
     click.echo("| target | build | inputs | inputs/s | coverage (edges / features) | corpus | crashes | commit |")
     click.echo("|---|---|---:|---:|---:|---:|---:|---|")
     for name in registry.NAMES:
@@ -223,6 +250,37 @@ def report(results):
                        f"{len(r['crashes'])} | `{r['commit']}` |")
 
 
+# what `report` reads of a record, and its type
+RECORD = {"target": str, "commit": str, "implementation": ("cython", "python"), "native_coverage": bool,
+          "inputs": int, "inputs_per_second": int, "coverage_edges": int, "features": int,
+          "corpus": int, "crashes": list}
+
+
+def _records(path: Path):
+    """(line number, record) for each non-blank line of a records file; one line for a file that
+    is no records file."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise click.ClickException(f"{path}: not text (not run --out's JSON lines)") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError:
+            raise click.ClickException(f"{path}:{number}: not JSON (not run --out's JSON lines)") from None
+        if not isinstance(r, dict) or r.get("kind") != "fuzz":
+            raise click.ClickException(f"{path}:{number}: not a fuzz record (no \"kind\": \"fuzz\")")
+        for key, kind in RECORD.items():
+            value = r.get(key)
+            good = value in kind if isinstance(kind, tuple) else (
+                isinstance(value, kind) and not (kind is int and isinstance(value, bool)))
+            if not good:
+                raise click.ClickException(f"{path}:{number}: a fuzz record with a bad {key!r}: {value!r:.40}")
+        yield number, r
+
+
 @main.command("coverage")
 @click.argument("targets", nargs=-1)
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path),
@@ -233,12 +291,16 @@ def coverage_command(targets, work):
     build (as the runs fuzz) and again with every pure-Python twin (PELOTARI_PURE_PYTHON=1: the
     twins' lines, which code compiled in their place leaves unrun)."""
     names = list(targets) or registry.NAMES
+    unknown = [n for n in names if n not in registry.NAMES]
+    if unknown:
+        raise click.UsageError(f"no target {unknown[0]!r}; `list` shows them")
+    missing = [n for n in names if not (work / "corpus" / n).is_dir()]
+    if missing:
+        raise click.UsageError(f"no corpus for {missing[0]} in {work}: `run` it first")
     click.echo("| target | module | lines reached | with the pure-Python twins |")
     click.echo("|---|---|---:|---:|")
     for name in names:
         corpus = work / "corpus" / name
-        if not corpus.is_dir():
-            raise click.UsageError(f"no corpus for {name} in {work}: `run` it first")
         shares = [_replay(name, corpus, pure) for pure in (False, True)]
         for module, share in shares[0].items():
             click.echo(f"| {name} | `{module}` | {share:.0f} % | {shares[1].get(module, 0.0):.0f} % |")
@@ -253,7 +315,7 @@ def _replay(name: str, corpus: Path, pure: bool) -> dict:
     out = subprocess.run([sys.executable, "-m", "bench.fuzz.cover", name, str(corpus)], cwd=ROOT, env=env,
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise click.ClickException(f"{name}: {out.stderr.strip().splitlines()[-1:]}")
+        raise click.ClickException(f"{name}: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
     return json.loads(out.stdout)
 
 
