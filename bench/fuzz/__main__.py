@@ -75,7 +75,14 @@ def run_target(target, work: Path, seconds: float, runs: int, native: bool,
     crashes.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     before = set(os.listdir(crashes))
-    options = [f"-max_total_time={math.ceil(seconds)}" if seconds else "", f"-runs={runs}" if runs else "",
+    words = []
+    if target.dictionary:  # libFuzzer's format: one "quoted" token a line, other bytes as \xNN
+        words = [f"-dict={work / 'dicts' / (name + '.dict')}"]
+        (work / "dicts").mkdir(parents=True, exist_ok=True)
+        (work / "dicts" / f"{name}.dict").write_text("".join(
+            '"' + "".join(chr(b) if 32 <= b < 127 and b not in b'"\\' else f"\\x{b:02x}" for b in word) + '"\n'
+            for word in target.dictionary))
+    options = words + [f"-max_total_time={math.ceil(seconds)}" if seconds else "", f"-runs={runs}" if runs else "",
                "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
                f"-max_len={max_len}", f"-artifact_prefix={crashes}/", str(corpus)]
     started, commit = time.monotonic(), _commit()  # the code the run started with

@@ -16,6 +16,7 @@ class Target:
     modules: Sequence[str]  # what atheris instruments (Python modules; Cython via the build)
     goal: int = 1_000_000  # inputs to execute for the README's figures
     max_len: int = 4096  # the longest input libFuzzer makes
+    dictionary: Sequence[bytes] = ()  # tokens libFuzzer splices in (-dict): a text format's words
 
 
 class Broken(AssertionError):

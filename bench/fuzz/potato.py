@@ -148,8 +148,18 @@ def node_input(data: bytes) -> None:
         check(all(v >= 0 for v in node.stats.values()), "a negative count")
 
 
+# JSON's words and the schema's: byte mutations alone seldom make `"type":{` or `1e400` (the
+# first million-input run missed a `type` that was an object)
+WORDS = ([b'"%s"' % f.encode() for f in wire.FIELDS] + [b'"%s"' % t.encode() for t in wire.TYPES]
+         + [b'"%s"' % k for k in (b"parent", b"next", b"originator", b"direct_participants",
+                                   b"deadline_ms", b"vote", b"yes", b"no", b"frame", b"INITIAL")]
+         + [b'"%s"' % v.encode() for v in wire.VOTES]
+         + [b"{", b"}", b"[", b"]", b":", b",", b'""', b"null", b"true", b"false", b"-0", b"1e400",
+            b"2147483648", b"NaN", b"Infinity", b'"\\ud800"', b'"\\u0000"', b"\xed\xa0\x80"])
+
 TARGETS = [
-    Target("potato-wire", wire_input, wire_seeds, wire_input.__doc__, ("pelotari.potato.wire",)),
+    Target("potato-wire", wire_input, wire_seeds, wire_input.__doc__, ("pelotari.potato.wire",),
+           dictionary=WORDS),
     Target("potato-node", node_input, node_seeds, node_input.__doc__,
            ("pelotari.potato.core", "pelotari.potato.wire")),
 ]
