@@ -170,6 +170,20 @@ def test_an_unwritable_out_is_refused_before_any_fuzzing(tmp_path):
     assert "Traceback" not in out.stderr and not (work / "corpus" / "potato-wire").exists()
 
 
+def test_a_second_run_of_a_target_in_the_same_work_is_refused(tmp_path):
+    # It truncated the running one's log and recorded that run's coverage as its own.
+    import fcntl
+
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    with open(work / "logs" / "potato-wire.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a run in progress
+        out = fuzz("run", "potato-wire", "--runs", "10", "--work", str(work))
+    assert out.returncode == 1 and "another run of potato-wire is using" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (work / "logs" / "potato-wire.log").exists()
+    assert fuzz("run", "potato-wire", "--runs", "10", "--work", str(work)).returncode == 0  # lock gone
+
+
 def test_a_fraction_of_a_second_rounds_up_and_the_rate_is_not_zero(tmp_path):
     # libFuzzer takes whole seconds and reads 0 as no limit; its rate is per whole second.
     results = tmp_path / "fuzz.jsonl"
@@ -230,14 +244,16 @@ def test_replay_says_what_each_input_does(tmp_path):
 
 
 def test_the_readmes_fuzz_table_is_the_report_of_the_committed_records():
-    """The README quotes `fuzz report docs/fuzz/fuzz.jsonl` as it is: every record a goal run wrote."""
+    """The README quotes `fuzz report docs/fuzz/fuzz.jsonl` as it is: each target's newest record
+    of those its goal runs wrote (a rerun's record is appended; older ones stay as history)."""
     records = [json.loads(line) for line in (ROOT / "docs/fuzz/fuzz.jsonl").read_text().splitlines()]
     assert records and all(r["kind"] == "fuzz" and r["exit"] == 0 for r in records)
     for r in records:
         goal = registry.load(r["target"]).goal
         assert r["native_coverage"] or r["inputs"] >= goal, r  # the goal runs reached their goal
     out = fuzz("report", "docs/fuzz/fuzz.jsonl")
-    assert out.returncode == 0 and out.stdout.count("\n") == len(records) + 2, out.stderr
+    rows = {(r["target"], r["native_coverage"]) for r in records}
+    assert out.returncode == 0 and out.stdout.count("\n") == len(rows) + 2, out.stderr
     assert out.stdout.strip() in (ROOT / "README.md").read_text()
 
 

@@ -1,6 +1,7 @@
 """Run pelotari's fuzz targets: `python -m bench.fuzz --help` (or `bash tools/run fuzz --help`)."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -71,9 +72,21 @@ def run_target(target, work: Path, seconds: float, runs: int, native: bool,
     """Fuzz one target in a subprocess; return its record (inputs, coverage, crashes...)."""
     name = target.name
     corpus, crashes, log = work / "corpus" / name, work / "crashes" / name, work / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # Two runs of a target in one WORK share its log: the second truncated the first's and read
+    # the first's figures as its own.
+    with open(log.with_suffix(".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise click.ClickException(f"another run of {name} is using {work} (give this one its own --work)") from None
+        return _run_locked(target, work, seconds, runs, native, max_len, corpus, crashes, log)
+
+
+def _run_locked(target, work, seconds, runs, native, max_len, corpus, crashes, log) -> dict:
+    name = target.name
     _seed(corpus, target)
     crashes.mkdir(parents=True, exist_ok=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
     before = set(os.listdir(crashes))
     words = []
     if target.dictionary:  # libFuzzer's format: one "quoted" token a line, other bytes as \xNN
