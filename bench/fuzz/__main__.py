@@ -135,7 +135,8 @@ def _run_locked(target, work, seconds, runs, native, max_len, corpus, crashes, l
             stats.get("number_of_executed_units", 0) / max(time.monotonic() - started, 1e-3)),
         "coverage_edges": int(last[-1][1]) if last else 0, "features": int(last[-1][2]) if last else 0,
         "corpus": len(os.listdir(corpus)), "peak_rss_mb": stats.get("peak_rss_mb", 0),
-        "crashes": [str(crashes / f) for f in found], "exit": proc.returncode, "log": str(log),
+        "crashes": [str(crashes / f) for f in found], "exit": proc.returncode,
+        "log": str(log.resolve().relative_to(ROOT)) if log.resolve().is_relative_to(ROOT) else str(log),
     }
 
 
