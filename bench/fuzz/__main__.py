@@ -1,6 +1,7 @@
 """Run pelotari's fuzz targets: `python -m bench.fuzz --help` (or `bash tools/run fuzz --help`)."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -67,34 +68,39 @@ def _environment(native: bool) -> dict:
     return env
 
 
+@contextlib.contextmanager
+def one_run_at_a_time(work: Path, name: str):
+    """Hold WORK's lock for target name, or say in one line that another run holds it: two runs
+    of a target in one WORK share its log (the second truncated the first's and took its
+    figures as its own)."""
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    with open(work / "logs" / f"{name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise click.ClickException(f"another run of {name} is using {work} (give this one its own --work)") from None
+        yield
+
+
+def _dictionary(target, work: Path) -> Path:
+    """target's dictionary as libFuzzer's -dict file: a "quoted" token a line, other bytes \\xNN."""
+    path = work / "dicts" / f"{target.name}.dict"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join('"' + "".join(chr(b) if 32 <= b < 127 and b not in b'"\\' else f"\\x{b:02x}"
+                                          for b in word) + '"\n' for word in target.dictionary))
+    return path
+
+
 def run_target(target, work: Path, seconds: float, runs: int, native: bool,
                max_len: int) -> dict:
     """Fuzz one target in a subprocess; return its record (inputs, coverage, crashes...)."""
     name = target.name
     corpus, crashes, log = work / "corpus" / name, work / "crashes" / name, work / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    # Two runs of a target in one WORK share its log: the second truncated the first's and read
-    # the first's figures as its own.
-    with open(log.with_suffix(".lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise click.ClickException(f"another run of {name} is using {work} (give this one its own --work)") from None
-        return _run_locked(target, work, seconds, runs, native, max_len, corpus, crashes, log)
-
-
-def _run_locked(target, work, seconds, runs, native, max_len, corpus, crashes, log) -> dict:
-    name = target.name
     _seed(corpus, target)
     crashes.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
     before = set(os.listdir(crashes))
-    words = []
-    if target.dictionary:  # libFuzzer's format: one "quoted" token a line, other bytes as \xNN
-        words = [f"-dict={work / 'dicts' / (name + '.dict')}"]
-        (work / "dicts").mkdir(parents=True, exist_ok=True)
-        (work / "dicts" / f"{name}.dict").write_text("".join(
-            '"' + "".join(chr(b) if 32 <= b < 127 and b not in b'"\\' else f"\\x{b:02x}" for b in word) + '"\n'
-            for word in target.dictionary))
+    words = [f"-dict={_dictionary(target, work)}"] if target.dictionary else []
     options = words + [f"-max_total_time={math.ceil(seconds)}" if seconds else "", f"-runs={runs}" if runs else "",
                "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
                f"-max_len={max_len}", f"-artifact_prefix={crashes}/", str(corpus)]
@@ -125,14 +131,15 @@ def _run_locked(target, work, seconds, runs, native, max_len, corpus, crashes, l
     stats = {k.decode(): int(v) for k, v in STAT.findall(text)}
     last = DONE.findall(text)
     found = sorted(set(os.listdir(crashes)) - before)
+    seconds = time.monotonic() - started
     return {
         "kind": "fuzz", "target": name, "commit": commit, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "implementation": "python" if os.environ.get("PELOTARI_PURE_PYTHON", "") not in ("", "0") else "cython",
-        "native_coverage": native, "seconds": round(time.monotonic() - started, 1),
+        "native_coverage": native, "seconds": round(seconds, 1),
         "inputs": stats.get("number_of_executed_units", 0),
         # libFuzzer's figure is per whole second (0 for a run under one): then the wall clock's
         "inputs_per_second": stats.get("average_exec_per_sec", 0) or round(
-            stats.get("number_of_executed_units", 0) / max(time.monotonic() - started, 1e-3)),
+            stats.get("number_of_executed_units", 0) / max(seconds, 1e-3)),
         "coverage_edges": int(last[-1][1]) if last else 0, "features": int(last[-1][2]) if last else 0,
         "corpus": len(os.listdir(corpus)), "peak_rss_mb": stats.get("peak_rss_mb", 0),
         "crashes": [str(crashes / f) for f in found], "exit": proc.returncode,
@@ -187,12 +194,13 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
     if native and not (NATIVE / "fastpath").is_dir():
         raise click.UsageError(f"no instrumented build in {NATIVE}: run `build` first")
     # Where the run writes is checked before hours of fuzzing, not after.
-    for what, path, make in (("--work", work, lambda: work.mkdir(parents=True, exist_ok=True)),
-                             ("--out", out, lambda: (out.parent.mkdir(parents=True, exist_ok=True),
-                                                     open(out, "a").close()))):
+    for what, path in (("--work", work), ("--out", out)):
         try:
-            if path is not None:
-                make()
+            if path is work:
+                work.mkdir(parents=True, exist_ok=True)
+            elif path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                open(path, "a").close()
         except OSError as exc:
             where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
             raise click.UsageError(f"{what} {path}: {exc.strerror or exc}{where}") from None
@@ -203,7 +211,8 @@ def run(targets, seconds, runs, goal, native, work, max_len, out):
         name = target.name
         limit = target.goal if goal and not runs else runs
         try:
-            record = run_target(target, work, seconds, limit, native, max_len or target.max_len)
+            with one_run_at_a_time(work, name):
+                record = run_target(target, work, seconds, limit, native, max_len or target.max_len)
         except KeyboardInterrupt:  # run_target stopped the fuzzer on its way out
             record = None
         if record is None or interrupts.came:  # (came: the fuzzer had already ended)
