@@ -1,5 +1,6 @@
 """Shared fixtures: both codec implementations, a live backbone on 127.0.0.1, raw sockets."""
 import importlib
+import os
 import socket
 import sys
 import time
@@ -184,9 +185,9 @@ def port_pair():
     raise RuntimeError("no free port pair")
 
 
-# The fast developer loop is `pytest -m "not slow"` (under a minute; CI runs everything). Slow:
-# every e2e test (real processes), every test using Spark or a network namespace, and the
-# modules below, whose tests drive real sockets, timers or large simulated meshes (the rules
+# The fast developer loop is `pytest -m "not slow"` (under 30 s; CI runs everything). Slow:
+# every test over about half a second (marked where it stands), every e2e test (real processes),
+# every test using Spark or a network namespace, and the modules below, whose tests drive real sockets, timers or large simulated meshes (the rules
 # they check are tested fast on the sans-IO cores: test_*_core.py, test_backbone_core.py).
 SLOW_FIXTURES = {"spark", "lan"}
 SLOW_MODULES = {
@@ -194,13 +195,63 @@ SLOW_MODULES = {
     "test_repair", "test_harness_ports", "test_netlab", "test_codec_crosscheck",
     "test_bully_node", "test_potato_node", "test_potato_transport", "test_potato_hostile",
     "test_prototari_node", "test_swarm_node", "test_swarm_hostile", "test_swarm_load",
-    "test_swarm_bench", "test_swarm_path", "test_swarm_sim",
+    "test_swarm_bench", "test_swarm_path", "test_swarm_sim", "test_report_plots",
+    "test_pure_python", "test_loadgen",
 }
 
 
-def pytest_collection_modifyitems(items):
-    """Mark as slow: e2e tests, tests using a slow fixture, and the SLOW_MODULES."""
+# The pure-Python pass (PELOTARI_PURE_PYTHON=1, the second pass of `tools/run test`) runs every
+# test but those marked `one_build`: the ONE_BUILD_MODULES, which reach no compiled fastpath
+# module nor its twin (potato, bully, prototari, the analysis...), so they would run the same code
+# twice. The default is to run: a new module is in both passes unless it is listed here, and
+# tests/test_sourcecode.py checks that a listed module imports no module that picks a build and
+# starts no fyrehose or swarm command.
+# PELOTARI_BOTH_BUILDS=1 runs them in the pure pass anyway. (test_trend's swarm simulations do
+# run swarm's table, whose twin test_swarm_table, _core and _sim cover on both builds.)
+ONE_BUILD_MODULES = {
+    "test_potato_core", "test_potato_hostile", "test_potato_node", "test_potato_transport",
+    "test_layers_potato", "test_bully_core", "test_bully_node", "test_bully_wire",
+    "test_layers_bully", "test_prototari_core", "test_prototari_rules", "test_prototari_node",
+    "test_prototari_cli", "test_prototari_attack", "test_prototari_lan",
+    "test_prototari_seed_interop", "test_layers_prototari", "test_sim", "test_trend",
+    "test_report_plots", "test_sourcecode", "test_packaging", "test_adapter", "test_netlab",
+    "test_harness_ports", "test_cli_service",
+}
+PURE_PASS = os.environ.get("PELOTARI_PURE_PYTHON", "") not in ("", "0") and \
+    os.environ.get("PELOTARI_BOTH_BUILDS", "") in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark as slow: e2e tests, tests using a slow fixture, and the SLOW_MODULES; in the pure
+    pass, leave out the `one_build` tests."""
     for item in items:
         if (item.get_closest_marker("e2e") or item.module.__name__ in SLOW_MODULES
                 or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+        if item.module.__name__ in ONE_BUILD_MODULES:
+            item.add_marker(pytest.mark.one_build)
+    if PURE_PASS:
+        same = [item for item in items if item.get_closest_marker("one_build")]
+        if same:
+            config.hook.pytest_deselected(items=same)
+            items[:] = [item for item in items if not item.get_closest_marker("one_build")]
+
+
+# A test over 1 s is slow by definition: the fast loop names any that is not marked (a hint, not a
+# failure: a loaded machine makes fast tests slow too).
+SLOW_SECONDS = 1.0
+_unmarked_slow = []
+
+
+def pytest_runtest_logreport(report):
+    """Remember a test outside `slow` whose call took over SLOW_SECONDS."""
+    if report.when == "call" and report.duration > SLOW_SECONDS and "slow" not in report.keywords:
+        _unmarked_slow.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """List the unmarked slow tests, slowest first."""
+    if _unmarked_slow:
+        terminalreporter.section(f"over {SLOW_SECONDS:.0f} s but not marked slow")
+        for seconds, nodeid in sorted(_unmarked_slow, reverse=True):
+            terminalreporter.write_line(f"{seconds:6.2f}s {nodeid}")
