@@ -158,6 +158,7 @@ def test_unavailable_system_is_reported_not_faked(tmp_path):
     assert skipped["kind"] == "bench-skipped" and skipped["system"] == "reference"
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_bad_bench_options_are_one_line():
     for args, needle in ((["--systems", "nope"], "unknown system 'nope'"),
                          (["-S", "8"], "at least 16"), (["-N", "x"], "comma-separated")):
@@ -187,8 +188,10 @@ def test_a_small_bench_run_writes_records_and_the_table(tmp_path):
         assert r["delivered_rate"] == min(x["delivered_rate"] for x in r["rounds"])
     for r in records:
         assert r["kind"] == "bench" and r["scenario"] == "S=16 N=2 P=1"
-        assert r["lossless_rate"] > 1000 and r["delivered_rate"] > 1000
-        assert r["loss"] < 0.001 and r["runs"][0]["duplicates"] == 0
+        # figures, not outcomes: how fast and how lossless is the machine's business (a loaded
+        # one found 31 % loss at the rate an idle one finds lossless); the record holds them
+        assert r["lossless_rate"] > 0 and r["delivered_rate"] > 0 and 0 <= r["loss"] <= 1
+        assert r["runs"][0]["duplicates"] == 0
         assert r["latency_p99_us"] > 0 and r["server_cpu_s"] > 0
         assert {"commit", "time", "cores", "kernel", "python", "versions"} <= set(r["env"])
         assert r["system_version"]

@@ -81,23 +81,26 @@ def test_sub_memory_stays_bounded_when_nobody_reads_its_stdout(publisher):
     peak = base
     pad = b"x" * 992
     started = time.monotonic()
-    for k in range(0, 200_000, 100):
-        pub.publish_many_nowait([b"%08d" % (k + i) + pad for i in range(100)])
-        delay = started + (k + 100) / 50_000 - time.monotonic()  # 50k messages/s
-        if delay > 0:
-            time.sleep(delay)
-        if k % 5000 == 0:
-            peak = max(peak, vm_rss_kib(proc.pid))
-    for _ in range(30):  # let the subscriber take in what is still in flight
-        time.sleep(0.05)
+    sent = 0
+    # Until the backbone has taken 200,000: a loaded machine drops some PUSHes (fire-and-forget),
+    # so the publisher tops them up, at 50k messages/s, for at most two minutes.
+    while bb.stats()["pushes"] < 200_000 and time.monotonic() < started + 120:
+        for _ in range(50):
+            pub.publish_many_nowait([b"%08d" % (sent + i) + pad for i in range(100)])
+            sent += 100
+            delay = started + sent / 50_000 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
         peak = max(peak, vm_rss_kib(proc.pid))
-    # A loaded machine may drop some PUSHes at the backbone: what counts is that it stopped.
     pushes = [-1]
 
     def settled():
         pushes.append(bb.stats()["pushes"])
+        peak_now.append(vm_rss_kib(proc.pid))
         return pushes[-1] == pushes[-2]
-    assert wait_for(settled, 10, interval=0.5) and pushes[-1] >= 150_000, pushes[-1]
+    peak_now = [peak]
+    assert wait_for(settled, 30, interval=0.5) and pushes[-1] >= 200_000, pushes[-1]
+    peak = max(peak_now)
     out, err = proc.communicate(timeout=120)
     growth_mib = (peak - base) / 1024
     # DATA queued for stdout + DATA held behind gaps, plus half again for the objects around it
@@ -422,9 +425,10 @@ def test_sub_with_stdin_from_dev_null_runs_until_ctrl_c(publisher):
     assert proc.poll() is None, "sub ended on its own"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=10)
-    assert proc.returncode == 0
+    assert proc.returncode == 130
     assert [line.split(b"\t")[1] for line in out.splitlines()] == [b"one", b"two"]
     assert_one_line(err, "received 2 messages; 0 requests, 0 lost, 0 dropped unread")
+    assert err.decode().rstrip().endswith("; interrupted")
 
 
 def test_sub_ctrl_c_before_the_backbone_answers_still_prints_the_summary():

@@ -150,12 +150,13 @@ class Session:
             self.close()
             raise
 
-    def trial(self, rate: float, duration: float) -> TrialResult:
-        """Publish at `rate` msgs/s in total (0: as fast as possible) for `duration` seconds."""
+    def trial(self, rate: float, duration: float, idle: float = 0.5) -> TrialResult:
+        """Publish at `rate` msgs/s in total (0: as fast as possible) for `duration` seconds; the
+        count ends `idle` seconds after the last message (a test gives a stalled machine more)."""
         if not self.server.alive():
             raise Unavailable(f"{self.system.name} exited during the run")
         cpu_before = self.server.cpu_seconds()
-        self.sub.send({"cmd": "measure", "max_duration": duration + 10.0, "idle": 0.5})
+        self.sub.send({"cmd": "measure", "max_duration": duration + idle + 10.0, "idle": idle})
         armed = self.sub.read()  # every subscriber is subscribed: publishing may start
         if not armed.get("armed"):
             raise Unavailable(f"load generator failed: {armed.get('error', armed)}")
