@@ -402,6 +402,7 @@ def traffic(rng, sources, steps):
     return out
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 @pytest.mark.skipif(COMPILED is None, reason="compares the compiled core with its twin")
 @pytest.mark.parametrize("seed", range(6))
 def test_the_twin_sends_what_the_compiled_core_sends_byte_for_byte(seed):

@@ -114,6 +114,7 @@ def test_fields_out_of_range_are_refused_on_encode():
             wire.encode(bad)
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 @settings(max_examples=2000, deadline=None)
 @given(st.binary(max_size=80))
 def test_any_bytes_decode_to_a_message_or_a_bully_error(data):

@@ -106,6 +106,7 @@ def _serve(sock, handle):
     return thread
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_a_packed_push_signs_on_first_and_udp_answers_are_dissected():
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
@@ -209,6 +210,7 @@ def _potato_peer(refuse=None):
     return server, thread, lines
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_line_exchange_says_hello_sends_the_line_and_counts_pings_apart():
     server, thread, lines = _potato_peer()
     address = server.getsockname()

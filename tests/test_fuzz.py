@@ -137,6 +137,7 @@ def test_a_script_replays_the_same_choices_and_runs_dry_without_error():
     assert mutate(Script(b""), b"abc") == b"abc"
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_list_names_every_target_with_its_invariant():
     out = fuzz("list")
     assert out.returncode == 0, out.stderr
@@ -170,6 +171,7 @@ def test_an_unwritable_out_is_refused_before_any_fuzzing(tmp_path):
     assert "Traceback" not in out.stderr and not (work / "corpus" / "potato-wire").exists()
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_a_second_run_of_a_target_in_the_same_work_is_refused(tmp_path):
     # It truncated the running one's log and recorded that run's coverage as its own.
     import fcntl
@@ -184,6 +186,7 @@ def test_a_second_run_of_a_target_in_the_same_work_is_refused(tmp_path):
     assert fuzz("run", "potato-wire", "--runs", "10", "--work", str(work)).returncode == 0  # lock gone
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_a_fraction_of_a_second_rounds_up_and_the_rate_is_not_zero(tmp_path):
     # libFuzzer takes whole seconds and reads 0 as no limit; its rate is per whole second.
     results = tmp_path / "fuzz.jsonl"

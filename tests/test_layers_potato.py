@@ -152,6 +152,7 @@ def messages(draw):
                    body)
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(messages(), min_size=1, max_size=5))
 def test_scapy_and_the_wire_agree_on_random_streams(msgs):

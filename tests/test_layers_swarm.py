@@ -316,6 +316,7 @@ def build(msg):
     return cls(**kw)
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 @settings(max_examples=300, deadline=None)
 @given(messages(), st.integers(0, 4_000_000_000))
 def test_any_message_both_ways_signed_at_any_time(msg, now):

@@ -134,6 +134,7 @@ def test_one_host_holds_at_most_its_share_and_another_host_still_gets_in(server)
             s.close()
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_at_most_max_connections_at_once_and_a_new_host_still_gets_in():
     # Strangers holding every connection from four addresses (before: a scraper on a fifth
     # was closed unanswered for as long as they kept reconnecting).
@@ -159,6 +160,7 @@ def test_at_most_max_connections_at_once_and_a_new_host_still_gets_in():
         assert wait_for(lambda: not server._server.active and not server._server.cut, 2)
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_a_client_that_dribbles_is_cut_after_the_request_timeout(server):
     s = connect(server)
     started = time.monotonic()
@@ -202,6 +204,7 @@ def test_stop_frees_the_port_and_leaves_no_thread():
         again.bind(address)
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_a_busy_loop_fails_the_scrape_not_the_node():
     import asyncio
 

@@ -623,6 +623,7 @@ def test_50_nodes_through_3_bootstraps_reach_16_direct_each():
     assert all(c.stats["dropped_bad_mac"] == 0 for c in cores)
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_a_lossy_mesh_gets_there_and_a_crash_of_20_percent_is_repaired():
     sim, addrs = mesh(50, seed=2, loss=0.05)
     assert checked_every(sim, 0.5, lambda: len(sim.nodes) == 50 and at_target(sim, addrs), 60)
@@ -691,6 +692,7 @@ def test_a_table_full_of_direct_connections_refuses_new_ones():
     assert a.stats["refused_full"] == 1 and a.direct() == [B] and len(a.table) == 1
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_the_swarm_simulation_records():
     from pelotari.swarm import simulate
 

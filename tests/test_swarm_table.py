@@ -140,6 +140,7 @@ def test_random_operations_match(capacity, seed):
     check_same(a, b, pool)
 
 
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
 def test_the_index_at_capacity():
     n = 100_000
     rng = random.Random(7)
