@@ -108,29 +108,238 @@ def test_ratios_are_bars_not_lines_with_the_parity_line(figures):
     assert any(label.startswith("1.0") for label in labels)
 
 
-def test_latency_has_p99_bars_and_p50_ticks_for_every_system(figures):
+def marker_points(ax):
+    """(x, y, filled) of every marker drawn on ax, in data coordinates."""
+    return [(x, y, line.get_markerfacecolor() != "white")
+            for line in ax.get_lines() if line.get_marker() not in ("None", None, "")
+            for x, y in zip(line.get_xdata(), line.get_ydata())]
+
+
+def bars_on_log_axes(fig):
+    """The bars drawn on a log-scaled axis of fig: their length there says nothing."""
+    from matplotlib.patches import Rectangle
+
+    return [p for ax in fig.axes if "log" in (ax.get_xscale(), ax.get_yscale())
+            for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def overlapping_texts(fig):
+    """Pairs of written texts of fig (titles, labels, ticks, figures, legends) that overlap."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    hidden = set()  # the labels of ticks outside the view: matplotlib does not draw them
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo <= tick.get_loc() <= hi:
+                    hidden.update((id(tick.label1), id(tick.label2)))
+    texts = [t for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and id(t) not in hidden]
+    boxes = [(t.get_text(), t.get_window_extent(renderer).shrunk(0.96, 0.9)) for t in texts]
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
+            if box_a.overlaps(box_b)]
+
+
+@pytest.mark.parametrize("name", ["headline.png", "latency.png"])
+def test_no_bars_on_log_axes_and_no_text_over_text(figures, name):
+    assert bars_on_log_axes(figures[name]) == []
+    assert overlapping_texts(figures[name]) == []
+
+
+def test_latency_has_p50_and_p99_points_for_every_system(figures):
     ax = figures["latency.png"].axes[0]
-    heights = sorted(round(p.get_height()) for p in ax.patches)
-    expected = sorted(1000 + 10 * s for s, system in enumerate(SYSTEMS)
-                      for payload, subs in SCENARIOS
-                      if not (system == "redis" and (payload, subs) == (16, 1)))
-    assert heights == expected  # the latest commit's p99 of every system in every scenario
-    ticks = [line for line in ax.get_lines() if line.get_marker() == "_"]
-    assert len(ticks) == len(expected)
+    expected = [(system, payload, subs) for s, system in enumerate(SYSTEMS)
+                for payload, subs in SCENARIOS
+                if not (system == "redis" and (payload, subs) == (16, 1))]
+    points = marker_points(ax)
+    assert sorted(round(y) for _, y, filled in points if filled) == sorted(
+        1000 + 10 * SYSTEMS.index(s) for s, *_ in expected)  # each p99 of the latest commit
+    assert sorted(round(y) for _, y, filled in points if not filled) == sorted(
+        100 + SYSTEMS.index(s) for s, *_ in expected)  # and each p50, hollow
     assert "p99" in ax.get_title() and "p50" in ax.get_title()
+    assert "µs" in ax.get_ylabel()
+
+
+def test_latency_markers_never_overlap_with_every_system_in_every_scenario(tmp_path, monkeypatch):
+    """The committed records' shape: ten systems in ten scenarios. Each system's markers stay
+    in its slot: neighbours never overlap (the old p50 ticks ran into one black bar)."""
+    systems = list(report.SYSTEM_STYLE)
+    scenarios = [f"S={s} N={n} P=1" for s in (16, 256, 1024) for n in (1, 4, 16)]
+    scenarios.append("S=16 N=1000 P=1")
+    latency = [dict(scenario=sc, system=system, commit="c", time=T0, p50_us=100.0, p90_us=150.0,
+                    p99_us=1000.0) for sc in scenarios for system in systems]
+    kept = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    report._latency_plot(latency, scenarios, tmp_path / "latency.png", plt)
+    monkeypatch.undo()
+    fig = kept[0]
+    try:
+        ax = fig.axes[0]
+        xs = sorted({round(x, 6) for x, _, _ in marker_points(ax)})
+        assert len(xs) == len(systems) * len(scenarios)
+        px = [ax.transData.transform((x, 1000.0))[0] for x in xs]
+        widths = [(line.get_markersize() + line.get_markeredgewidth()) * fig.dpi / 72
+                  for line in ax.get_lines() if line.get_marker() not in ("None", None, "")]
+        assert min(b - a for a, b in zip(px, px[1:])) > max(widths)
+        assert min(widths) >= 3 * fig.dpi / 72  # and still big enough to tell apart
+        assert overlapping_texts(fig) == []
+    finally:
+        plt.close(fig)
 
 
 def test_the_headline_shows_every_system_in_one_scenario(figures):
     fig = figures["headline.png"]
     rates, p99 = fig.axes
-    assert len(rates.patches) == len(p99.patches) == len(SYSTEMS)
-    assert sorted(round(p.get_width()) for p in rates.patches) == [
+    assert rates.get_xscale() == p99.get_xscale() == "log"
+    rate_points, p99_points = marker_points(rates), marker_points(p99)
+    assert len(rate_points) == len(p99_points) == len(SYSTEMS)
+    assert sorted(round(x) for x, _, _ in rate_points) == [
         200000 * (s + 1) for s in range(len(SYSTEMS))]  # the latest commit's rates
     assert "S=16 N=16 P=1" in fig._suptitle.get_text()
-    hatched = [p for p in rates.patches if p.get_hatch()]
-    assert len(hatched) == 3  # the client-bound ones
+    hollow = [p for p in rate_points if not p[2]]
+    assert len(hollow) == 3  # the client-bound ones
+    assert "hollow" in fig.legends[0].get_texts()[0].get_text()
+    figures_written = {t.get_text() for t in rates.texts}
+    assert "1.00M" in figures_written  # each point has its figure beside it
 
 
 def test_an_unknown_system_gets_a_stable_style():
     assert report.system_style("brand-new") == report.system_style("brand-new")
     assert report.system_style("brand-new")[0] == "brand-new"
+
+
+# ---- bully.png and swarm.png --------------------------------------------------------------------
+
+def keep_figure(draw, monkeypatch):
+    """Run draw(plt) and return the figure it drew, kept open to be read back."""
+    kept = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    draw(plt)
+    monkeypatch.undo()
+    return kept[0]
+
+
+def look(line):
+    """What tells a legend entry's line apart where it is drawn: colour, marker and its fill,
+    and the line style once it joins two points."""
+    joined = len(line.get_xdata()) > 1 and line.get_linestyle() not in ("None", "")
+    return (line.get_color(), line.get_marker(), line.get_markerfacecolor(),
+            line.get_linestyle() if joined else None)
+
+
+def hidden_legend_entries(ax):
+    """Labels of ax's lines a reader cannot find: no points, the same points as another line
+    (one covers the other), or the same look as another where either has one point."""
+    lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    hidden = [line.get_label() for line in lines if len(line.get_xdata()) == 0]
+    for i, a in enumerate(lines):
+        for b in lines[i + 1:]:
+            same_points = (list(a.get_xdata()) == list(b.get_xdata())
+                           and list(a.get_ydata()) == list(b.get_ydata()))
+            if same_points or look(a) == look(b):
+                hidden.append(f"{a.get_label()} / {b.get_label()}")
+    return hidden
+
+
+def election(where, how, nodes, after_s, messages, commit="c1"):
+    return dict(where=where, how=how, nodes=nodes, commit=commit, time=T0, detect_s=0.002,
+                elected_after_detect_s=after_s, elected_s=after_s + 0.002, messages=messages,
+                textbook_messages=nodes * (nodes - 1) // 2, runs=5, agreed=1.0)
+
+
+SERIES = (("simulator", "kill"), ("simulator", "crash"), ("processes", "SIGKILL"))
+
+
+@pytest.mark.parametrize("same_messages", [True, False])
+def test_every_bully_legend_entry_is_a_line_you_can_see(tmp_path, monkeypatch, same_messages):
+    """The three series often send the same messages: three lines one over another showed one
+    line for three legend entries. Now they are one line that says so."""
+    rows = [election(where, how, n, 0.001 * (k + 1) * n, (n - 2) + (0 if same_messages else k))
+            for k, (where, how) in enumerate(SERIES) for n in (5, 10, 25)]
+    fig = keep_figure(lambda plt: report._bully_plot(rows, tmp_path / "bully.png", plt),
+                      monkeypatch)
+    try:
+        left, right = fig.axes
+        assert hidden_legend_entries(left) == hidden_legend_entries(right) == []
+        legend = [t.get_text() for t in fig.legends[0].get_texts()]
+        drawn = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
+        assert sorted(legend) == sorted(set(lab for lab in drawn if not lab.startswith("_")))
+        merged = [lab for lab in legend if "same counts" in lab]
+        assert len(merged) == (1 if same_messages else 0)
+        assert len(right.get_lines()) == (2 if same_messages else 4)  # with the textbook's
+        # every point's figure written by it, on both panels
+        assert {t.get_text() for t in left.texts} >= {"5.00 ms", "20.0 ms", "75.0 ms"}
+        assert {t.get_text() for t in right.texts} >= {"3", "8", "23", "10", "45", "300"}
+        assert overlapping_texts(fig) == []
+    finally:
+        plt.close(fig)
+
+
+def test_bully_series_are_each_ones_newest_commit_in_a_fixed_order():
+    rows = [election("processes", "SIGKILL", 5, 0.003, 3),
+            election("simulator", "kill", 10, 0.001, 8),
+            election("simulator", "kill", 5, 0.001, 3),
+            dict(election("simulator", "kill", 5, 0.002, 3, commit="c0"),
+                 time=T0 - datetime.timedelta(days=1))]
+    series = report.bully_election_series(rows)
+    assert list(series) == [("simulator", "kill"), ("processes", "SIGKILL")]
+    assert [(r["nodes"], r["commit"]) for r in series[("simulator", "kill")]] == [
+        (5, "c1"), (10, "c1")]
+
+
+def swarm_phase(phase, nodes, loss=0.0, get=10000.0, conns=5000.0):
+    r = dict(nodes=nodes, bootstraps=3, loss=loss, target_direct=16, capacity=4096,
+             max_known=4096, commit="c1", time=T0, seconds=20.0, fastest_s=19.0, slowest_s=22.0,
+             converged=1.0, runs=1, get_connections_per_node=10.0, connections_per_node=5.0,
+             get_connections_bytes_per_node=get, connections_bytes_per_node=conns)
+    if phase == "crash":
+        r["crashed"] = nodes // 5
+    return r
+
+
+def swarm_figure(tmp_path, monkeypatch, joins, crashes):
+    data = {"swarm_joins": joins, "swarm_recoveries": crashes}
+    return keep_figure(lambda plt: report._swarm_plot(data, tmp_path / "swarm.png", plt),
+                       monkeypatch)
+
+
+def test_swarm_bytes_of_one_swarm_size_are_bars_with_their_figures(tmp_path, monkeypatch):
+    """One swarm size: four dots in one column, join and recovery alike, said nothing. Now bars
+    per phase, each with its figure."""
+    fig = swarm_figure(tmp_path, monkeypatch, [swarm_phase("join", 10000, get=16413.0)],
+                       [swarm_phase("crash", 10000, get=10034.0, conns=4619.0)])
+    try:
+        traffic = fig.axes[1]
+        assert "bytes" in traffic.get_ylabel()
+        heights = sorted(round(p.get_height()) for p in traffic.patches)
+        assert heights == [4619, 5000, 10034, 16413]
+        assert {"16,413", "5,000", "10,034", "4,619"} <= {t.get_text() for t in traffic.texts}
+        ticks = [t.get_text() for t in traffic.get_xticklabels()]
+        assert ticks[0].startswith("join") and ticks[1].startswith("recovery from crashing 20 %")
+        assert "10,000 nodes" in traffic.get_xlabel()
+        assert len(traffic.get_legend().get_texts()) == 2  # GetConnections, Connections
+        assert bars_on_log_axes(fig) == []
+        assert overlapping_texts(fig) == []
+    finally:
+        plt.close(fig)
+
+
+def test_swarm_series_of_one_point_say_whether_join_or_recovery(tmp_path, monkeypatch):
+    """Join and recovery differ by line style only: a series of one point (1 % lost, one size)
+    drew the same square for both."""
+    joins = [swarm_phase("join", n) for n in (100, 1000, 10000)] + [
+        swarm_phase("join", 400, loss=0.01, get=17000.0)]
+    crashes = [swarm_phase("crash", n, get=15000.0, conns=2000.0) for n in (100, 1000, 10000)] + [
+        swarm_phase("crash", 400, loss=0.01, get=2500.0, conns=500.0)]
+    fig = swarm_figure(tmp_path, monkeypatch, joins, crashes)
+    try:
+        took, traffic = fig.axes[:2]
+        assert traffic.get_xscale() == "log" and len(traffic.patches) == 0
+        assert hidden_legend_entries(traffic) == []
+        labels = [t.get_text() for t in traffic.get_legend().get_texts()]
+        assert len(labels) == 8 and any("(1 % lost)" in lab for lab in labels)
+    finally:
+        plt.close(fig)

@@ -3,6 +3,8 @@ session-scoped local SparkSession (as chispa's conftest does), and `pelotari tre
 import datetime
 import json
 import math
+import pathlib
+import re
 import subprocess
 
 import pytest
@@ -976,3 +978,81 @@ def test_report_on_fuzz_records_only(spark, tmp_path):
     assert ("| swarm-node | Cython, Python coverage | 5,000 | 500 | 100 / 300 | 0 | `c2` | "
             "2 (6,000, 1) |") in summary
     assert "| swarm-node | Cython, instrumented + ASan | 700 |" in summary
+
+
+# ---- README.md's bully table: the committed records, as bully.png and bully-sync.png show them ---
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def readme_table(first_header):
+    """The README table whose header starts with first_header: {first cell: the other cells}."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index(first_header):]
+    lines = table[:table.index("\n\n")].splitlines()[2:]
+    return {cells[0]: cells[1:] for cells in
+            ([c.strip() for c in line.strip().strip("|").split("|")] for line in lines)}
+
+
+def is_written_as(text, value):
+    """text, a figure as the README writes it, is value to the digits it gives."""
+    digits = len(text.split(".")[1]) if "." in text else 0
+    return abs(float(text) - value) <= 0.5 * 10 ** -digits + 1e-9
+
+
+def figures(text):
+    return text.split(" / ")
+
+
+def test_readme_bully_table_is_the_committed_records_as_plotted(spark):
+    """README.md's bully table beside bully.png and bully-sync.png: its figures are the medians
+    `pelotari trend docs/bench` plots, read here from the committed records through the same
+    functions (report.bully_election_series is what bully.png draws; the real processes' times
+    are written as bully.png writes them by its points). A rerun of the bench must update both."""
+    tables = report.analyse(report.load(spark, report.find(ROOT / "docs" / "bench")), 0.1)
+    series = report.bully_election_series([r.asDict() for r in tables["bully_elections"].collect()])
+    sync = {(r["where"], r["method"]): r.asDict()
+            for r in tables["bully_sync"].collect()}
+    rows = readme_table("| measurement | nodes | figure |")
+    text = (ROOT / "README.md").read_text()
+    commit = re.search(r"Its\s+table on this \S+ machine, at commit `([0-9a-f]+)`", text).group(1)
+    assert {r["commit"][:len(commit)] for pts in series.values() for r in pts} == {commit}
+    assert {r["commit"][:len(commit)] for r in sync.values()} == {commit}
+
+    real = series[("processes", "SIGKILL")]
+    nodes, figure, messages = rows["election, leader SIGKILLed, real processes"]
+    assert figures(nodes) == [str(r["nodes"]) for r in real]
+    said = re.fullmatch(
+        r"everybody names the highest survivor (.+) ms after the first survivor declares the "
+        r"leader dead, as plotted below \((.+) ms after the kill, detection included\)", figure)
+    assert said, f"README says {figure!r}: not what bully.png shows"
+    after, kill = said.groups()
+    assert [f"{v} ms" for v in figures(after)] == [
+        report._ms(r["elected_after_detect_s"] * 1000) for r in real]  # bully.png's labels
+    assert all(is_written_as(v, r["elected_s"] * 1000) for v, r in zip(figures(kill), real))
+    assert messages == (" / ".join(f"{r['messages']:g}" for r in real) + " (" +
+                        " / ".join(str(r["textbook_messages"]) for r in real) + ")")
+
+    silent = {r["nodes"]: r for r in series[("simulator", "crash")]}
+    key = next(k for k in rows if k.startswith("election, simulator, leader silent"))
+    nodes, figure, messages = rows[key]
+    r = silent[int(nodes)]
+    assert figure == f"{report._ms(r['elected_after_detect_s'] * 1000)} after it is declared dead"
+    assert messages == f"{r['messages']:g} ({r['textbook_messages']})"
+
+    key = next(k for k in rows if k.startswith("clock spread after one sync round, real processes"))
+    nodes, figure, _ = rows[key]
+    r = sync[("processes", "berkeley")]
+    assert int(nodes) == r["nodes"] and figure == report._ms(r["spread_ms"])
+    key = next(k for k in rows if k.startswith("sync, simulator"))
+    nodes, figure, _ = rows[key]
+    berkeley, blind = sync[("simulator", "berkeley")], sync[("simulator", "rtt-blind average")]
+    said = re.fullmatch(r"Berkeley: (\S+) ms spread, (\S+) ms from true time; the Java clients' "
+                        r"RTT-blind average: (\S+) ms spread, everybody moved (\S+) s", figure)
+    assert said, f"README says {figure!r}"
+    spread, error, blind_spread, moved = said.groups()
+    assert int(nodes) == berkeley["nodes"] == blind["nodes"]
+    assert is_written_as(spread, berkeley["spread_ms"])
+    assert is_written_as(error, berkeley["max_abs_error_ms"])
+    assert is_written_as(blind_spread, blind["spread_ms"])
+    assert is_written_as(moved, blind["mean_error_ms"] / 1000)

@@ -281,39 +281,61 @@ def _ratios_plot(targets: List[dict], scenarios: List[str], path: pathlib.Path, 
 
 
 def _latency_plot(latency: List[dict], scenarios: List[str], path: pathlib.Path, plt):
+    """Per scenario, each system's latest p50 (hollow) and p99 (filled) as points joined by a
+    line: points, not bars, on the log axis (a bar's length there says nothing). The markers
+    are sized to their slot, so neighbouring systems never overlap."""
     from matplotlib.lines import Line2D
 
     rows = latest_commit_rows(latency)
     systems = _system_order({r["system"] for r in rows})
-    fig, ax = plt.subplots(figsize=(11, 5.2))
-    width = 0.8 / max(1, len(systems))
+    fig, ax = plt.subplots(figsize=(14, 5.6))
+    slot = 0.84 / max(1, len(systems))
+    markers = []
     for k, system in enumerate(systems):
         label, colour, marker = system_style(system)
-        offset = (k - (len(systems) - 1) / 2) * width
+        offset = (k - (len(systems) - 1) / 2) * slot
+        p50, p99 = [], []
         for r in rows:
             if r["system"] != system or r["scenario"] not in scenarios:
                 continue
             x = scenarios.index(r["scenario"]) + offset
-            if _number(r.get("p99_us")):
-                ax.bar([x], [r["p99_us"]], width * 0.9, color=colour, alpha=0.85)
+            ends = [r[f] for f in ("p50_us", "p99_us") if _number(r.get(f))]
+            if len(ends) == 2:  # the range from the median to the 99th percentile
+                ax.plot([x, x], ends, color=colour, lw=1.2, solid_capstyle="butt")
             if _number(r.get("p50_us")):
-                ax.plot([x], [r["p50_us"]], marker="_", color="black", ms=9, mew=2)
+                p50.append((x, r["p50_us"]))
+            if _number(r.get("p99_us")):
+                p99.append((x, r["p99_us"]))
+        for pts, face in ((p50, "white"), (p99, colour)):
+            if pts:
+                markers += ax.plot([x for x, _ in pts], [y for _, y in pts], ls="none",
+                                   marker=marker, color=colour, markerfacecolor=face, mew=1.2)
     ax.set_yscale("log")
-    ax.set_ylabel("one-way latency, µs (log)")
+    _log_ticks(ax.yaxis, lambda v: f"{v:,.0f}")
+    ax.set_ylabel("one-way latency, µs (log scale)")
     ax.set_xlabel("scenario (S = payload bytes, N = subscribers, P = publishers)")
     ax.set_xticks(range(len(scenarios)))
     ax.set_xticklabels([sc.replace(" ", "\n") for sc in scenarios], fontsize=8)
+    ax.set_xlim(-0.5, len(scenarios) - 0.5)
+    for i in range(1, len(scenarios)):  # the scenarios' columns apart
+        ax.axvline(i - 0.5, color="grey", lw=0.6, alpha=0.4)
     ax.grid(alpha=0.3, axis="y")
-    ax.set_title("Latency at half the highest lossless rate, each system's latest commit: bar = "
-                 "p99, black tick = p50\n(publish to delivery, measured by the load generator "
-                 "on this host)", fontsize=9)
-    handles = [Line2D([], [], color=system_style(s)[1], lw=6, label=system_style(s)[0])
-               for s in systems]
-    handles.append(Line2D([], [], marker="_", color="black", ms=9, mew=2, ls="none",
-                          label="p50"))
+    ax.set_title("Latency at half the highest lossless rate, each system's latest commit: "
+                 "hollow = p50, filled = p99, line = from one to the other\n(publish to "
+                 "delivery, measured by the load generator on this host)", fontsize=9)
+    handles = [Line2D([], [], color=system_style(s)[1], marker=system_style(s)[2], lw=1.2,
+                      label=system_style(s)[0]) for s in systems]
+    handles += [Line2D([], [], marker="o", color="black", markerfacecolor="white", ls="none",
+                       label="hollow: p50 (median)"),
+                Line2D([], [], marker="o", color="black", ls="none", label="filled: p99")]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1),
               frameon=False)
     fig.tight_layout()
+    # Each system's slot is `slot` data units wide: markers at most 80 % of it (in points).
+    x0, x1 = ax.get_xlim()
+    slot_pt = slot * ax.bbox.width / (x1 - x0) * 72 / fig.dpi
+    for line in markers:
+        line.set_markersize(max(2.5, min(7.0, 0.8 * slot_pt - line.get_markeredgewidth())))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -330,8 +352,28 @@ def headline_scenario(rows: List[dict]) -> str:
     return max(set(names), key=lambda s: (len({r["system"] for r in rows if r["scenario"] == s}), s))
 
 
+def _log_ticks(axis, fmt) -> None:
+    """Label a log axis's decades with fmt (no 10^k), its 2s and 5s too when it spans few."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = sorted(axis.get_view_interval())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    if hi / lo < 10 ** 2.5:
+        axis.set_minor_locator(LogLocator(subs=(2, 5)))
+        axis.set_minor_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _rate_tick(v: float) -> str:
+    """msgs/s on an axis: 100k, 1M, 20M."""
+    return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v >= 1e3 else f"{v:g}"
+
+
 def _headline_plot(throughput: List[dict], latency: List[dict], path: pathlib.Path, plt):
-    from matplotlib.patches import Patch
+    """Every system in one scenario, one row each: its delivered rate (left) and p99 latency
+    (right) as points on log axes, each with its figure; hollow: client-bound."""
+    from matplotlib.lines import Line2D
 
     scenario = headline_scenario(throughput)
     rates = {r["system"]: r for r in latest_commit_rows(throughput) if r["scenario"] == scenario}
@@ -341,36 +383,41 @@ def _headline_plot(throughput: List[dict], latency: List[dict], path: pathlib.Pa
                                       gridspec_kw={"width_ratios": [1.4, 1]})
     ys = list(range(len(systems)))[::-1]
     for y, system in zip(ys, systems):
-        label, colour, _ = system_style(system)
+        label, colour, marker = system_style(system)
         r = rates[system]
         bound = bool(r.get("client_bound"))
-        left.barh([y], [r["delivered_rate"]], color=colour, hatch="//" if bound else None,
-                  edgecolor="white" if bound else colour)
-        left.text(r["delivered_rate"], y, f" {r['delivered_rate'] / 1e6:.2f}M", va="center",
-                  fontsize=8)
+        left.plot([r["delivered_rate"]], [y], ls="none", marker=marker, ms=9, mew=1.5,
+                  color=colour, markerfacecolor="white" if bound else colour)
+        left.annotate(f"{r['delivered_rate'] / 1e6:.2f}M", (r["delivered_rate"], y),
+                      xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
         if system in lat and _number(lat[system].get("p99_us")):
-            right.barh([y], [lat[system]["p99_us"]], color=colour)
-            right.text(lat[system]["p99_us"], y, f" {lat[system]['p99_us']:,.0f}", va="center",
-                       fontsize=8)
+            right.plot([lat[system]["p99_us"]], [y], ls="none", marker=marker, ms=9,
+                       color=colour)
+            right.annotate(f"{lat[system]['p99_us']:,.0f}", (lat[system]["p99_us"], y),
+                           xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
     shown_rates = [rates[s]["delivered_rate"] for s in systems]
     shown_p99 = [lat[s]["p99_us"] for s in systems if s in lat and _number(lat[s].get("p99_us"))]
-    for ax, values in ((left, shown_rates), (right, shown_p99)):
-        if values:  # bars from a decade below the least; room for the figures after each
+    for ax, values, fmt in ((left, shown_rates, _rate_tick), (right, shown_p99,
+                                                              lambda v: f"{v:,.0f}")):
+        if values:  # points, not bars: on a log axis a bar's length says nothing
             ax.set_xscale("log")
-            ax.set_xlim(10 ** math.floor(math.log10(min(values))), max(values) * 4)
+            ax.set_xlim(min(values) / 1.6, max(values) * 4)  # room for the figure after each
+            _log_ticks(ax.xaxis, fmt)
         ax.set_yticks(ys)
         ax.set_yticklabels([system_style(s)[0] for s in systems], fontsize=8)
-        ax.grid(alpha=0.3, axis="x")
+        ax.set_ylim(-0.6, len(systems) - 0.4)
+        ax.grid(alpha=0.3)
     right.set_yticklabels([])
-    left.set_xlabel("delivered msgs/s, highest lossless rate (log)")
-    right.set_xlabel("p99 latency at half that rate, µs (log; shorter is better)")
+    left.set_xlabel("delivered msgs/s at the highest lossless rate (log scale; right is better)")
+    right.set_xlabel("p99 latency at half that rate, µs (log scale; left is better)")
     when = {_short(r["commit"]) for r in rates.values()}
     one = next(r for r in throughput if r["scenario"] == scenario)
     fig.suptitle(f"Every system at {scenario} ({one['payload']}-byte messages to "
                  f"{plural(one['subscribers'], 'subscriber')}), latest run of each; commits "
                  f"{', '.join(sorted(when))}", fontsize=9)
-    fig.legend(handles=[Patch(facecolor="grey", hatch="//", edgecolor="white",
-                              label="hatched: " + CLIENT_BOUND_NOTE)], loc="lower center",
+    fig.legend(handles=[Line2D([], [], marker="o", ms=9, mew=1.5, color="grey",
+                               markerfacecolor="white", ls="none",
+                               label="hollow: " + CLIENT_BOUND_NOTE)], loc="lower center",
                fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     fig.savefig(path, dpi=110)
@@ -472,40 +519,71 @@ def _ms_tick(v_ms: float) -> str:
     return f"{v_ms / 1000:g} s" if v_ms >= 1000 else f"{v_ms:g} ms"
 
 
+def bully_election_series(rows: List[dict]) -> Dict[tuple, List[dict]]:
+    """The series bully.png draws: (where, how) → the rows of its newest commit, by nodes;
+    ELECTION_SERIES' first, in that order. README.md's bully table quotes these figures
+    (tests/test_trend.py reads them from the committed records through this function)."""
+    rows = latest_per(rows, "where", "how")
+    keys = sorted({(r["where"], r["how"]) for r in rows},
+                  key=lambda k: (list(ELECTION_SERIES).index(k) if k in ELECTION_SERIES
+                                 else len(ELECTION_SERIES), k))
+    return {k: sorted((r for r in rows if (r["where"], r["how"]) == k), key=lambda r: r["nodes"])
+            for k in keys}
+
+
 def _bully_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
     """Left: time from a survivor declaring the leader dead to every survivor naming the new
-    one, per series, against the 1 s goal; right: election messages against n(n-1)/2."""
-    rows = latest_per(rows, "where", "how")
-    series = sorted({(r["where"], r["how"]) for r in rows},
-                    key=lambda k: (list(ELECTION_SERIES).index(k) if k in ELECTION_SERIES
-                                   else len(ELECTION_SERIES), k))
+    one, per series, against the 1 s goal; right: election messages against n(n-1)/2. Each
+    point has its figure written by it; series with the same figures at every size are drawn
+    as one line that says so (one line over another would hide it)."""
+    series = bully_election_series(rows)
+    rows = [r for pts in series.values() for r in pts]
     nodes = sorted({r["nodes"] for r in rows})
     several_commits = len({r["commit"] for r in rows}) > 1
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.8))
     markers = "os^Dvx"
-    for i, k in enumerate(series):
-        pts = sorted(((r["nodes"], r) for r in rows if (r["where"], r["how"]) == k),
-                     key=lambda p: p[0])
-        label = ELECTION_SERIES.get(k, ", ".join(k))
+    names, styles = {}, {}
+    for i, (k, pts) in enumerate(series.items()):
+        names[k] = ELECTION_SERIES.get(k, ", ".join(k))
         if several_commits:
-            label += f" (commit {_short(pts[0][1]['commit'])})"
-        # The same colour and marker for a series in every plot, whichever series ran; series
-        # often coincide (the same message counts): the earlier ones are drawn wider.
+            names[k] += f" (commit {_short(pts[0]['commit'])})"
+        # The same colour and marker for a series in every plot, whichever series ran.
         c = list(ELECTION_SERIES).index(k) if k in ELECTION_SERIES else len(ELECTION_SERIES) + i
-        style = dict(marker=markers[c % len(markers)], color=f"C{c % 10}", label=label,
-                     lw=max(1.5, 4 - 1.2 * i), ms=max(5, 10 - 2 * i))
-        after = [(n, r["elected_after_detect_s"] * 1000) for n, r in pts
+        styles[k] = dict(marker=markers[c % len(markers)], color=f"C{c % 10}", lw=2, ms=7)
+    # Above left of each point: the lines rise to the right, so nothing is drawn there.
+    value_label = dict(xytext=(-4, 4), textcoords="offset points", ha="right", va="bottom",
+                       fontsize=8, bbox=dict(fc="white", ec="none", alpha=0.7, pad=0.1))
+    for k, pts in series.items():
+        after = [(r["nodes"], r["elected_after_detect_s"] * 1000) for r in pts
                  if _number(r["elected_after_detect_s"])]
-        left.plot([n for n, _ in after], [v for _, v in after], **style)
-        msgs = [(n, r["messages"]) for n, r in pts if _number(r["messages"])]
-        right.plot([n for n, _ in msgs], [v for _, v in msgs], **style)
+        left.plot([n for n, _ in after], [v for _, v in after], label=names[k], **styles[k])
+        for n, v in after:
+            left.annotate(_ms(v), (n, v), color=styles[k]["color"], **value_label)
     left.axhline(ELECTION_GOAL_S * 1000, color="black", lw=1, ls="--",
                  label=f"goal: a new leader within {ELECTION_GOAL_S:g} s of the leader "
                        f"being declared dead")
+    coincide = {}  # the messages per size → the series that sent exactly those
+    for k, pts in series.items():
+        msgs = tuple((r["nodes"], r["messages"]) for r in pts if _number(r["messages"]))
+        if msgs:
+            coincide.setdefault(msgs, []).append(k)
+    for msgs, keys in coincide.items():
+        if len(keys) == 1:
+            style, label = styles[keys[0]], names[keys[0]]
+        else:
+            style = dict(marker="o", color="black", lw=2, ms=7)
+            label = (f"all {len(keys)} series on the left sent the same counts: one line"
+                     if len(keys) == len(series)
+                     else _wrap(" = ".join(names[k] for k in keys) + ": the same counts", 70))
+        right.plot([n for n, _ in msgs], [m for _, m in msgs], label=label, **style)
+        for n, m in msgs:
+            right.annotate(f"{m:g}", (n, m), color=style["color"], **value_label)
     textbook = sorted({(r["nodes"], r["textbook_messages"]) for r in rows
                        if _number(r["textbook_messages"])})
     right.plot([n for n, _ in textbook], [m for _, m in textbook], color="grey", lw=1,
                ls=":", marker=".", label="textbook bully worst case: n(n-1)/2 messages")
+    for n, m in textbook:
+        right.annotate(f"{m:g}", (n, m), color="grey", **value_label)
     left.set_title("Election time, from the first survivor declaring the leader dead\n"
                    "(and starting an election) until every survivor names the new one",
                    fontsize=10)
@@ -521,20 +599,38 @@ def _bully_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
         ax.set_xlabel("nodes in the network, the dead leader included")
         ax.set_xticks(nodes)
         ax.set_xticklabels([str(n) for n in nodes])
+        if nodes:  # room for the figures left of the first points
+            ax.set_xlim(nodes[0] - 0.16 * (nodes[-1] - nodes[0] or 1),
+                        nodes[-1] + 0.06 * (nodes[-1] - nodes[0] or 1))
         ax.grid(alpha=0.3, which="both")
-    handles, labels = [], []
-    for ax in (left, right):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    _figure_legend(fig, (left, right), ncol=2)
     fig.suptitle(f"bully elections after the leader dies (median of {_runs_note(rows)} per "
                  f"point; {_commits_note(rows)})", fontsize=11)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
+    for ax in (left, right):
+        _spread_labels(ax)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _spread_labels(ax) -> None:
+    """Move the figures written by points of one x up, each clear of the one below it: points
+    of series that nearly coincide would have them one over another. Call once laid out."""
+    renderer = ax.figure.canvas.get_renderer()
+    columns = {}
+    for a in ax.texts:
+        columns.setdefault(a.xy[0], []).append(a)
+    for labels in columns.values():
+        labels.sort(key=lambda a: a.get_window_extent(renderer).y0)
+        top = None
+        for a in labels:
+            box = a.get_window_extent(renderer)
+            if top is not None and box.y0 < top + 1:
+                dx, dy = a.xyann
+                a.xyann = (dx, dy + (top + 1 - box.y0) * 72 / ax.figure.dpi)
+                box = a.get_window_extent(renderer)
+            top = box.y1
 
 
 def _bully_sync_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
@@ -1087,16 +1183,32 @@ def _swarm_time_panel(ax, joins, recoveries, configs, markers) -> None:
 
 def _swarm_traffic_panel(ax, joins, recoveries, configs, markers) -> bool:
     """GetConnections and Connections sent per node against the swarm's size: their bytes when
-    the records have them (True), else their counts."""
+    the records have them (True), else their counts. Join and recovery differ in line style
+    and marker fill (hollow: recovery), so a series of one point still says which it is. With
+    one swarm size, bars per phase (and configuration) with their figures instead."""
     in_bytes = any(_number(r["connections_bytes_per_node"]) for r in joins + recoveries)
     suffix = "_bytes_per_node" if in_bytes else "_per_node"
-    for phase, rows, ls in (("join", joins, "-"), ("recovery", recoveries, "--")):
-        # Counts: a Connections answers each GetConnections, the two lines nearly coincide, the
-        # first drawn wider underneath.
-        for what, colour, lw, ms in (("GetConnections", "C2", 1.5 if in_bytes else 4,
-                                      5 if in_bytes else 9),
-                                     ("Connections", "C4", 1.5, 5)):
-            field = ("get_connections" if what == "GetConnections" else "connections") + suffix
+    messages = (("GetConnections", "C2", "get_connections" + suffix),
+                ("Connections", "C4", "connections" + suffix))
+    phases = (("join", joins, "-", None), ("recovery", recoveries, "--", "white"))
+    sizes = sorted({r["nodes"] for r in joins + recoveries})
+    if len(sizes) == 1:
+        cells = [(phase, config, name, {_swarm_config(r): r for r in rows}.get(config))
+                 for phase, rows, _, _ in phases for config, name in configs.items()]
+        cells = [c for c in cells if c[3]]
+        fmt = (lambda v: f"{v:,.0f}") if in_bytes else (lambda v: f"{v:.1f}")
+        _bars(ax, [(f"{what} ({'requests' if what == 'GetConnections' else 'answers'})",
+                    [r[field] for *_, r in cells], dict(color=colour))
+                   for what, colour, field in messages], fmt)
+        names = [("join, per node" if phase == "join" else
+                  f"recovery from crashing {_crashed_share(r)} % of\nthe nodes, per survivor")
+                 + (f"\n({name})" if name else "") for phase, _, name, r in cells]
+        _categories(ax, names)
+        ax.set_xlabel(f"phase, in a swarm of {sizes[0]:,} nodes")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.1)  # room for the figures
+        return in_bytes
+    for phase, rows, ls, face in phases:
+        for what, colour, field in messages:
             for k, (config, name) in enumerate(configs.items()):
                 pts = sorted((r for r in rows if _swarm_config(r) == config
                               and _number(r[field])), key=lambda r: r["nodes"])
@@ -1105,9 +1217,17 @@ def _swarm_traffic_panel(ax, joins, recoveries, configs, markers) -> bool:
                 who = "node" if phase == "join" else "survivor"
                 label = _wrap(f"{what}{' bytes' if in_bytes else ''} sent per {who}, {phase}"
                               + (f" ({name})" if name else ""))
+                # Counts: a Connections answers each GetConnections, the two lines nearly
+                # coincide, the first drawn wider underneath.
+                wide = what == "GetConnections" and not in_bytes
                 ax.plot([r["nodes"] for r in pts], [r[field] for r in pts], color=colour, ls=ls,
-                        marker=markers[k % len(markers)], lw=lw, ms=ms, label=label)
+                        marker=markers[k % len(markers)], markerfacecolor=face or colour,
+                        lw=4 if wide else 1.5, ms=9 if wide else 6, label=label)
     return in_bytes
+
+
+def _crashed_share(r: dict) -> str:
+    return f"{100 * r['crashed'] / r['nodes']:.0f}" if _number(r.get("crashed")) else "?"
 
 
 def _nodes_axis(ax, nodes: List[int]) -> None:
@@ -1231,12 +1351,13 @@ def _swarm_plot(data: Dict[str, List[dict]], path: pathlib.Path, plt) -> pathlib
         traffic.set_ylabel("messages sent per node (per survivor in the recovery)")
         traffic.set_title("Simulated swarm: GetConnections and Connections sent per node during\n"
                           "the join and the recovery (median over the seeds; a Connections\n"
-                          "answers each GetConnections, so their lines nearly coincide)",
+                          "answers each GetConnections, so the two nearly match)",
                           fontsize=10)
     traffic.set_ylim(0, traffic.get_ylim()[1] * 1.1)
     for ax in (took, traffic):
         if sims:
-            _nodes_axis(ax, nodes)
+            if ax is took or len(nodes) > 1:  # one size: the traffic panel is bars per phase
+                _nodes_axis(ax, nodes)
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8,
                       frameon=False)
         else:
