@@ -11,7 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from pelotari.harness.procs import JsonProcess, wait_all
+from pelotari.harness.procs import Children, JsonProcess, wait_all
 from pelotari.bully.core import BullyNode, Config
 from pelotari.sim import LinkSpec, Simulator
 
@@ -106,7 +106,8 @@ def _proc(args: list[str]) -> JsonProcess:
 
 
 def _network(n: int, port: int, extra: list[str], offsets: list[float] | None = None):
-    """A leader (ID n... no: ID 25) on 127.0.0.1 and n-1 peers on 127.0.0.2.. (port `port`)."""
+    """A leader (ID 25) on 127.0.0.1 and n-1 peers on 127.0.0.2.. (port `port`); call it within
+    `Children`, which stops them however the caller ends."""
     heartbeat = ["--heartbeat", "1"]
     procs = [_proc(["start", "--bind", f"127.0.0.1:{port}", *heartbeat, *extra,
                    *(["--clock-offset", repr(offsets[0])] if offsets else [])])]
@@ -127,8 +128,8 @@ def _network(n: int, port: int, extra: list[str], offsets: list[float] | None = 
 def real_election(n: int, port: int = 33330) -> dict:
     """SIGKILL the leader of n real processes; time until every survivor names the same new
     leader (the highest ID), from the kill and from the first survivor noticing."""
-    procs = _network(n, port, [])
-    try:
+    with Children():
+        procs = _network(n, port, [])
         wait_all(procs, lambda: False, 3.0)  # a few heartbeats: every book is complete
         leader, survivors = procs[0], procs[1:]
         ids = {p: next(e["id"] for e in p.events if e.get("event") == "joined") for p in survivors}
@@ -159,9 +160,6 @@ def real_election(n: int, port: int = 33330) -> dict:
                 "agreed": agreed, "elected_s": last - t_kill,
                 "detect_s": first_start - t_kill, "elected_after_detect_s": last - first_start,
                 "messages_total_after_kill": messages, "textbook_messages": textbook_messages(n)}
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def real_sync(n: int = 25, port: int = 33340, seed: int = 0, spread_s: float = 10.0) -> dict:
@@ -169,8 +167,8 @@ def real_sync(n: int = 25, port: int = 33340, seed: int = 0, spread_s: float = 1
     spread of their offsets from the (shared) system clock right after it and once slewed."""
     rng = random.Random(seed)
     offsets = [rng.uniform(-spread_s, spread_s) for _ in range(n)]
-    procs = _network(n, port, [], offsets)
-    try:
+    with Children():
+        procs = _network(n, port, [], offsets)
         wait_all(procs, lambda: False, 3.0)
         leader = procs[0]
         mark = len(leader.events)
@@ -197,9 +195,6 @@ def real_sync(n: int = 25, port: int = 33340, seed: int = 0, spread_s: float = 1
                 "spread_ms": (max(settled) - min(settled)) * 1000,
                 "outliers": len(done.get("outliers", [])),
                 "unanswered": len(done.get("unanswered", []))}
-    finally:
-        for p in procs:
-            p.stop()
 
 
 class _Records(list):
@@ -214,8 +209,9 @@ class _Records(list):
 
 
 def run(sizes=(5, 10, 25), sync_nodes: int = 25, real: bool = True, seeds: int = 5,
-        progress: Callable[[str], None] = lambda s: None) -> list[dict]:
-    """Every bully measurement, as records (each with the environment, as `pelotari bench`'s)."""
+        progress: Callable[[str], None] = lambda s: None, port: int = 33330) -> list[dict]:
+    """Every bully measurement, as records (each with the environment, as `pelotari bench`'s);
+    the processes' elections on `port`, their sync on port + 10."""
     from pelotari.harness.results import environment
     env = environment()
     out = _Records(env)
@@ -230,8 +226,8 @@ def run(sizes=(5, 10, 25), sync_nodes: int = 25, real: bool = True, seeds: int =
     progress("simulated sync, Berkeley and RTT-blind")
     if real:
         for n in sizes:
-            out.append(real_election(n))
+            out.append(real_election(n, port))
             progress(f"election, {n} processes: {out[-1]['elected_s'] * 1000:.0f} ms")
-        out.append(real_sync(sync_nodes))
+        out.append(real_sync(sync_nodes, port + 10))
         progress(f"sync, {sync_nodes} processes: spread {out[-1]['spread_ms']:.3f} ms")
     return list(out)

@@ -59,6 +59,7 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     and each one's median round is reported (every round's rates are kept in its record).
     """
     from pelotari.harness import results
+    from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.runner import BenchRunner, Failed, Measured, Probe, Skipped
     from pelotari.harness.systems import SYSTEMS
     from pelotari.harness.trial import Scenario, placement
@@ -81,10 +82,6 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     where = placement()[2]
     click.echo(f"pelotari bench: {', '.join(names)}; S={payloads} N={subscribers} P={publishers}; "
                f"{duration:g}s trials; {where}", err=True)
-    runner = BenchRunner(SYSTEMS, names, [Scenario(s, n, publishers) for s in payloads
-                                          for n in subscribers],
-                         duration, output, repeats=repeats, rounds=rounds, precision=precision,
-                         env=results.environment(), placement=where)
 
     # On a terminal each probe rewrites one line; in a log, a probe line every 10 s at most
     # and every result on its own line (no carriage returns).
@@ -110,7 +107,12 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
                             f"{rec['server_cpu_us_per_msg']:.2f} µs CPU/msg", force=True)
             progress.finish()
 
-    done = runner.run(show)
+    with Children(interrupt=STOP_SIGNALS):
+        runner = BenchRunner(SYSTEMS, names, [Scenario(s, n, publishers) for s in payloads
+                                              for n in subscribers],
+                             duration, output, repeats=repeats, rounds=rounds,
+                             precision=precision, env=results.environment(), placement=where)
+        done = runner.run(show)
     progress.finish()
     click.echo(f"\n{results.table(done.records, done.runnable)}\n")
     click.echo(f"{where}; {duration:g}s trials; loss < 0.1 %; results in {output} "
@@ -168,6 +170,7 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
     steady upward slope. Exit status 1 if it is not flat or the run lost messages.
     """
     from pelotari.harness import results
+    from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.soak import lossless_rate, soak as run_soak
     from pelotari.harness.systems import SYSTEMS, Unavailable
     from pelotari.harness.trial import Scenario, Session, placement
@@ -196,7 +199,8 @@ def soak(system, payload, subscribers, minutes, fraction, rate, interval, tolera
                         f"{memory.samples[0][1] / 1024:.1f})")
 
     try:
-        with Session(SYSTEMS[system], scenario) as session:
+        with Children(interrupt=STOP_SIGNALS), \
+                Session(SYSTEMS[system], scenario) as session:
             if rate is None:
                 found = lossless_rate(session, searching)
                 if not found:

@@ -418,10 +418,12 @@ def _sizes(ctx, param, value):
 @click.option("--seeds", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Simulator runs per measurement (seeds 0..N-1).")
 @click.option("--sim-only", is_flag=True, help="Only the simulator (no processes started).")
+@click.option("--port", type=click.IntRange(1, 65525), default=33330, show_default=True,
+              help="UDP port of the processes' elections; their sync uses PORT + 10.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/bully.jsonl",
               show_default=True, help="JSON-lines file the records are appended to "
                                       "(`pelotari trend` reads it).")
-def bench(sizes, sync_nodes, seeds, sim_only, output):
+def bench(sizes, sync_nodes, seeds, sim_only, port, output):
     """Measure elections and clock sync: simulator and real processes.
 
     Elections: the leader of N nodes is killed (and, in the simulator, also silenced); the
@@ -430,18 +432,21 @@ def bench(sizes, sync_nodes, seeds, sim_only, output):
     127.0.0.x share one kernel clock, so their true offsets are known); one round; the spread
     of the logical clocks. In the simulator, with uneven, asymmetric, jittery links and one
     clock an hour off, the Berkeley round is compared with the Java clients' RTT-blind average.
-    Processes listen on 127.0.0.1..127.0.0.25, ports 33330 and 33340.
+    Processes listen on 127.0.0.1..127.0.0.25, ports --port and --port + 10 (33330 and 33340).
+    Ctrl-C, SIGTERM or an error stops every process it started.
     """
     import pathlib
 
+    from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.results import write
     from pelotari.bully import bench as measure
 
     started = time.monotonic()
     try:
-        records = measure.run(sizes, sync_nodes, real=not sim_only, seeds=seeds,
-                              progress=lambda s: click.echo(
-                                  f"[{time.monotonic() - started:5.1f}s] {s}", err=True))
+        with Children(interrupt=STOP_SIGNALS):
+            records = measure.run(sizes, sync_nodes, real=not sim_only, seeds=seeds, port=port,
+                                  progress=lambda s: click.echo(
+                                      f"[{time.monotonic() - started:5.1f}s] {s}", err=True))
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     write(pathlib.Path(output), records)

@@ -268,24 +268,28 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
 
 
 @potato.command("bench")
+@click.option("--port", type=click.IntRange(1, 65535), default=34440, show_default=True,
+              help="The port every client listens on (each on its own 127.0.0.k).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/potato.jsonl",
               show_default=True, help="JSON-lines file the records are appended to.")
-def bench_command(output):
+def bench_command(port, output):
     """Measure real meshes: the seed's A-G example and 20 clients, over WebRTC and TCP.
 
-    Clients run as processes on 127.0.0.1..20 (one port, 34440). For each mesh and transport:
+    Clients run as processes on 127.0.0.1..20 (one port, --port). For each mesh and transport:
     the time until every client has all its peers, 20 elections (time from `propose` to the
     result, p50 and p99; every client must take each new frame), and 200 broadcasts (CPU time
-    of all clients per message delivered).
+    of all clients per message delivered). Ctrl-C, SIGTERM or an error stops every client.
     """
+    from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.results import environment, write
     from pelotari.potato import bench
 
     started = time.monotonic()
-    env = environment()
     try:
-        records = [{**r, "env": env} for r in bench.run(progress=lambda s: click.echo(
-            f"[{time.monotonic() - started:5.1f}s] {s}", err=True))]
+        with Children(interrupt=STOP_SIGNALS):
+            env = environment()
+            records = [{**r, "env": env} for r in bench.run(port=port, progress=lambda s: (
+                click.echo(f"[{time.monotonic() - started:5.1f}s] {s}", err=True)))]
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     write(pathlib.Path(output), records)

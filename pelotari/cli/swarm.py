@@ -647,10 +647,12 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
     and echo a Ping, loss, the node's CPU seconds and Pongs per node CPU second. The node's
     rate limits are lifted for it but the once-per-slot claim (its slot is 0.1 s). Every
     figure in a fresh interpreter; PELOTARI_PURE_PYTHON=1 gives the pure-Python stack. On a
-    2-CPU machine the generator and the node get a core each.
+    2-CPU machine the generator and the node get a core each. Ctrl-C, SIGTERM or an error
+    stops every process it started.
     """
     import pathlib
 
+    from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.results import environment, write
     from pelotari.swarm import bench as b
 
@@ -674,11 +676,12 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
                                        "setup.py build_ext --inplace); or --skip-sockets")
     stacks = {"both": (True, False), "python": (True,), "cython": (False,)}[stack]
     started = time.monotonic()
-    env = environment()
     try:
-        records = [{**r, "env": env} for r in b.run(
-            lambda s: click.echo(f"[{time.monotonic() - started:6.1f}s] {s}", err=True),
-            measures=measures, peers=peers, seconds=seconds, rate=rate, stacks=stacks)]
+        with Children(interrupt=STOP_SIGNALS):
+            env = environment()
+            records = [{**r, "env": env} for r in b.run(
+                lambda s: click.echo(f"[{time.monotonic() - started:6.1f}s] {s}", err=True),
+                measures=measures, peers=peers, seconds=seconds, rate=rate, stacks=stacks)]
     except (RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc))
     write(pathlib.Path(output), records)

@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Callable
 
-from pelotari.harness.procs import JsonProcess, wait_all
+from pelotari.harness.procs import Children, JsonProcess, wait_all
 
 EXAMPLE = [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("C", "E"), ("D", "E"), ("D", "F"),
            ("D", "G"), ("E", "G")]
@@ -34,12 +34,13 @@ def random_edges(n: int, degree: float, seed: int) -> list[tuple[str, str]]:
 
 def run_mesh(edges, transport: str, port: int = 34440, elections: int = 20,
              broadcasts: int = 200, label: str = "") -> dict:
-    """Start the mesh, measure set-up, elections and the relay cost; one record."""
+    """Start the mesh, measure set-up, elections and the relay cost; one record. The clients
+    are stopped however it ends (Children)."""
     names = sorted({n for e in edges for n in e})
     host = {n: f"127.0.0.{k + 1}" for k, n in enumerate(names)}
     started = time.monotonic()
     clients: dict[str, JsonProcess] = {}
-    try:
+    with Children():
         for n in names:  # each connects to its peers that started before it
             earlier = [a if b == n else b for a, b in edges if n in (a, b) and
                        (a if b == n else b) in clients]
@@ -86,17 +87,14 @@ def run_mesh(edges, transport: str, port: int = 34440, elections: int = 20,
                 "election_p99_ms": took[min(len(took) - 1, int(len(took) * 0.99))],
                 "broadcasts": broadcasts,
                 "cpu_us_per_delivery": cpu / (broadcasts * (len(names) - 1)) * 1e6}
-    finally:
-        for c in clients.values():
-            c.stop()
 
 
-def run(progress: Callable[[str], None] = lambda s: None) -> list[dict]:
-    """The A-G mesh and a 20-client mesh (degree 4), over WebRTC and TCP."""
+def run(progress: Callable[[str], None] = lambda s: None, port: int = 34440) -> list[dict]:
+    """The A-G mesh and a 20-client mesh (degree 4), over WebRTC and TCP, on `port`."""
     out = []
     for label, edges in (("A-G", EXAMPLE), ("20 clients", random_edges(20, 4, 0))):
         for transport in ("webrtc", "tcp"):
-            r = run_mesh(edges, transport, label=label)
+            r = run_mesh(edges, transport, port=port, label=label)
             out.append(r)
             progress(f"{label} over {transport}: set-up {r['setup_s']:.2f} s, election "
                      f"p50 {r['election_p50_ms']:.1f} ms p99 {r['election_p99_ms']:.1f} ms, "
