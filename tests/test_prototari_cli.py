@@ -63,15 +63,15 @@ def test_runs_until_sigterm_whatever_stdin_is(nodes, stdin, port_pair):
     code, stopped, stderr = a.stop(signal.SIGTERM)
     assert (code, stderr) == (0, "")
     assert stopped["signal"] == "SIGTERM" and f"127.0.0.3:{port}" in stopped["peers"]
-    code, _, stderr = b.stop(signal.SIGINT)  # Ctrl-C
-    assert (code, stderr) == (0, ""), stderr
+    code, _, stderr = b.stop(signal.SIGINT)  # Ctrl-C: status 130 (SIGTERM's is 0)
+    assert (code, stderr) == (130, ""), stderr
 
 
 def test_ctrl_c_in_text_mode_prints_no_traceback(nodes, port_pair):
     a = nodes("127.0.0.2", port_pair, stdin=subprocess.DEVNULL, as_json=False)
     assert a.wait(lambda line: " started " in line, 10)
     code, _, stderr = a.stop(signal.SIGINT)
-    assert code == 0 and stderr == ""
+    assert code == 130 and stderr == ""
     assert a.wait(lambda line: " stopped by SIGINT" in line, 5)
 
 
@@ -186,6 +186,52 @@ def test_no_private_interface_or_several_is_one_clear_line(lan):
     assert res.stderr.count("\n") == 1 and "several private IPv4 interfaces: " in res.stderr
     assert f"{two.interface} ({two.address})" in res.stderr and "second7 (192.168.77.1)" in res.stderr
     assert res.stderr.endswith("; pass -i/--interface to choose\n")
+
+
+@pytest.mark.parametrize("address,prefix,broadcast", [
+    ("10.1.2.3", 24, "10.1.2.255"), ("10.1.2.3", 8, "10.255.255.255"),
+    ("192.168.1.129", 25, "192.168.1.255"), ("192.168.1.126", 25, "192.168.1.127"),
+    ("172.16.5.4", 12, "172.31.255.255"), ("10.0.0.1", 30, "10.0.0.3"),
+    ("10.0.0.1", 0, "255.255.255.255"), ("10.0.0.1", 31, None), ("10.0.0.1", 32, None)])
+def test_the_broadcast_address_is_derived_from_the_netmask(address, prefix, broadcast):
+    from pelotari.prototari.node import broadcast_address
+
+    assert broadcast_address(address, prefix) == broadcast
+
+
+def test_an_interface_without_a_broadcast_address_broadcasts_where_its_netmask_says(lan):
+    """`ip addr add ADDR/24` sets no broadcast address (the kernel reports 0.0.0.0): the node
+    derives ADDR's .255 from the netmask, with -i and without, and is found by its broadcast;
+    a /32 gives none, and the node says so in one line."""
+    from test_prototari_lan import NodeProcess, addr
+
+    quiet, bare, chosen, single = (lan.add_host(n) for n in ("q", "bare", "chosen", "single"))
+    for host, prefix in ((bare, 24), (chosen, 24), (single, 32)):
+        lan.exec_in(host.namespace, "ip", "addr", "flush", "dev", host.interface)
+        lan.exec_in(host.namespace, "ip", "addr", "add", f"{host.address}/{prefix}", "dev",
+                    host.interface)
+        shown = lan.exec_in(host.namespace, "ip", "-4", "addr", "show", "dev", host.interface)
+        assert f"inet {host.address}/{prefix} scope" in shown.stdout  # no "brd"
+    derived = bare.address.rsplit(".", 1)[0] + ".255:21451"
+
+    # q broadcasts once, before the others exist: bare can only be found by its own broadcast
+    q = NodeProcess(lan, quiet, "--broadcast-interval", "1000", stdin=subprocess.DEVNULL)
+    assert q.wait(lambda e: e["event"] == "started", 10)
+    b = NodeProcess(lan, bare, interface=bare.interface, stdin=subprocess.DEVNULL)
+    started = b.wait(lambda e: e["event"] == "started", 10)
+    assert started["broadcast"] == derived and started["interface"] == bare.interface, started
+    joined = q.wait(lambda e: e["event"] == "joined" and e["peer"] == addr(bare), 10)
+    assert joined and joined["via"] == "confirmation", q.seen  # q answered bare's broadcast
+
+    c = NodeProcess(lan, chosen, stdin=subprocess.DEVNULL)  # no -i: chosen by default
+    started = c.wait(lambda e: e["event"] == "started", 10)
+    assert started["broadcast"] == derived and started["interface"] == chosen.interface, started
+
+    res = run_in(lan, single, "-i", single.interface)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr == (f"Error: cannot start: interface {single.interface} ({single.address})"
+                          " has no broadcast address and a /32 network has none: pass "
+                          "--broadcast-address\n")
 
 
 def test_send_errors_are_reported_once_per_kind_and_counted(lan):

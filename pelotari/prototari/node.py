@@ -1,7 +1,7 @@
 """asyncio adapter for the prototari core: a unicast socket, a broadcast listener, the timer.
 
 Interfaces are found with the standard library only: socket.if_nameindex() and the
-SIOCGIFFLAGS / SIOCGIFADDR / SIOCGIFBRDADDR / SIOCGIFCONF ioctls (Linux).
+SIOCGIFFLAGS / SIOCGIFADDR / SIOCGIFBRDADDR / SIOCGIFNETMASK / SIOCGIFCONF ioctls (Linux).
 """
 import array
 import asyncio
@@ -22,6 +22,7 @@ log = logging.getLogger("pelotari.prototari")
 SIOCGIFFLAGS = 0x8913
 SIOCGIFADDR = 0x8915
 SIOCGIFBRDADDR = 0x8919
+SIOCGIFNETMASK = 0x891b
 SIOCGIFCONF = 0x8912
 IFF_UP, IFF_BROADCAST, IFF_LOOPBACK = 0x1, 0x2, 0x8
 READ_SIZE = 65536  # bytes read per datagram (the largest DATA is 65,503)
@@ -35,10 +36,11 @@ class Interface:
 
     name: str
     address: str | None
-    broadcast: str | None
+    broadcast: str | None  # the configured one, else derived from the netmask (None for /31, /32)
     up: bool
     loopback: bool
     can_broadcast: bool
+    prefix: int | None = None
 
     @property
     def private(self) -> bool:
@@ -53,15 +55,42 @@ def _ifreq(s: socket.socket, request: int, name: str) -> bytes:
     return fcntl.ioctl(s.fileno(), request, struct.pack("256s", name.encode()[:15]))
 
 
-def interface_addresses(name: str) -> tuple[str, str]:
-    """(IPv4 address, broadcast address) of a network interface."""
+def broadcast_address(address: str, prefix: int) -> str | None:
+    """The broadcast address of address/prefix (every host bit set), or None for /31 and /32."""
+    if prefix > 30:  # a /32 has no other host; a /31 is two hosts and no broadcast (RFC 3021)
+        return None
+    return str(ipaddress.IPv4Network(f"{address}/{prefix}", strict=False).broadcast_address)
+
+
+def _read_ipv4(s: socket.socket, request: int, name: str) -> str | None:
+    try:
+        found = socket.inet_ntoa(_ifreq(s, request, name)[20:24])
+    except OSError:
+        return None
+    return None if found == "0.0.0.0" else found
+
+
+def _prefix(s: socket.socket, name: str) -> int | None:
+    try:
+        mask = socket.inet_ntoa(_ifreq(s, SIOCGIFNETMASK, name)[20:24])
+    except OSError:
+        return None
+    return ipaddress.IPv4Network(f"0.0.0.0/{mask}").prefixlen
+
+
+def interface_addresses(name: str) -> tuple[str, str | None, int | None]:
+    """(IPv4 address, broadcast address, prefix length) of a network interface; the broadcast
+    address is the configured one, else derived from the netmask (None if there is none)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             addr = socket.inet_ntoa(_ifreq(s, SIOCGIFADDR, name)[20:24])
-            brd = socket.inet_ntoa(_ifreq(s, SIOCGIFBRDADDR, name)[20:24])
         except OSError as exc:
             raise ValueError(f"interface {name!r} has no IPv4 address ({exc.strerror})") from None
-    return addr, brd
+        prefix = _prefix(s, name)
+        brd = _read_ipv4(s, SIOCGIFBRDADDR, name)
+    if brd is None and prefix is not None:
+        brd = broadcast_address(addr, prefix)
+    return addr, brd, prefix
 
 
 def interfaces() -> list[Interface]:
@@ -77,23 +106,21 @@ def interfaces() -> list[Interface]:
                 address = socket.inet_ntoa(_ifreq(s, SIOCGIFADDR, name)[20:24])
             except OSError:
                 address = None  # no IPv4 address
-            broadcast = None
-            if address is not None and flags & IFF_BROADCAST:
-                try:
-                    broadcast = socket.inet_ntoa(_ifreq(s, SIOCGIFBRDADDR, name)[20:24])
-                except OSError:
-                    pass
-                if broadcast == "0.0.0.0":
-                    broadcast = None
+            broadcast = prefix = None
+            if address is not None:
+                prefix = _prefix(s, name)
+                if flags & IFF_BROADCAST:
+                    broadcast = _read_ipv4(s, SIOCGIFBRDADDR, name)
+                    if broadcast is None and prefix is not None:
+                        broadcast = broadcast_address(address, prefix)
             out.append(Interface(name, address, broadcast, bool(flags & IFF_UP),
-                                 bool(flags & IFF_LOOPBACK), bool(flags & IFF_BROADCAST)))
+                                 bool(flags & IFF_LOOPBACK), bool(flags & IFF_BROADCAST), prefix))
     return out
 
 
 def choose_interface(candidates: Iterable[Interface]) -> Interface:
-    """The one interface to use by default, as the original Go implementation picks it: up,
-    not loopback, with a broadcast address, and an address in a private range. Raises
-    ValueError (one line, telling the user to pass -i) if there is none or several."""
+    """The one interface up, not loopback, with a broadcast address and a private address;
+    ValueError (one line asking for -i) if none or several (docs/protocols/prototari.md)."""
     fit = [i for i in candidates
            if i.up and not i.loopback and i.can_broadcast and i.broadcast and i.private]
     if len(fit) == 1:
@@ -144,9 +171,10 @@ class Node(DatagramNode):
                     host: str | None = None) -> "Node":
         """Open the sockets and start broadcasting.
 
-        With `interface`, its address and broadcast address are used (and the sockets bound to
-        it). With `host` and no interface, that address is bound and the config's broadcast
-        address (default 255.255.255.255) used. With neither, the host's one private IPv4
+        With `interface`, its address and broadcast address (derived from the netmask if none
+        is configured; ValueError for /31 and /32) are used, and the sockets bound to it. With
+        `host` and no interface, that address is bound and the config's broadcast address
+        (default 255.255.255.255) used. With neither, the host's one private IPv4
         interface is used as if named (ValueError if there is none or several). A broadcast
         address in the config always wins over the interface's."""
         config = config or Config()
@@ -154,7 +182,12 @@ class Node(DatagramNode):
             interface = choose_interface(interfaces()).name
         own: set[str] = set()
         if interface is not None:
-            addr, brd = interface_addresses(interface)
+            addr, brd, prefix = interface_addresses(interface)
+            if brd is None and config.broadcast_address is None:
+                why = (f"a /{prefix} network has none" if prefix is not None
+                       else "its netmask cannot be read")
+                raise ValueError(f"interface {interface} ({addr}) has no broadcast address and "
+                                 f"{why}: pass --broadcast-address")
             own = local_ipv4_addresses() | {addr}
             host = host or addr
             config = replace(config, broadcast_address=config.broadcast_address or brd)
@@ -218,4 +251,5 @@ class Node(DatagramNode):
         return n
 
 
-__all__ = ["Interface", "Node", "NodeWarning", "choose_interface", "interfaces"]
+__all__ = ["Interface", "Node", "NodeWarning", "broadcast_address", "choose_interface",
+           "interfaces"]
