@@ -300,3 +300,165 @@ def test_config_limits():
                 {"reservation_timeout": -1}, {"response_window": 0}, {"max_reservations": 0}):
         with pytest.raises(ValueError):
             Config(**bad)
+
+
+# ---- a peer with no heartbeat: the original Go implementation ---------------------------------
+
+class GoPeer:
+    """The original Go implementation on the wire: `pelotari?` every `interval` s (first at
+    `first`) from ephemeral ports, `aupa!` to a stranger's broadcast, `dale!` to any `aupa!`;
+    no `hor?` sent, none answered, no peer ever removed. `lost` broadcasts never arrive."""
+
+    ADDRESS = ("10.9.0.50", 21450)
+
+    def __init__(self, node, interval=5.0, first=0.3, lost=(), answers_hor=False):
+        self.node, self.interval, self.lost, self.answers_hor = node, interval, set(lost), answers_hor
+        self.next, self.sent, self.has_node, self.alive = first, 0, False, True
+        self.pings = []  # when `hor?` was sent to it
+
+    def deliver(self, data, now, port=40000):
+        self.node.receive_datagram(data, (self.ADDRESS[0], port), now)
+
+    def step(self, now):
+        if self.alive and now >= self.next - 1e-9:
+            if self.sent not in self.lost:
+                self.deliver(DISCOVER, now, port=50000 + self.sent)
+            self.sent += 1
+            self.next = round(self.next + self.interval, 6)
+        for data, dst in self.node.datagrams_to_send():
+            if dst[0] not in (self.ADDRESS[0], BROADCAST[0]):
+                continue
+            if data == PING:
+                self.pings.append(now)  # sent to it, whether it is there or not
+            if not self.alive:
+                continue
+            if data == DISCOVER and not self.has_node:
+                self.deliver(RESPOND, now)
+            elif data == RESPOND:  # Go's completeHandshake: register and confirm
+                self.has_node = True
+                self.deliver(CONFIRM, now)
+            elif data == CONFIRM:
+                self.has_node = True
+            elif data == PING and self.answers_hor:
+                self.deliver(PONG, now)
+
+
+def run_go(node, peer, until, step=0.05, start=0.0):
+    """Drive node and peer to `until`; every event the node gave, with its time."""
+    seen, now = [], start
+    while now < until - 1e-9:
+        now = round(now + step, 6)
+        if node.get_timer() <= now:
+            node.handle_timer(now)
+        peer.step(now)
+        seen += [(now, ev) for ev in events(node)]
+    return seen
+
+
+def joins_and_leaves(seen):
+    return ([t for t, e in seen if isinstance(e, PeerJoined)],
+            [t for t, e in seen if isinstance(e, PeerLeft)])
+
+
+def test_a_heartbeatless_peer_at_the_seeds_limits_survives_a_lost_broadcast():
+    """Default timers (5 s inactive + 3 x 1 s) against a peer broadcasting every 5 s (1a) that
+    never answers `hor?`: its third broadcast is lost, a 10 s silence. No false left, no
+    rejoin; it got its 3 `hor?` in the silence and none after."""
+    node = NodeCore(0.0, Config(broadcast_address=BROADCAST[0]))
+    go = GoPeer(node, interval=5.0, first=0.3, lost={3})  # 0.3, 5.3, 10.3, (15.3), 20.3 ...
+    seen = run_go(node, go, 40.0)
+    joined, left = joins_and_leaves(seen)
+    assert (joined, left) == ([0.05], []), seen
+    assert GoPeer.ADDRESS in node.peers and node.peers[GoPeer.ADDRESS].missed == 0
+    assert node.stats["dropped_discover_from_peer"] == go.sent - len(go.lost)  # never a stranger
+    assert [t for t in go.pings if 15.0 < t < 20.3] == [15.3, 16.3, 17.3]
+
+
+def test_a_heartbeatless_peer_that_stops_is_removed_after_missing_three_broadcasts():
+    node = NodeCore(0.0, Config(broadcast_address=BROADCAST[0]))
+    go = GoPeer(node, interval=5.0, first=0.3)
+    run_go(node, go, 12.0)  # broadcasts at 0.3, 5.3 and 10.3
+    go.alive = False
+    seen = run_go(node, go, 40.0, start=12.0)
+    # last heard at 10.3 (its broadcast); 3 more broadcast intervals and the heartbeat wait
+    assert joins_and_leaves(seen) == ([], [26.3]), seen
+    assert seen[0][1] == PeerLeft(GoPeer.ADDRESS, "3 missed heartbeats")
+    assert [t for t in go.pings if t > 12.0] == [15.3, 16.3, 17.3]  # none after the third miss
+
+
+def test_a_broadcasting_peer_that_answers_hor_is_removed_by_the_heartbeat_alone():
+    node = NodeCore(0.0, Config(broadcast_address=BROADCAST[0]))
+    go = GoPeer(node, interval=5.0, first=4.0, answers_hor=True)  # hor? at 5 s comes first
+    run_go(node, go, 12.0)
+    assert node.peers[GoPeer.ADDRESS].heartbeats and node.stats["pongs_in"] >= 1
+    go.alive = False
+    seen = run_go(node, go, 30.0, start=12.0)
+    assert joins_and_leaves(seen) == ([], [17.0]), seen  # last heard at 9 s: 9 + 5 + 3 x 1
+
+
+def test_a_slower_peer_survives_a_lost_broadcast_when_its_interval_is_configured():
+    """A peer broadcasting every 10 s, slower than the seed's rule (8 s) waits: before its
+    interval is known it is dropped once, and remembered. From then on, with
+    peer_broadcast_interval=10, a lost broadcast (20 s of silence) is within 3 x 10 + 1 s; with
+    the 5 s default it is not (3 x 5 + 1 s)."""
+    for interval, left in ((10.0, [8.3]), (5.0, [8.3, 36.3])):
+        node = NodeCore(0.0, Config(broadcast_address=BROADCAST[0],
+                                    peer_broadcast_interval=interval))
+        go = GoPeer(node, interval=10.0, first=0.3, lost={3})  # 0.3, 10.3, 20.3, (30.3), 40.3
+        assert joins_and_leaves(run_go(node, go, 45.0))[1] == left, interval
+        assert GoPeer.ADDRESS in node.peers
+
+
+def test_a_shorter_interval_is_learned_and_only_shortens_the_wait():
+    """Short timers (1 s, 3 x 0.3 s): a peer broadcasting every second is dropped 3 x 1 + 0.3 s
+    after its last broadcast, not 3 x 5 + 0.3 s; one spacing its broadcasts 20 s apart gets no
+    more than the 5 s default (a forger keeps a spot no longer by spacing them)."""
+    for interval, stop, removed in ((1.0, 4.5, 4.0 + 3.3), (20.0, 25.0, 20.0 + 15.3)):
+        node = NodeCore(0.0, Config(broadcast_address=BROADCAST[0], broadcast_interval=100,
+                                    inactive_peer_time=1.0, heartbeat_max_wait=0.3))
+        go = GoPeer(node, interval=interval, first=interval)
+        node.receive_datagram(DISCOVER, ("10.9.0.50", 50000), 0.0)  # it broadcast at 0 s
+        node.receive_datagram(CONFIRM, ("10.9.0.50", 40000), 0.0)  # and confirmed our aupa!
+        node.datagrams_to_send()
+        go.has_node = True
+        run_go(node, go, stop)
+        go.alive = False
+        seen = run_go(node, go, stop + 20.0, start=stop)
+        assert joins_and_leaves(seen) == ([], [pytest.approx(removed)]), (interval, seen)
+
+
+def test_short_timers_do_not_make_a_heartbeatless_peer_leave_and_join_in_a_loop():
+    """pelotari asks after 1 s and gives up 0.9 s later; the peer broadcasts every 5 s. Found
+    by our broadcast before its first (it had broadcast before we started), it is dropped once;
+    when it comes back it was there all along and ignored `hor?`: from then on it is kept."""
+    node = NodeCore(0.0, Config(broadcast_address=BROADCAST[0], broadcast_interval=0.5,
+                                inactive_peer_time=1.0, heartbeat_max_wait=0.3))
+    go = GoPeer(node, interval=5.0, first=3.0, lost={4})
+    seen = run_go(node, go, 60.0)
+    joined, left = joins_and_leaves(seen)
+    assert (len(joined), len(left)) == (2, 1), seen
+    assert left[0] < 3.0 <= joined[1] and GoPeer.ADDRESS in node.peers
+
+
+def test_peer_broadcast_interval_0_removes_by_the_heartbeat_alone():
+    node = NodeCore(0.0, Config(broadcast_address=BROADCAST[0], peer_broadcast_interval=0))
+    go = GoPeer(node, interval=5.0, first=0.3, lost={3})
+    joined, left = joins_and_leaves(run_go(node, go, 25.0))
+    assert (joined, left) == ([0.05, 20.3], [18.3])  # the seed's rule: 10.3 + 5 + 3 x 1
+
+
+def test_remembered_mute_addresses_are_at_most_max_peers():
+    node = NodeCore(0.0, Config(max_peers=2, broadcast_address=BROADCAST[0],
+                                inactive_peer_time=1.0, heartbeat_max_wait=0.1))
+    node.handle_timer(0.0)
+    for n in range(3):  # three heartbeat-less peers, found by our broadcast, each dropped
+        node.receive_datagram(RESPOND, (f"10.9.0.{60 + n}", 40000), 0.1)
+        for _ in range(10):  # `hor?` at 1.1 s, then three misses
+            if node.peers:
+                node.handle_timer(node.get_timer())
+        assert not node.peers
+        node._next_broadcast = node.last_broadcast = 0.0
+    assert list(node.mute) == [("10.9.0.61", 21450), ("10.9.0.62", 21450)]
+    node.receive_datagram(RESPOND, ("10.9.0.62", 40000), 0.2)
+    node.receive_datagram(PING, ("10.9.0.62", 40000), 0.3)  # it speaks heartbeat after all
+    assert node.peers[("10.9.0.62", 21450)].heartbeats and list(node.mute) == [("10.9.0.61", 21450)]

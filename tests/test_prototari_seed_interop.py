@@ -6,6 +6,10 @@ the way the original Go implementation behaves on the wire: it broadcasts `pelot
 listens on 21450 and 21451 and keys peers by IP. pelotari nodes run with no interface option
 and stdin on /dev/null. All must become peers, heartbeat each other both ways, and drop a
 killed node.
+
+With "heartbeat": false in its configuration SEED_NODE is what the Go implementation really
+is: it sends no `hor?`, answers none and never removes a peer; its broadcasts alone show it is
+there ("skip" lists broadcasts it leaves out, as if lost).
 """
 import json
 import queue
@@ -26,6 +30,7 @@ import json, select, socket, sys, time
 own_ip, broadcast_address, cfg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 BPORT, UPORT = 21451, 21450
 MAX, INTERVAL = cfg["max_peers"], cfg["broadcast_interval"]
+HEARTBEAT, SKIP = cfg.get("heartbeat", True), set(cfg.get("skip", ()))
 INACTIVE, WAIT, RESERVE = cfg["inactive_peer_time"], cfg["heartbeat_max_wait"], cfg["reservation_timeout"]
 
 
@@ -53,6 +58,7 @@ def send(msg, ip, port):
 bsock, usock = listener(BPORT), listener(UPORT)
 peers, reserved = {}, {}  # ip -> {last_seen, missed, deadline}; ip -> reservation expiry
 next_broadcast = time.monotonic()
+broadcasts = 0
 
 
 def add_peer(ip, now):
@@ -67,9 +73,13 @@ while True:
         del reserved[ip]
     if now >= next_broadcast:  # 1a: broadcast unless full
         if len(peers) + len(reserved) < MAX:
-            send(b"pelotari?", broadcast_address, BPORT)
+            if broadcasts in SKIP:
+                out(event="skipped", msg="pelotari?")
+            else:
+                send(b"pelotari?", broadcast_address, BPORT)
+            broadcasts += 1
         next_broadcast = now + INTERVAL
-    for ip, p in list(peers.items()):  # 2: heartbeat
+    for ip, p in list(peers.items()) if HEARTBEAT else ():  # 2: heartbeat
         if p["deadline"] is not None and now >= p["deadline"]:
             p["deadline"] = None
             p["missed"] += 1
@@ -105,7 +115,7 @@ while True:
             expires = reserved.pop(ip, None)
             if expires is not None and now < expires and ip not in peers:
                 add_peer(ip, now)
-        elif data == b"hor?":
+        elif data == b"hor?" and HEARTBEAT:
             send(b"hemen nago!", ip, UPORT)
         elif data == b"hemen nago!" and ip in peers:
             peers[ip]["missed"], peers[ip]["deadline"] = 0, None
@@ -227,3 +237,39 @@ def test_pelotari_and_seed_only_nodes_become_peers_heartbeat_and_drop_the_dead(l
 
     b.kill()  # and a pelotari node that dies is dropped by the seed node
     assert s2.wait_until_gone(hb.address, 10)
+
+
+def test_a_seed_node_without_heartbeat_is_kept_by_its_broadcasts_through_a_lost_one(lan, tmp_path):
+    """The Go implementation's heartbeat: none. A node that broadcasts every 2 s and never
+    answers `hor?` is asked (pelotari asks after 1.5 s and gives up 3 x 0.5 s later) and kept by
+    its broadcasts, even across one left out (4 s of silence): one `joined`, no `left`, until it
+    is killed; then it is dropped (3 x 2 + 0.5 s after its last broadcast)."""
+    script = tmp_path / "seed_node.py"
+    script.write_text(SEED_NODE)
+    hp, hg = lan.add_host("p"), lan.add_host("g")
+    node = NodeProcess(lan, hp, "--inactive-peer-time", "1.5", "--heartbeat-max-wait", "0.5",
+                       stdin=subprocess.DEVNULL)
+    assert node.wait(lambda e: e["event"] == "started", 10)
+    mute = SeedProcess(lan, hg, script, max_peers=64, broadcast_interval=2.0, heartbeat=False,
+                       skip=[3], inactive_peer_time=1.0, heartbeat_max_wait=1.0,
+                       reservation_timeout=1.0)
+    peer = f"{hg.address}:21450"
+    assert node.wait(lambda e: e["event"] == "joined" and e["peer"] == peer, 10), node.seen
+
+    def broadcasts_sent():
+        return sum(e["event"] == "sent" and e["msg"] == "pelotari?" for e in mute.drain())
+
+    deadline = time.monotonic() + 60
+    while broadcasts_sent() < 7 and time.monotonic() < deadline:  # the 4th is left out
+        mute.drain(0.2)
+    assert broadcasts_sent() >= 7, mute.seen
+    asked = [e for e in mute.seen if e["event"] == "recv" and e["msg"] == "hor?"]
+    assert asked and not any(e["event"] == "sent" and e["msg"] == "hemen nago!" for e in mute.seen)
+    mute.proc.kill()
+    assert node.wait(lambda e: e["event"] == "left" and e["peer"] == peer, 30), node.seen
+    code, stopped, stderr = node.stop(signal.SIGTERM)
+    assert code == 0 and stderr == "", stderr
+    assert [e["event"] for e in node.seen if e.get("peer") == peer] == ["joined", "left"]
+    assert (stopped["stats"]["joined"], stopped["stats"]["left"]) == (1, 1), stopped
+    # pelotari answered its first broadcast only: never again a stranger to it
+    assert sum(e["event"] == "recv" and e["msg"] == "aupa!" for e in mute.seen) == 1

@@ -19,6 +19,7 @@ log = logging.getLogger("pelotari.prototari")
 
 Address = tuple[str, int]
 
+SEED_BROADCAST_INTERVAL = 5.0  # 1a step 2: "configurable; defaults to 5 seconds"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class Config:
     # most once per min(inactive_peer_time, heartbeat_max_wait) (0.01 s at the CLI's floor, 1 s
     # by default), so its answers are never dropped unless those are set below this. 0: no limit.
     pong_interval: float = 0.1
+    # A peer that never sent `hor?` or `hemen nago!` but repeats its broadcasts (the Go
+    # implementation has no heartbeat) is removed only after missing missed_heartbeats_limit of
+    # them as well, at the shortest gap seen between two of them, at most this (the seed's
+    # default). 0: every peer is removed by the heartbeat alone.
+    peer_broadcast_interval: float = SEED_BROADCAST_INTERVAL
 
     def __post_init__(self):
         if self.max_peers < 1:
@@ -55,8 +61,9 @@ class Config:
                      "reservation_timeout", "response_window"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.pong_interval < 0:
-            raise ValueError("pong_interval must not be negative")
+        for name in ("pong_interval", "peer_broadcast_interval"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
         if self.missed_heartbeats_limit < 1:
             raise ValueError("missed_heartbeats_limit must be at least 1")
         if self.max_reservations is not None and self.max_reservations < 1:
@@ -105,6 +112,15 @@ class Peer:
     reconfirmed_for: float | None = None  # the broadcast our last `dale!` to it answered
     last_pong: float | None = None  # when we last answered its `hor?`
     messages: int = 0  # DATA received from it
+    heartbeats: bool = False  # it sent `hor?` or `hemen nago!`: it runs the heartbeat (2)
+    mute: bool = False  # dropped before without ever speaking heartbeat, and came back
+    last_discover: float | None = None  # when its last `pelotari?` arrived
+    discover_interval: float | None = None  # the shortest gap seen between two of them
+
+    @property
+    def kept_by_broadcasts(self) -> bool:
+        """Whether only its broadcasts, seen repeating or known to, show it is there."""
+        return not self.heartbeats and (self.discover_interval is not None or self.mute)
 
 
 class NodeCore:
@@ -118,6 +134,10 @@ class NodeCore:
         self.self_addresses = {self.key(a) for a in self_addresses}
         self.peers: dict[Address, Peer] = {}
         self.reservations: dict[Address, float] = {}  # broadcaster -> when the spot frees (1b)
+        # Peers removed for missed heartbeats that never spoke heartbeat, oldest first (at most
+        # max_peers): if one registers again it was alive, so it does not answer `hor?`, and
+        # is kept by its broadcasts before a second one shows their interval.
+        self.mute: dict[Address, float] = {}
         self._out: list[tuple[bytes, Address]] = []
         self._events: deque[object] = deque()
         self._next_broadcast = now
@@ -173,7 +193,13 @@ class NodeCore:
         log.debug("dropped %s from %s:%s (%s)", what or reason, source[0], source[1], reason)
 
     def _on_discover(self, source: Address, now: float) -> None:  # 1b
-        if source in self.peers:
+        peer = self.peers.get(source)
+        if peer is not None:
+            if peer.last_discover is not None and now > peer.last_discover:
+                gap = now - peer.last_discover
+                if peer.discover_interval is None or gap < peer.discover_interval:
+                    peer.discover_interval = gap
+            peer.last_discover = now
             self._drop("discover_from_peer", source)
         elif source in self.reservations:
             self._drop("discover_already_reserved", source)
@@ -222,11 +248,14 @@ class NodeCore:
             self._drop("confirm_without_reservation", source)  # never reserved, or too late
         else:
             self._register(source, now, "confirmation")
+            # the `pelotari?` that made the reservation: its next broadcast gives its interval
+            self.peers[source].last_discover = expires - self.config.reservation_timeout
 
     def _on_ping(self, source: Address, peer: Peer | None, now: float) -> None:
         if peer is None:  # answering strangers would make us a reflector
             self._drop("ping_from_stranger", source)
             return
+        self._heard_heartbeat(source, peer)
         if peer.last_pong is not None and now - peer.last_pong < self.config.pong_interval:
             self._drop("ping_rate_limited", source)  # an amplifier toward the peer otherwise
             return
@@ -239,6 +268,11 @@ class NodeCore:
             return
         self.stats["pongs_in"] += 1  # last seen and the missed count were reset above
         peer.pongs += 1
+        self._heard_heartbeat(source, peer)
+
+    def _heard_heartbeat(self, source: Address, peer: Peer) -> None:
+        peer.heartbeats = True
+        self.mute.pop(source, None)
 
     def _on_data(self, data: bytes, source: Address, peer: Peer | None) -> None:
         if peer is None:
@@ -249,7 +283,7 @@ class NodeCore:
         self._events.append(Message(source, bytes(data[len(DATA_MAGIC):])))
 
     def _register(self, peer: Address, now: float, via: str) -> None:
-        self.peers[peer] = Peer(last_seen=now)
+        self.peers[peer] = Peer(last_seen=now, mute=peer in self.mute)
         self.stats["joined"] += 1
         self._events.append(PeerJoined(peer, via))
 
@@ -279,10 +313,27 @@ class NodeCore:
             when = min(when, expires)
         cfg = self.config
         for peer in self.peers.values():
-            due = (peer.heartbeat_deadline if peer.heartbeat_deadline is not None
-                   else peer.last_seen + cfg.inactive_peer_time)
+            if peer.heartbeat_deadline is not None:
+                due = peer.heartbeat_deadline
+            elif peer.missed >= cfg.missed_heartbeats_limit:
+                due = self._removal_time(peer)
+            else:
+                due = peer.last_seen + cfg.inactive_peer_time
             when = min(when, due)
         return when
+
+    def _removal_time(self, peer: Peer) -> float:
+        # A peer that missed every heartbeat goes at once, unless kept by its broadcasts: then
+        # when it has also missed missed_heartbeats_limit of them, the last given
+        # heartbeat_max_wait to arrive (1a promises one per interval while not full).
+        cfg = self.config
+        if not peer.kept_by_broadcasts or not cfg.peer_broadcast_interval:
+            return peer.last_seen  # already passed: removed at the miss
+        interval = cfg.peer_broadcast_interval  # learned gaps only shorten it: a forger
+        if peer.discover_interval is not None:  # spacing its broadcasts cannot stretch it
+            interval = min(interval, peer.discover_interval)
+        return (peer.last_seen + cfg.missed_heartbeats_limit * interval
+                + cfg.heartbeat_max_wait)
 
     def handle_timer(self, now: float) -> None:
         """Broadcast, expire reservations, and run the heartbeat."""
@@ -296,11 +347,10 @@ class NodeCore:
                 peer.heartbeat_deadline = None
                 peer.missed += 1
                 self.stats["heartbeats_missed"] += 1
-                if peer.missed >= cfg.missed_heartbeats_limit:
-                    del self.peers[address]
-                    self.stats["left"] += 1
-                    self._events.append(PeerLeft(address, f"{peer.missed} missed heartbeats"))
-                    continue
+            if peer.missed >= cfg.missed_heartbeats_limit:
+                if now >= self._removal_time(peer):
+                    self._remove(address, peer)
+                continue  # kept by its broadcasts: no more `hor?` until it is heard again
             if peer.heartbeat_deadline is None and now >= peer.last_seen + cfg.inactive_peer_time:
                 self._send(PING, address)
                 peer.heartbeat_deadline = now + cfg.heartbeat_max_wait
@@ -311,6 +361,16 @@ class NodeCore:
                 self.stats["broadcasts"] += 1
                 self.last_broadcast = now
             self._next_broadcast = now + cfg.broadcast_interval
+
+    def _remove(self, address: Address, peer: Peer) -> None:
+        del self.peers[address]
+        self.stats["left"] += 1
+        if not peer.heartbeats:  # should it come back, it was there and ignored our `hor?`
+            self.mute.pop(address, None)
+            self.mute[address] = peer.last_seen
+            while len(self.mute) > self.config.max_peers:
+                del self.mute[next(iter(self.mute))]
+        self._events.append(PeerLeft(address, f"{peer.missed} missed heartbeats"))
 
     # ---- output --------------------------------------------------------------------------
 
