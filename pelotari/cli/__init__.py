@@ -25,6 +25,7 @@ def main():
 
 
 from pelotari.cli import fyrehose as _fyrehose  # noqa: E402,F401  (registers commands)
+from pelotari.cli import ready as _ready  # noqa: E402,F401  (pelotari wait)
 from pelotari.cli import demo as _demo  # noqa: E402,F401
 from pelotari.cli import bench as _bench  # noqa: E402,F401
 from pelotari.cli import trend as _trend  # noqa: E402,F401

@@ -4,11 +4,12 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import click
 
-from pelotari.cli import main
+from pelotari.cli import main, ready
 from pelotari.cli.service import SignalInterrupt
 from pelotari.cli.common import (AddressType, StatusLine, escape_text, human_rate,
                                  metrics_option, plural, start_metrics)
@@ -94,6 +95,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
         raise
     status = StatusLine(interval=stats_interval or 1.0, plain_interval=stats_interval or 10.0)
     last = {"t": time.monotonic(), "in": 0, "out": 0, "push": 0, "delivers": 0}
+    ready.announce()  # its socket and metrics listen: `pelotari wait` may go on
 
     def tick(stats):
         now = time.monotonic()
@@ -398,9 +400,13 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
         raise click.ClickException(f"cannot open the client socket: {exc.strerror or exc}") from None
     with client:
         try:
-            if not client.wait_connected(3.0):
+            if client.wait_connected(3.0):
+                ready.announce()  # signed on: what is published from now on reaches us
+            else:
                 click.echo(f"warning: the backbone at {backbone[0]}:{backbone[1]} is not "
                            "answering yet; still trying", err=True)
+                threading.Thread(target=lambda: client.wait_connected(None)
+                                 and ready.announce("pelotari sub"), daemon=True).start()
             for item in client.messages(timeout=timeout):
                 if isinstance(item, Message):
                     received += 1

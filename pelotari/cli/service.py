@@ -289,8 +289,12 @@ class Stopper:
 
 async def run_until_stopped(stopper: Stopper, coros) -> None:
     """Run the coroutines as tasks until the stopper stops; then close it, cancel them and
-    raise the first exception one of them ended with (a bug must not pass silently)."""
+    raise the first exception one of them ended with (a bug must not pass silently). The
+    command is ready from here on (its sockets and --metrics listen): `pelotari wait` is told."""
+    from pelotari.cli.ready import announce
+
     tasks = [asyncio.ensure_future(c) for c in coros]
+    announce()
     try:
         await stopper.stopped.wait()
     finally:
