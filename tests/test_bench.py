@@ -384,7 +384,7 @@ def test_a_soak_samples_while_the_trial_runs_and_once_after():
     kib = itertools.count(5000, 100)
 
     class Session:
-        def trial(self, rate, duration):
+        def trial(self, rate, duration, idle=0.5):
             assert three.wait(10)  # the sampler runs beside the trial
             return model(100_000)(rate)
 
