@@ -230,6 +230,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.module.__name__ in ONE_BUILD_MODULES:
             item.add_marker(pytest.mark.one_build)
+        if "spark" in getattr(item, "fixturenames", ()):
+            # one worker holds the session's Spark (a JVM) under `pytest -n N --dist loadgroup`
+            item.add_marker(pytest.mark.xdist_group("spark"))
     if PURE_PASS:
         same = [item for item in items if item.get_closest_marker("one_build")]
         if same:

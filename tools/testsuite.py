@@ -90,8 +90,8 @@ def run_pass(name, extra_env, pytest_args, workers):
     """One pytest run, its output passed through; (summary counts, summary line, seconds, status)."""
     env = dict(os.environ, **extra_env)
     argv = [sys.executable, "-m", "pytest"]
-    if workers > 1:
-        argv += ["-n", str(workers)]
+    if workers > 1:  # the Spark tests share one worker (tests/conftest.py: xdist_group)
+        argv += ["-n", str(workers), "--dist", "loadgroup"]
     argv += pytest_args
     print(f"tools/run test: {name} pass: {' '.join(argv[1:])}", flush=True)
     started = time.monotonic()
