@@ -100,12 +100,17 @@ def test_x_axes_say_commit_and_date(figures):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["aaaaaaaa\n11-20", "bbbbbbbb\n11-21"]
 
 
-def test_ratios_are_bars_not_lines_with_the_parity_line(figures):
+def test_ratios_are_bars_from_parity_not_lines_with_the_parity_line(figures):
     ax = figures["ratios.png"].axes[0]
     assert [line for line in ax.get_lines() if len(line.get_xdata()) > 2] == []
     assert len(ax.patches) == len(SCENARIOS)  # one bar per scenario for the one target
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any(label.startswith("1.0") for label in labels)
+    # each bar from 1.0 to its ratio: on the log axis its length is the ratio's size
+    assert ax.get_yscale() == "log"
+    ratios = sorted(r["ratio"] for r in rows()["targets"] if r["commit"] == "bbbbbbbb2")
+    assert sorted(p.get_y() + p.get_height() for p in ax.patches) == pytest.approx(ratios)
+    assert {p.get_y() for p in ax.patches} == {1.0}
 
 
 def marker_points(ax):
@@ -116,11 +121,17 @@ def marker_points(ax):
 
 
 def bars_on_log_axes(fig):
-    """The bars drawn on a log-scaled axis of fig: their length there says nothing."""
+    """The bars drawn on a log-scaled axis of fig: their length there says nothing. But for
+    bars of ratios from 1.0 (on an axis labelled a ratio): their length then is the ratio's."""
     from matplotlib.patches import Rectangle
 
+    def from_parity(ax, bar):
+        if ax.get_yscale() == "log":
+            return "ratio" in ax.get_ylabel() and bar.get_y() == 1.0
+        return "ratio" in ax.get_xlabel() and bar.get_x() == 1.0
+
     return [p for ax in fig.axes if "log" in (ax.get_xscale(), ax.get_yscale())
-            for p in ax.patches if isinstance(p, Rectangle)]
+            for p in ax.patches if isinstance(p, Rectangle) and not from_parity(ax, p)]
 
 
 def overlapping_texts(fig):
@@ -343,3 +354,116 @@ def test_swarm_series_of_one_point_say_whether_join_or_recovery(tmp_path, monkey
         assert len(labels) == 8 and any("(1 % lost)" in lab for lab in labels)
     finally:
         plt.close(fig)
+
+
+# ---- every picture report.py draws --------------------------------------------------------------
+
+EVERY_PLOT = ("throughput.png", "ratios.png", "latency.png", "headline.png", "bully.png",
+              "bully-sync.png", "potato.png", "potato-mesh.png", "swarm.png")
+
+
+def sync(where, method, spread, max_error=None, right_after=None):
+    return dict(where=where, method=method, nodes=25, commit="c1", time=T0,
+                start_spread_s=3600.0 if where == "simulator" else 15.0, spread_ms=spread,
+                mean_error_ms=None if max_error is None else max_error / 2,
+                max_abs_error_ms=max_error, spread_right_after_ms=right_after,
+                outliers=None, unanswered=None, runs=5)
+
+
+def potato_rows(loss, partition, elected_ms):
+    key = dict(nodes=1000, degree=6.0, loss=loss, partition=partition, commit="c1", time=T0,
+               runs=3)
+    broadcast = dict(key, reached=1.0, reached_of_reachable=1.0, worst_reached_of_reachable=1.0,
+                     messages=5001.0, rmr=4.0, last_hops=6.0, latency_p50_ms=4.9,
+                     latency_p99_ms=6.4, rmr_goal=5.0)
+    election = dict(key, elected_ms=elected_ms, slowest_elected_ms=elected_ms * 1.1,
+                    messages=10002.0, messages_per_edge=3.3, counted_share=1.0,
+                    worst_counted_share=1.0, counted_once=1.0, won=1.0, took_frame=None)
+    return broadcast, election
+
+
+def every_table():
+    """Every table report._plots draws from, shaped like docs/bench's records: figures spanning
+    decades where those do (clock sync from 0.5 ms to 144 s, election times from 15 to 292 ms)."""
+    data = rows()
+    data["bully_elections"] = [election(where, how, n, 0.001 * (k + 1) * n, n - 2)
+                               for k, (where, how) in enumerate(SERIES) for n in (5, 10, 25)]
+    data["bully_sync"] = [sync("simulator", "berkeley", 1.02, max_error=0.88),
+                          sync("simulator", "rtt-blind average", 10.0, max_error=144000.0),
+                          sync("processes", "berkeley", 0.56, right_after=0.56)]
+    potato = [potato_rows(0.0, False, 15.2), potato_rows(0.01, False, 292.0),
+              potato_rows(0.0, True, 22.8)]
+    data["potato_broadcasts"] = [b for b, _ in potato]
+    data["potato_elections"] = [e for _, e in potato]
+    data["potato_meshes"] = [
+        dict(mesh=mesh, transport=transport, nodes=nodes, edges=edges, commit="c1", time=T0,
+             setup_s=2.5 * nodes / 7, election_p50_ms=8.0, election_p99_ms=12.0,
+             cpu_us_per_delivery=700.0, elections=40, runs=2)
+        for mesh, nodes, edges in (("A-G", 7, 9), ("20 clients", 20, 40))
+        for transport in ("webrtc", "tcp")]
+    data["swarm_joins"] = [swarm_phase("join", n) for n in (100, 1000, 10000)]
+    data["swarm_recoveries"] = [swarm_phase("crash", n) for n in (100, 1000, 10000)]
+    data["swarm_bench"] = [dict(measure=measure, stack=stack, commit="c1", time=T0, value=value,
+                                connections=connections, runs=1)
+                           for measure, connections, values in (
+                               ("memory", 100000, (301.4, 60.2)),
+                               ("pingpong", 2000, (68739.0, 75322.0)))
+                           for stack, value in zip(("pure Python", "Cython"), values)]
+    data["swarm_speedups"] = [dict(measure="memory", commit="c1", time=T0, pure=301.4,
+                                   cython=60.2, higher_is_better=False, ratio=5.0),
+                              dict(measure="pingpong", commit="c1", time=T0, pure=68739.0,
+                                   cython=75322.0, higher_is_better=True, ratio=1.1)]
+    return data
+
+
+@pytest.fixture(scope="module")
+def every_figure(tmp_path_factory):
+    """Every figure report._plots draws (what `pelotari trend` writes), kept open."""
+    kept = []
+    close = plt.close
+    plt.close = lambda fig=None: kept.append(fig)
+    try:
+        paths = report._plots(every_table(), tmp_path_factory.mktemp("trend"))
+    finally:
+        plt.close = close
+    yield {p.name: fig for p, fig in zip(paths, kept)}
+    for fig in kept:
+        close(fig)
+
+
+def test_every_plot_is_drawn(every_figure):
+    """A picture report.py draws but EVERY_PLOT leaves out would escape the checks below."""
+    assert sorted(every_figure) == sorted(EVERY_PLOT)
+
+
+@pytest.mark.parametrize("name", EVERY_PLOT)
+def test_no_picture_draws_bars_on_a_log_axis(every_figure, name):
+    """On a log axis a bar's length says nothing (but a ratio's bar from 1.0): points there,
+    or bars on a linear axis."""
+    assert bars_on_log_axes(every_figure[name]) == []
+
+
+@pytest.mark.parametrize("name", EVERY_PLOT)
+def test_no_text_over_text(every_figure, name):
+    assert overlapping_texts(every_figure[name]) == []
+
+
+def test_bully_sync_is_points_with_their_figures(every_figure):
+    fig = every_figure["bully-sync.png"]
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    assert sorted(round(y, 2) for _, y, _ in marker_points(ax)) == [
+        0.56, 0.56, 0.88, 1.02, 10.0, 144000.0]  # every measure of every configuration
+    assert {"0.56 ms", "0.88 ms", "1.02 ms", "10.0 ms", "144 s"} <= {t.get_text()
+                                                                      for t in ax.texts}
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == 4 and legend[-1].startswith("goal")  # three measures and the goal
+    assert "per point" in ax.get_title()
+
+
+def test_potato_election_time_is_bars_on_a_linear_axis_from_zero(every_figure):
+    took = every_figure["potato.png"].axes[3]
+    assert "Election" in took.get_title() and "ms" in took.get_ylabel()
+    assert took.get_yscale() == "linear" and took.get_ylim()[0] == 0
+    assert sorted(round(p.get_height(), 1) for p in took.patches) == [15.2, 22.8, 292.0]
+    assert took.get_ylim()[1] > 300  # the deadline's line in view

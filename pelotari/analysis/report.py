@@ -254,24 +254,46 @@ def latest_commit_rows(rows: List[dict]) -> List[dict]:
 
 
 def _ratios_plot(targets: List[dict], scenarios: List[str], path: pathlib.Path, plt):
+    """Each target's latest ratio per scenario: a bar from 1.0 (as fast as the denominator) up
+    to the ratio (numerator ahead) or down to it (behind), capped at its value. On the log axis
+    a bar from 1.0 is as long as the ratio says: 2x ahead and 2x behind are bars of one length
+    (a bar from the axis' bottom would have a length that says nothing)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
     lines = target_lines(targets, scenarios)
     fig, ax = plt.subplots(figsize=(10, 5))
     n = max(1, len(lines))
     width = 0.8 / n
     colours = plt.get_cmap("tab10")
+    shown = [1.0, 0.9]
     for k, (target, (xs, ys)) in enumerate(sorted(lines.items())):
         offset = (k - (n - 1) / 2) * width  # dodged: no series hides under another
-        ax.bar([x + offset for x in xs], ys, width * 0.9, color=colours(k % 10), label=target)
+        pts = [(x + offset, y) for x, y in zip(xs, ys) if _number(y) and y > 0]
+        shown += [y for _, y in pts]
+        ax.bar([x for x, _ in pts], [y - 1.0 for _, y in pts], width * 0.9, bottom=1.0,
+               color=colours(k % 10), label=target)
+        # the value itself, so a ratio near 1.0 (a bar of no length) still shows
+        ax.hlines([y for _, y in pts], [x - width * 0.45 for x, _ in pts],
+                  [x + width * 0.45 for x, _ in pts], color=colours(k % 10), lw=2)
     ax.axhline(1.0, color="black", lw=1, label="1.0: as fast as the denominator")
     ax.axhline(0.9, color="black", lw=1, ls="--", label="0.9: the target's floor")
     ax.set_yscale("log")
-    ax.set_ylabel("delivered rate ratio, numerator/denominator (log)")
+    lo, hi = min(shown), max(shown)
+    ax.set_ylim(lo / 1.4, hi * 1.4)
+    ticks = [m * 10 ** e for e in range(math.floor(math.log10(lo / 1.4)),
+                                        math.ceil(math.log10(hi * 1.4)) + 1) for m in (1, 2, 5)]
+    ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if lo / 1.4 <= t <= hi * 1.4]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_ylabel("delivered rate ratio, numerator/denominator\n(log scale: 2× and ½× "
+                  "equally far from 1×)")
     ax.set_xlabel("scenario (S = payload bytes, N = subscribers, P = publishers)")
     ax.set_title("pelotari against the C reference and the brokers at the latest commit that ran "
-                 "both\n(each bar: one ratio of highest lossless delivered rates; above 1: "
-                 "pelotari ahead)", fontsize=9)
+                 "both\n(each bar: one ratio of highest lossless delivered rates, from 1.0 to "
+                 "it; up: the numerator ahead, down: behind)", fontsize=9)
     ax.set_xticks(range(len(scenarios)))
     ax.set_xticklabels([sc.replace(" ", "\n") for sc in scenarios], fontsize=8)
+    ax.set_xlim(-0.5, len(scenarios) - 0.5)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     fig.tight_layout()
@@ -634,33 +656,38 @@ def _spread_labels(ax) -> None:
 
 
 def _bully_sync_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
-    """Bars per sync configuration: the clocks' spread (and, in the simulator, their largest
-    distance from the true time; with processes, the spread right after the round), log ms,
-    against the 1 ms goal."""
+    """Points per sync configuration, each with its figure: the clocks' spread (and, in the
+    simulator, their largest distance from the true time; with processes, the spread right
+    after the round), log ms, against the 1 ms goal. Points, not bars: the figures span
+    sub-millisecond to minutes, a log axis, where a bar's length says nothing."""
     rows = sorted(latest_per(rows, "where", "method", "nodes"),
                   key=lambda r: (r["where"] != "simulator", r["method"] != "berkeley",
                                  r["method"] or "", r["nodes"]))
-    bars = (("spread_right_after_ms", "spread between the clocks, right after the round "
-                                      "(real processes only)", "C1"),
-            ("spread_ms", "spread between the clocks, once slewed", "C0"),
-            ("max_abs_error_ms", "largest distance of a clock from the true time "
-                                 "(simulator only)", "C3"))
-    width = 0.8 / len(bars)
+    measures = (("spread_right_after_ms", "spread between the clocks, right after the round "
+                                          "(real processes only)", "C1", "D"),
+                ("spread_ms", "spread between the clocks, once slewed", "C0", "o"),
+                ("max_abs_error_ms", "largest distance of a clock from the true time "
+                                     "(simulator only)", "C3", "s"))
+    width = 0.8 / len(measures)
     fig, ax = plt.subplots(figsize=(max(8.0, 2.8 * len(rows)), 6.0))
     labelled = set()
     for i, r in enumerate(rows):
-        shown = [b for b in bars if _number(r[b[0]])]
-        for j, (field, label, color) in enumerate(shown):  # centred on the configuration
+        shown = [b for b in measures if _number(r[b[0]])]
+        for j, (field, label, color, marker) in enumerate(shown):  # centred on the configuration
             x, y = i + (j - (len(shown) - 1) / 2) * width, r[field]
-            ax.bar(x, y, width, color=color, label=None if label in labelled else label)
+            ax.plot([x], [y], ls="none", marker=marker, ms=9, color=color,
+                    label=None if label in labelled else label)
             labelled.add(label)
-            ax.annotate(_ms(y), (x, y), ha="center", va="bottom", fontsize=8,
-                        xytext=(0, 2), textcoords="offset points")
+            below = y < SYNC_GOAL_MS  # its figure then clear of the goal line
+            ax.annotate(_ms(y), (x, y), ha="center", va="top" if below else "bottom",
+                        fontsize=8, xytext=(0, -8 if below else 7), textcoords="offset points",
+                        bbox=dict(fc="white", ec="none", alpha=0.8, pad=0.3))
     ax.axhline(SYNC_GOAL_MS, color="black", lw=1, ls="--",
                label=f"goal: clocks within {SYNC_GOAL_MS:g} ms of each other")
     ax.set_ylabel("time (log scale)")
     _log_axis(ax, _ms_tick)
-    ax.set_ylim(top=ax.get_ylim()[1] * 2)  # room for the value labels
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo / 2, hi * 2)  # room for the figures above and below the points
 
     def name(r):
         where = {"simulator": "simulator", "processes": "real processes"}.get(r["where"], r["where"])
@@ -673,13 +700,13 @@ def _bully_sync_plot(rows: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
     ax.set_xlim(-0.6, len(rows) - 0.4)
     ax.grid(alpha=0.3, axis="y")
     handles, labels = ax.get_legend_handles_labels()
-    rank = [b[1] for b in bars]  # the bars' order, then the goal
+    rank = [b[1] for b in measures]  # the measures' order, then the goal
     order = sorted(range(len(labels)),
                    key=lambda k: rank.index(labels[k]) if labels[k] in rank else len(rank))
     fig.legend([handles[k] for k in order], [labels[k] for k in order], fontsize=8,
                loc="lower center", ncol=2, frameon=False)
     ax.set_title(f"bully clock sync after one round, lower is better (median of "
-                 f"{_runs_note(rows)} per bar; {_commits_note(rows)})", fontsize=10)
+                 f"{_runs_note(rows)} per point; {_commits_note(rows)})", fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -878,10 +905,11 @@ def _potato_plot(broadcasts: List[dict], elections: List[dict], path: pathlib.Pa
                  for k, c in enumerate(configs)], _ms)
     _goal(took, POTATO_DEADLINE_MS, f"{POTATO_DEADLINE_MS} ms deadline: the originator\n"
                                     "waits this long for lost answers", "dimgrey")
-    took.set_ylabel("time to the result (log scale)")
-    _log_axis(took, _ms_tick)
-    lo, hi = took.get_ylim()
-    took.set_ylim(lo, max(hi, POTATO_DEADLINE_MS * 3))
+    # A linear axis, as the other panels: bars there are as long as their figures (on a log
+    # axis their length said nothing); the deadline bounds the figures but for stragglers.
+    took.set_ylabel("time to the result (ms)")
+    took.set_ylim(0, max([POTATO_DEADLINE_MS] + [r["elected_ms"] for r in elections
+                                                 if _number(r["elected_ms"])]) * 1.3)
     took.set_title("Election: from `propose` until the originator\n"
                    "has its result (lower is better)", fontsize=10)
     _bars(per_edge, [(label(c), values(elections, "messages_per_edge", c), colour(k))
