@@ -107,7 +107,7 @@ def test_pub_and_sub_through_a_backbone_process_and_clean_ctrl_c():
     finally:
         bb.send_signal(signal.SIGINT)
         out, err = bb.communicate(timeout=10)
-    assert bb.returncode == 0
+    assert bb.returncode == 130  # Ctrl-C (SIGTERM's is 0)
     assert "Traceback" not in err and "stopped after" in err and "3 pushes" in err
 
 
@@ -233,4 +233,4 @@ def test_a_service_started_with_stdout_and_stdin_closed_runs_and_stops(args):
     proc.send_signal(signal.SIGINT)
     code = proc.wait(5)
     err = proc.stderr.read()
-    assert code == 0 and "Traceback" not in err, err
+    assert code == 130 and "Traceback" not in err, err

@@ -134,8 +134,8 @@ def test_three_nodes_connect_learn_each_other_ping_and_send(swarm, tmp_path):
     assert stats["received_User7"] == 1 and stats.get("dropped_bad_mac", 0) == 0
 
     for p, sig in ((a, signal.SIGINT), (b, signal.SIGTERM), (c, signal.SIGHUP)):
-        code, took = p.stop(sig)
-        assert code == 0 and took < 5, (code, took, p.stderr)
+        code, took = p.stop(sig)  # Ctrl-C: status 130; a service's stop or a hangup: 0
+        assert code == (130 if sig == signal.SIGINT else 0) and took < 5, (code, took, p.stderr)
         assert p.wait("stopped", signal=sig.name, timeout=2)
         assert p.group_gone()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -175,6 +175,28 @@ def test_a_bootstrap_no_node_can_be_is_one_clear_error(tmp_path, boot):
 
 # ---- as a service ----------------------------------------------------------------------------
 
+def test_the_text_stop_line_has_the_counters_the_help_promises(swarm):
+    """Issue 27: `--help` says the node stops with its counters; the text line had none."""
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # a bootstrap that never answers
+    peer.bind((B, udp_port(A, B)))
+    peer.settimeout(30)
+    try:
+        env = dict(os.environ, PELOTARI_SWARM_KEYS=Keyring.generate().hex())
+        a = swarm("--listen", f"{A}:0", "--bootstrap", "%s:%d" % peer.getsockname(), env=env,
+                  stdin=subprocess.DEVNULL, as_json=False)
+        size = len(peer.recvfrom(2048)[0])  # its first Connect: counted now
+        code, _ = a.stop(signal.SIGINT)
+    finally:
+        peer.close()
+    stopped = NodeProcess.wait(a, lambda line: " stopped " in line, 5)
+    assert code == 130 and a.stderr_text() == "", (code, a.stderr_text())
+    words = stopped.split()  # TIME stopped stopped by SIGINT; counters: K=V ...
+    assert words[2:6] == ["stopped", "by", "SIGINT;", "counters:"], stopped
+    counters = dict(word.split("=") for word in words[6:])
+    connects = int(counters["sent_Connect"])  # (1, or more where it was resent at 1 s)
+    assert counters == {"sent_Connect": str(connects), "sent_bytes": str(connects * size)}
+
+
 @pytest.mark.parametrize("stdin", ["devnull", "closed"])
 def test_a_node_runs_without_stdin_and_stops_quickly_on_signals(swarm, tmp_path, stdin):
     kwargs = {"devnull": {"stdin": subprocess.DEVNULL},
@@ -189,7 +211,8 @@ def test_a_node_runs_without_stdin_and_stops_quickly_on_signals(swarm, tmp_path,
     assert a.proc.poll() is None and b.proc.poll() is None
     for p, sig in ((a, signal.SIGINT), (b, signal.SIGTERM)):
         code, took = p.stop(sig)
-        assert (code, "".join(p.stderr)) == (0, "") and took < 3, took
+        assert (code, "".join(p.stderr)) == (130 if sig == signal.SIGINT else 0, "") \
+            and took < 3, took
         assert p.wait("stopped", signal=sig.name, timeout=2) and p.group_gone()
 
 

@@ -25,9 +25,9 @@ quit             stop (as Ctrl-C and SIGTERM do)"""
 
 SERVICE = """\
 stdin may be a terminal, a pipe, /dev/null or closed: the end of input does not stop the
-node; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP (then it closes every connection and exits 0),
-so it can run as a service. With --json every event is one JSON object per line, with "event"
-and "t" (wall-clock seconds)."""
+node; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP (then it closes every connection and exits
+with status 0, or 130 after Ctrl-C), so it can run as a service. With --json every event is one
+JSON object per line, with "event" and "t" (wall-clock seconds)."""
 
 HELP_LINE = "commands: peers, search ID, text ID MESSAGE, elect, sync, time, stats, help, quit"
 
@@ -160,11 +160,8 @@ def _serve(bind, leader, node_id, config, clock_offset, as_json, metrics=None):
     from pelotari.cli.service import ensure_standard_fds
 
     ensure_standard_fds()
-    try:
-        failure = asyncio.run(_run(bind, leader, node_id, config, clock_offset, as_json,
-                                   metrics))
-    except KeyboardInterrupt:  # before the signal handlers were installed
-        return
+    # (Ctrl-C before the signal handlers are installed: KeyboardInterrupt, "interrupted", 130)
+    failure = asyncio.run(_run(bind, leader, node_id, config, clock_offset, as_json, metrics))
     if failure:
         raise click.ClickException(failure)
 
@@ -246,7 +243,8 @@ def _peers_fields(node):
 
 
 async def _run(bind, leader, node_id, config, clock_offset, as_json, metrics=None):
-    """Run the node until a signal or `quit` (None), or until joining fails (its reason)."""
+    """Run the node until a signal or `quit` (None; exit status 130 after Ctrl-C), or until
+    joining fails (its reason)."""
     from pelotari.cli.service import Output
 
     with Output(as_json, time_key="t", label=False) as out:
@@ -256,7 +254,8 @@ async def _run(bind, leader, node_id, config, clock_offset, as_json, metrics=Non
 async def _node(bind, leader, node_id, config, clock_offset, as_json, out, metrics=None):
     from pelotari.bully import core as c
     from pelotari.bully.node import BindError, Node
-    from pelotari.cli.service import Stopper, read_commands, run_until_stopped
+    from pelotari.cli.service import (Stopper, exit_if_interrupted, read_commands,
+                                      run_until_stopped)
 
     emit = out.event
 
@@ -383,6 +382,7 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out, metri
          (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
          signal=stopper.why, stats=dict(sorted(node.all_stats().items())),
          output_dropped=dropped)
+    exit_if_interrupted(stopper.why)
     return None
 
 

@@ -10,15 +10,20 @@ import time
 import click
 
 from pelotari.cli.common import plural
+from pelotari.cli.service import SignalInterrupt
 
 from pelotari.cli import main
 
 COLOURS = ["cyan", "green", "magenta", "yellow", "blue", "red"]
 
 
-def _spawn(args, stdin=None):
+def _spawn(args, stdin=subprocess.DEVNULL):
+    # In a session of its own: a terminal's Ctrl-C reaches the demo alone, which then stops each
+    # part once (a second SIGINT while a part was closing cut its summary short, and one while
+    # the publisher's interpreter was still starting printed "Fatal Python error").
     return subprocess.Popen([sys.executable, "-m", "pelotari", *args], stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            start_new_session=True)
 
 
 def _pump(proc, name, out_q):
@@ -45,8 +50,10 @@ def demo(messages, rate, subscribers, timeout):
 
     Every part is a real `pelotari` process on 127.0.0.1 (a free port is chosen); their output
     is merged here with a name in front of each line. The demo ends when every subscriber has
-    received every message, and says whether each saw all of them in sequence order.
+    received every message, and says whether each saw all of them in sequence order. Ctrl-C
+    (or SIGTERM, SIGHUP) stops every part first, then says "interrupted" (status 130).
     """
+    SignalInterrupt(signal.SIGTERM, signal.SIGHUP)  # as Ctrl-C: the parts are stopped first
     out_q: "queue.Queue" = queue.Queue()
     procs = []
     try:
@@ -84,7 +91,9 @@ def demo(messages, rate, subscribers, timeout):
     finally:
         for name, p in procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
+                # SIGTERM, a service's stop: each part says its summary; a part still starting
+                # ends silently (SIGINT then made Python print a fatal error and a traceback).
+                p.send_signal(signal.SIGTERM)
         for name, p in procs:
             try:
                 p.wait(5)

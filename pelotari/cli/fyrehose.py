@@ -10,7 +10,7 @@ import time
 import click
 
 from pelotari.cli import main, ready
-from pelotari.cli.service import SignalInterrupt
+from pelotari.cli.service import INTERRUPTED, SignalInterrupt, exit_if_interrupted
 from pelotari.cli.common import (AddressType, StatusLine, escape_text, human_rate,
                                  metrics_option, plural, start_metrics)
 
@@ -70,7 +70,8 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     it to every client that sent a KEEPALIVE in the last --window seconds; REQUESTs for lost
     messages are FORWARDed to a random journaling client. A live stats line shows rates,
     subscribers and dropped datagrams; --metrics serves them to Prometheus, with the subscriber
-    table and each subscriber's counters as JSON at /status.
+    table and each subscriber's counters as JSON at /status. It stops with a line of totals;
+    exit status 130 after Ctrl-C, 0 after SIGTERM.
     """
     from pelotari.fyrehose import Backbone
     from pelotari.fyrehose.metrics import BackboneMetrics
@@ -122,7 +123,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
             force=True)
 
     try:
-        bb.serve_forever(on_tick=tick, interval=stats_interval or status.interval)
+        stopped_by = bb.serve_forever(on_tick=tick, interval=stats_interval or status.interval)
     finally:
         if exporter is not None:
             exporter.stop()
@@ -133,6 +134,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
                f"dropped {drop_summary(stats['drops'])}; next sequence "
                f"{stats['next_sequence']} (--first-sequence for a restart that clients see as "
                "a gap)", err=True)
+    exit_if_interrupted(signal.Signals(stopped_by).name if stopped_by else None)
 
 
 def drop_summary(drops: dict) -> str:
@@ -258,7 +260,7 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
         summary += f", {skipped} input{'s' if skipped != 1 else ''} skipped"
     click.echo(summary + ("; interrupted" if interrupted else ""), err=True)
     if interrupted:
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     if failed or skipped:
         sys.exit(1)
 
@@ -383,8 +385,12 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     Gaps are repaired from other subscribers' journals (REQUEST → FORWARD); messages no peer
     could supply are reported as "lost FIRST..LAST" on stderr (or in --json), never skipped
     silently. So are messages dropped because output was not read in time (--max-queued).
+
+    It ends with a summary line on stderr; exit status 130 after Ctrl-C, 0 after SIGTERM or
+    --count messages.
     """
-    SignalInterrupt(signal.SIGTERM)  # a service manager's stop ends it like Ctrl-C
+    # A service manager's stop ends it as Ctrl-C does, but as a clean stop (status 0).
+    terminated = SignalInterrupt(signal.SIGTERM)
     from pelotari.fyrehose import Client, Lost, Message, Resync
     from pelotari.fyrehose.codec import NOJOURNAL
 
@@ -393,6 +399,7 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     config = _client_config(flags=NOJOURNAL if no_journal else 0, journal_size=journal_size,
                             pack=pack)
     received = 0
+    interrupted = False
     try:
         client = Client(backbone, bind=bind, config=config, gro=gro, max_queued=max_queued,
                         max_queued_bytes=max_queued_bytes).start()
@@ -422,15 +429,18 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
                             "signed on again are not counted: the wire does not say)", as_json)
                 if count is not None and received >= count:
                     break
-        except KeyboardInterrupt:  # Ctrl-C is how a subscription ends: summary, status 0
-            pass
+        except KeyboardInterrupt:  # how a subscription ends: the summary, then the status
+            interrupted = not terminated.came
         stats = client.stats()
     click.echo(f"received {plural(received, 'message')}; "
                f"{plural(stats.get('requests', 0), 'request')}, "
                f"{stats.get('lost', 0)} lost, {stats.get('overflow', 0)} dropped unread, "
-               f"{stats.get('duplicates', 0)} duplicates", err=True)
+               f"{stats.get('duplicates', 0)} duplicates" + ("; interrupted" if interrupted else ""),
+               err=True)
     if not stats.get("acks_in"):
         raise click.ClickException(f"the backbone at {backbone[0]}:{backbone[1]} never answered")
+    if interrupted:
+        sys.exit(INTERRUPTED)
 
 
 def _show(data):

@@ -101,8 +101,8 @@ Once running, it reads these commands on stdin, one per line:
 # (help= and not a docstring: a docstring built with + is no docstring, and --help was empty)
 @potato.command(help=NODE_HELP, short_help="Run a potato client: relay, deliver and vote.",
                 epilog="""stdin may be a terminal, a pipe, /dev/null or closed: the end of input
-does not stop the client; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP. With --json every
-event is one JSON object per line.""")
+does not stop the client; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP, then exits with status
+0, or 130 after Ctrl-C. With --json every event is one JSON object per line.""")
 @click.option("--name", required=True, help="This client's name (1 to 100 characters of "
                                             "valid UTF-8).")
 @click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
@@ -131,16 +131,15 @@ def node(name, listen, connect, transport, as_json, metrics):
             raise click.BadParameter(f"{text!r} has no port: HOST:PORT, PORT 1..65535",
                                      param_hint="--connect")
     ensure_standard_fds()
-    try:
-        failure = asyncio.run(_run(name, listen, targets, transport, as_json, metrics))
-    except KeyboardInterrupt:
-        return
+    # (Ctrl-C before the signal handlers are installed: KeyboardInterrupt, "interrupted", 130)
+    failure = asyncio.run(_run(name, listen, targets, transport, as_json, metrics))
     if failure:
         raise click.ClickException(failure)
 
 
 async def _run(name, listen, targets, transport, as_json, metrics=None):
-    """Run the client until a signal or `quit` (None), or its one-line failure."""
+    """Run the client until a signal or `quit` (None; exit status 130 after Ctrl-C), or its
+    one-line failure."""
     from pelotari.cli.service import Output
 
     with Output(as_json) as out:
@@ -149,7 +148,8 @@ async def _run(name, listen, targets, transport, as_json, metrics=None):
 
 async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
     from pelotari.cli.common import escape_text
-    from pelotari.cli.service import Stopper, read_commands, run_until_stopped
+    from pelotari.cli.service import (Stopper, exit_if_interrupted, read_commands,
+                                      run_until_stopped)
     from pelotari.potato import core as c
     from pelotari.potato.node import Node
 
@@ -261,6 +261,7 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
             lambda: out.end_of_input("client"))])
         emit("stopped", f"stopped by {stopper.why or 'request'}", signal=stopper.why)
     finally:
+        exit_if_interrupted(stopper.why)
         stopper.close()
         if exporter is not None:
             exporter.stop()

@@ -9,8 +9,8 @@ from pelotari.cli import main
 from pelotari.cli.common import (escape_text, metrics_option, plural, split_address,
                                  start_metrics)
 from pelotari.prototari.wire import BROADCAST_PORT, UNICAST_PORT
-from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, quiet_logging,
-                                  read_commands, run_until_stopped)
+from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, exit_if_interrupted,
+                                  quiet_logging, read_commands, run_until_stopped)
 
 
 @main.command()
@@ -63,7 +63,8 @@ def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, 
 
     stdin may be a terminal, a pipe, /dev/null or closed: the end of input does not stop the
     node. It runs until Ctrl-C or SIGTERM, so it can run as a service (systemd, nohup, a
-    container without a TTY); then it prints a "stopped" event (with its counters) and exits 0.
+    container without a TTY); then it prints a "stopped" event (with its counters) and exits
+    with status 0 (SIGTERM) or 130 (Ctrl-C).
 
     Output never holds the node up: lines wait for a slow reader (up to 1 MiB per stream), and
     beyond that are dropped and counted (`output_dropped` in the "stopped" event; one warning
@@ -84,10 +85,8 @@ def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, 
                         broadcast_port=broadcast_port, unicast_port=unicast_port)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    try:
-        asyncio.run(_run(config, interface, host, as_json, metrics))
-    except KeyboardInterrupt:  # before the signal handlers were installed
-        pass
+    # (Ctrl-C before the signal handlers are installed: KeyboardInterrupt, "interrupted", 130)
+    asyncio.run(_run(config, interface, host, as_json, metrics))
 
 
 def _show(data: bytes) -> str:
@@ -100,6 +99,7 @@ def _show(data: bytes) -> str:
 
 
 async def _run(config, interface, host, as_json, metrics):
+    """Run the node until a signal stops it (exit status 130 after Ctrl-C)."""
     quiet_logging("pelotari.prototari")
     with Output(as_json) as out:
         await _serve(config, interface, host, as_json, out, metrics)
@@ -186,8 +186,10 @@ async def _serve(config, interface, host, as_json, out, metrics):
     peers = {f"{a}:{p}": {"missed": s.missed, "pongs": s.pongs}
              for (a, p), s in sorted(node.core.peers.items())}
     dropped = out.dropped
-    _emit("stopped", f"by {stopper.why or 'request'} with {plural(len(peers), 'peer')}" +
-          (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
-          signal=stopper.why, peers=peers,
-          stats=dict(sorted(node.core.stats.items())), output_dropped=dropped)
+    stats = dict(sorted(node.core.stats.items()))
+    counters = " ".join(f"{k}={v}" for k, v in stats.items()) or "none"
+    _emit("stopped", f"by {stopper.why or 'request'} with {plural(len(peers), 'peer')}; "
+          f"counters: {counters}" + (f"; {dropped} lines of output dropped" if dropped else ""),
+          force=True, signal=stopper.why, peers=peers, stats=stats, output_dropped=dropped)
+    exit_if_interrupted(stopper.why)
 

@@ -1,10 +1,13 @@
 """`pelotari craft` and `pelotari inspect`: the scapy tools (scapy is imported only when they run)."""
 import os
+import signal
+import sys
 
 import click
 
 from pelotari.cli import main
 from pelotari.cli.common import AddressType
+from pelotari.cli.service import INTERRUPTED, SignalInterrupt
 
 
 class _Target(AddressType):
@@ -178,7 +181,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     Each line: time, source → destination, type, sequence (DELIVER) or range (REQUEST/FORWARD),
     length and summary; malformed datagrams say why. bully and potato (TCP) show one line per
     message, several for a segment that carries several; a potato line split over segments is
-    read whole. A per-type count closes the output.
+    read whole. A per-type count closes the output (after Ctrl-C: then "interrupted", status
+    130).
 
     \b
       pelotari inspect capture.pcap --follow-gaps
@@ -232,6 +236,9 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
             click.echo(f"{row['time'] - start:10.6f}  {row['src']:>21} > {row['dst']:<21} "
                        f"{row['type']:<13} {seq!s:>15} {row['length']:>6}  {row['summary']}")
 
+    # Ctrl-C ends the reading (scapy's sniff swallows the KeyboardInterrupt: `came` says it
+    # came); the summary is still printed, then "interrupted" and status 130.
+    interrupts = SignalInterrupt(signal.SIGINT)
     try:
         if pcap:
             with PcapReader(pcap) as reader:
@@ -256,10 +263,15 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     summary = inspection.summary(follow_gaps)
     if as_json:
         click.echo(json.dumps({"summary": summary}))
-        return
-    counts = summary["counts"]
-    click.echo(f"{summary['packets']} packets: "
-               + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"), err=True)
-    for gap in summary.get("gaps", ()):
-        text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in gap["missing"]) or "none"
-        click.echo(f"stream {gap['src']} > {gap['dst']}: missing {text}", err=True)
+    else:
+        counts = summary["counts"]
+        click.echo(f"{summary['packets']} packets: "
+                   + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"),
+                   err=True)
+        for gap in summary.get("gaps", ()):
+            text = ", ".join(f"{a}" if a == b else f"{a}..{b}"
+                             for a, b in gap["missing"]) or "none"
+            click.echo(f"stream {gap['src']} > {gap['dst']}: missing {text}", err=True)
+    if interrupts.came:
+        click.echo("interrupted", err=True)
+        sys.exit(INTERRUPTED)

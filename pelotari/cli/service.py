@@ -16,6 +16,10 @@ MAX_LINE = 65536  # bytes per stdin line (prototari's largest DATA is 65,503 byt
 OUTPUT_LIMIT = 1 << 20  # bytes of output waiting per stream (stdout, stderr) before lines drop
 DRAIN_TIMEOUT = 2.0  # seconds a stopping command waits for a slow reader to take what is left
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a service stop, a hangup
+# Every long-running command's exit status after Ctrl-C (128 + SIGINT), once it has said its one
+# closing line: the shell's convention, so a script can tell an interrupted run from a finished
+# one. A service stopped by SIGTERM, SIGHUP or `quit` ends with 0 (a clean stop).
+INTERRUPTED = 128 + signal.SIGINT
 
 
 def ensure_standard_fds():
@@ -239,6 +243,15 @@ async def read_commands(on_line: Callable[[str], None], on_error: Callable[[str]
             on_eof()
             return
         (on_error if kind == "error" else on_line)(text)
+
+
+def exit_if_interrupted(why: str | None) -> None:
+    """After a command's closing line: exit with INTERRUPTED if `why` (a Stopper's reason, a
+    signal's name) is Ctrl-C's SIGINT; return for any other stop (SIGTERM, SIGHUP, quit)."""
+    if why == signal.SIGINT.name:
+        import click
+
+        raise click.exceptions.Exit(INTERRUPTED)
 
 
 class SignalInterrupt:

@@ -131,10 +131,11 @@ Once running, it reads these commands on stdin, one per line:
 
 NODE_EPILOG = """stdin may be a terminal, a pipe, /dev/null or closed: the end of input does not
 stop the node, so it can run as a service; then it prints a "stopped" event with its counters
-and exits 0. With --json every event is one JSON object per line ("event", "time" and the
-event's fields). Output never holds the node up: lines a slow reader cannot take are dropped
-and counted. Advanced options (--ping-interval, --get-interval, --target-direct) change the
-core's timers, for tests and small demos: every node of a network should use the same."""
+and exits with status 0 (SIGTERM, SIGHUP, quit) or 130 (Ctrl-C). With --json every event is
+one JSON object per line ("event", "time" and the event's fields). Output never holds the
+node up: lines a slow reader cannot take are dropped and counted. Advanced options
+(--ping-interval, --get-interval, --target-direct) change the core's timers, for tests and
+small demos: every node of a network should use the same."""
 
 
 @swarm.command(help=NODE_HELP, epilog=NODE_EPILOG)
@@ -185,11 +186,9 @@ def node(listen, key_file, insecure_key_file, bootstrap, as_json, ping_interval,
                                        "address (multicast, broadcast, reserved or unspecified)")
     keyring, key_source = _keyring(key_file, insecure_key_file)
     config = _config(ping_interval, get_interval, target_direct)
-    try:
-        failure = asyncio.run(_run((host, port), boots, keyring, key_source, config, as_json,
-                                   metrics))
-    except KeyboardInterrupt:  # before the signal handlers were installed
-        return
+    # (Ctrl-C before the signal handlers are installed: KeyboardInterrupt, "interrupted", 130)
+    failure = asyncio.run(_run((host, port), boots, keyring, key_source, config, as_json,
+                               metrics))
     if failure:
         raise click.ClickException(failure)
 
@@ -359,7 +358,8 @@ async def _resolve(text, family=socket.AF_INET):
 
 
 async def _run(listen, boots, keyring, key_source, config, as_json, metrics=None):
-    """Run the node until a signal or `quit` (None), or its one-line failure."""
+    """Run the node until a signal or `quit` (None; exit status 130 after Ctrl-C), or its
+    one-line failure."""
     from pelotari.cli.service import Output, quiet_logging
 
     quiet_logging("pelotari.swarm")
@@ -368,7 +368,8 @@ async def _run(listen, boots, keyring, key_source, config, as_json, metrics=None
 
 
 async def _serve(listen, boots, keyring, key_source, config, as_json, out, metrics=None):
-    from pelotari.cli.service import Stopper, read_commands, run_until_stopped
+    from pelotari.cli.service import (Stopper, exit_if_interrupted, read_commands,
+                                      run_until_stopped)
     from pelotari.swarm import wire
     from pelotari.swarm.node import Node, NodeWarning
 
@@ -539,10 +540,12 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out, metri
             exporter.stop()
         await node.close()
     dropped = out.dropped
-    emit("stopped", f"stopped by {stopper.why or 'request'}" +
+    stats = dict(sorted(node.stats.items()))
+    counters = " ".join(f"{k}={v}" for k, v in stats.items()) or "none"
+    emit("stopped", f"stopped by {stopper.why or 'request'}; counters: {counters}" +
          (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
-         signal=stopper.why, stats=dict(sorted(node.stats.items())),
-         output_dropped=dropped)
+         signal=stopper.why, stats=stats, output_dropped=dropped)
+    exit_if_interrupted(stopper.why)
     return None
 
 

@@ -131,14 +131,17 @@ class Backbone:
         return self._loop.table()
 
     def serve_forever(self, on_tick: Optional[Callable[[dict], None]] = None,
-                      interval: float = 1.0) -> None:
-        """Serve until SIGINT or SIGTERM, calling on_tick(stats) every interval; then stop."""
+                      interval: float = 1.0) -> Optional[int]:
+        """Serve until SIGINT or SIGTERM, calling on_tick(stats) every interval; then stop.
+        Returns the signal that stopped it (None: the loop ended by itself)."""
         if self._thread is None:
             self.start()
         done = threading.Event()
         previous = {}
+        stopped_by = []
 
         def handler(signum, frame):
+            stopped_by.append(signum)
             done.set()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -153,6 +156,7 @@ class Backbone:
             for sig, old in previous.items():
                 signal.signal(sig, old)
             self.stop()
+        return stopped_by[0] if stopped_by else None
 
     def __enter__(self) -> "Backbone":
         return self.start() if self._thread is None else self
