@@ -213,6 +213,16 @@ def test_demo_shows_messages_flowing_to_every_subscriber():
     assert res.stdout.count("message 8 of 8") == 3  # both subscribers and the publisher
 
 
+def test_the_demos_stats_line_counts_its_subscribers_not_the_publisher():
+    """Issue 27: "subscribers 3" for 2 subscribers (the confirming publisher is a subscriber of
+    the backbone's too)."""
+    res = run("demo", "--messages", "30", "--rate", "10", "--subscribers", "2", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    counts = [int(line.split("] subscribers ")[1].split()[0]) for line in res.stdout.splitlines()
+              if line.startswith("[backbone] subscribers ")]
+    assert counts and max(counts) == 2, res.stdout  # (fewer while one was still signing on)
+
+
 @pytest.mark.parametrize("args", [
     ["potato", "node", "--name", "a", "--transport", "tcp"],
     ["bully", "start", "--bind", "127.0.0.1:0"],
