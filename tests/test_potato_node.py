@@ -90,6 +90,19 @@ def test_the_mesh_benchmark_measures_a_small_mesh_over_tcp():
     assert r["setup_s"] < 30 and r["cpu_us_per_delivery"] >= 0
 
 
+def test_a_tcp_client_dialling_a_webrtc_client_says_it_speaks_the_other_transport(potato):
+    """Issue 27: the line said only "closed the connection during the handshake"."""
+    b = potato("--name", "B", "--listen", "127.0.0.1:0", "--transport", "webrtc",
+               stdin=subprocess.DEVNULL)
+    port = b.wait("listening", timeout=30)["port"]
+    a = potato("--name", "A", "--listen", f"127.0.0.2:{port}", "--connect", f"127.0.0.1:{port}",
+               "--transport", "tcp", stdin=subprocess.DEVNULL, as_json=False)
+    line = NodeProcess.wait(a, lambda line: "cannot connect to" in line, 30)
+    assert line and f"cannot connect to 127.0.0.1:{port}: 127.0.0.1:{port} ('B') speaks WebRTC, " \
+        "not TCP: both ends need the same transport; again in " in line, (line, a.stderr_text())
+    assert not b.wait("peer_up", timeout=0)
+
+
 def test_listening_says_which_port_was_taken(potato):
     a = potato("--name", "A", "--transport", "tcp", stdin=subprocess.DEVNULL)
     assert a.wait("listening")["port"] > 0

@@ -276,6 +276,28 @@ def test_connect_failures_are_clear(kind):
     run(scenario())
 
 
+@pytest.mark.parametrize("dialling, listening, says", [
+    ("tcp", "webrtc", "speaks WebRTC, not TCP"),
+    ("webrtc", "tcp", "speaks TCP, not WebRTC"),
+])
+def test_a_node_of_the_other_transport_is_named(dialling, listening, says):
+    """Issue 27: a TCP node dialling a WebRTC one said only "closed the connection during the
+    handshake" (the WebRTC side closed without a word); the other way, the TCP node took the
+    WebRTC one for a peer until the signaling connection closed."""
+    async def scenario():
+        a, = await started(dialling, "a")
+        b = Rec(listening, "b", "127.0.0.2")
+        await b.start()
+        with pytest.raises(PeerRefused, match=f"^{b.host}:{b.port} \\('b'\\) {says}: both ends "
+                                              "need the same transport$"):
+            await a.connect(*b.address)
+        assert b.stats["refused_wrong_transport"] == 1 and a.stats["refused_by_peer"] == 1
+        assert a.peers() == [] == b.peers() and a.events == [] == b.events
+        await close_all(a, b)
+
+    run(scenario())
+
+
 def test_crossed_connects_keep_one_connection(kind):
     """Two nodes connecting to each other at once both end up peers over one connection."""
     async def scenario():

@@ -217,8 +217,9 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
 
             def failed(exc, retry_in, h=h, p=p):
                 again = f"; again in {retry_in:.1f} s" if retry_in is not None else ""
-                emit("error", f"cannot connect to {h}:{p}: {exc or type(exc).__name__}{again}",
-                     message=f"cannot connect to {h}:{p}", retry_in=retry_in)
+                why = str(exc) or type(exc).__name__  # e.g. the peer speaks the other transport
+                emit("error", f"cannot connect to {h}:{p}: {why}{again}",
+                     message=f"cannot connect to {h}:{p}", reason=why, retry_in=retry_in)
 
             node.keep_connected(h, p, on_connected=connected, on_failed=failed)
 
@@ -260,8 +261,8 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
             on_line, lambda text: emit("error", text, message=text),
             lambda: out.end_of_input("client"))])
         emit("stopped", f"stopped by {stopper.why or 'request'}", signal=stopper.why)
-    finally:
         exit_if_interrupted(stopper.why)
+    finally:
         stopper.close()
         if exporter is not None:
             exporter.stop()

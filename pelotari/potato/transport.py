@@ -14,7 +14,8 @@ The core (pelotari.potato.core) never sees this module: an adapter hands it `on_
     (then the listening side, which took the connection, sees it as a line on an open
     connection). Handshake lines are at most 1,024 bytes; the whole handshake must finish
     within `handshake_timeout`. Lines that start with `{"hello"` are the transport's own at any
-    time (`send` refuses such a message).
+    time (`send` refuses such a message). A hello with an "offer" is a WebRTC node's signaling:
+    refused (`wrong_transport`), so that it can say which transport we speak.
   * Liveness: a side that has written nothing for `ping_interval` writes the line
     `{"ping": 1}` (exactly those 11 bytes; `send` refuses them as a message). A peer from which
     nothing has arrived for `dead_after` is declared down and its connection aborted, so a
@@ -27,7 +28,9 @@ The core (pelotari.potato.core) never sees this module: an adapter hands it `on_
 binary otherwise; both are accepted). Signaling is a single exchange over a short TCP
 connection to the peer's listening address: the connecting side sends the line
 `{"hello": NAME, "offer": SDP}`, the listening side answers `{"hello": NAME, "answer": SDP}` (or
-`{"hello": NAME, "refused": REASON}`), and the connection closes. No trickle ICE: the SDP holds
+`{"hello": NAME, "refused": REASON}`), and the connection closes; a hello without an offer is a
+TCP node's and is refused (`wrong_transport`), so that it can say which transport we speak. No
+trickle ICE: the SDP holds
 every candidate. No STUN or TURN server (`iceServers=[]`), so host candidates only; when the
 transport's host is a specific address, its ICE candidates are on that address alone (aioice
 would otherwise offer every interface address but 127.0.0.1 and ::1, so two nodes on 127.0.0.1
@@ -69,7 +72,7 @@ Limits on what strangers and peers can do (all constructor arguments):
 `stats` counts: messages_sent, messages_received, pings_sent, peers_up, peers_down;
 send_dropped_<why> (unknown_peer, oversize, newline, reserved, empty, not_bytes, buffer_full,
 closing); refused_<why> (own_name, duplicate, crossed, bad_name, bad_hello, max_peers, busy,
-by_peer, per_host, bad_sdp, no_candidate); closed_<why> (dead, lost, oversize, crossed);
+by_peer, per_host, bad_sdp, no_candidate, wrong_transport); closed_<why> (dead, lost, oversize, crossed);
 handshake_timeout, recv_dropped_oversize, recv_dropped_rate, recv_held, recv_yielded,
 ping_loop_stalled, pings_withheld, ice_candidates_dropped, replaced_crossed, callback_errors.
 """
@@ -86,6 +89,7 @@ log = logging.getLogger("pelotari.potato.transport")
 
 PING = b'{"ping": 1}'
 HELLO = b'{"hello"'  # how every handshake line starts
+WRONG_TRANSPORT = "wrong_transport"  # the refusal of a hello from the other transport
 NAME_MAX = 100
 HELLO_MAX = 1024  # bytes in a TCP handshake line
 SIGNAL_MAX = 65536  # bytes in a WebRTC signaling line (an SDP is about 1 KB)
@@ -652,11 +656,18 @@ class _TcpLink(asyncio.Protocol, _Link):
             owner._handshakes.discard(self)
             if refused == "crossed" and name in owner._peers:
                 self.result.set_result(name)
+            elif refused == WRONG_TRANSPORT:
+                self._fail(PeerRefused(f"{self.peer_address} ({str(name)[:NAME_MAX]!r}) speaks "
+                                       "WebRTC, not TCP: both ends need the same transport",
+                                       "refused_by_peer", name))
             else:
                 self._fail(PeerRefused(f"{self.peer_address} ({str(name)[:NAME_MAX]!r}) "
                                        f"refused us: {str(refused)[:100]}", "refused_by_peer",
                                        name))
             self.shutdown()
+            return
+        if not self.outgoing and "offer" in hello:  # a WebRTC node's signaling line
+            self._refuse(WRONG_TRANSPORT, name)
             return
         reason = owner._decide(name, self.outgoing, self.remote_host)
         if reason not in ("", "swap"):
@@ -1050,6 +1061,10 @@ class WebRtcTransport(Transport):
                 self.stats["refused_by_peer"] += 1
                 if refused == "crossed" and name in self._peers:
                     return await self._await_open(self._peers[name], deadline, host, port)
+                if refused == WRONG_TRANSPORT:
+                    raise PeerRefused(f"{host}:{port} ({str(name)[:NAME_MAX]!r}) speaks TCP, not "
+                                      "WebRTC: both ends need the same transport",
+                                      "refused_by_peer", name)
                 raise PeerRefused(f"{host}:{port} ({str(name)[:NAME_MAX]!r}) refused us: "
                                   f"{str(refused)[:100]}", "refused_by_peer", name)
             link.remote_host = host
@@ -1137,8 +1152,15 @@ class WebRtcTransport(Transport):
             try:
                 line = await asyncio.wait_for(reader.readline(), self.hello_timeout)
                 hello = json.loads(line)
-                name, offer = hello["hello"], hello["offer"]
-                if not isinstance(offer, str) or not isinstance(name, str):
+                name = hello["hello"]
+                if not isinstance(name, str):
+                    raise TypeError
+                if "offer" not in hello and "refused" not in hello:  # a TCP node's hello
+                    self.stats[f"refused_{WRONG_TRANSPORT}"] += 1
+                    reply({"refused": WRONG_TRANSPORT})
+                    return
+                offer = hello["offer"]
+                if not isinstance(offer, str):
                     raise TypeError
             except asyncio.TimeoutError:
                 self.stats["handshake_timeout"] += 1
