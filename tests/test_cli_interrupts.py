@@ -116,6 +116,54 @@ def test_an_interrupt_py4j_turns_into_its_own_error_is_still_one_line(tmp_path, 
     assert done.stderr.splitlines()[-1] == "interrupted", done.stderr
 
 
+def test_pysparks_threads_say_nothing_after_an_interrupt(tmp_path):
+    # Issue 27: a real Ctrl-C 25 s in printed an EOFError traceback from PySpark's accumulator
+    # server thread (pyspark/serializers.py read_int) before "interrupted": the JVM, killed on
+    # the way out, held a connection to that server, whose thread then read its end. Made
+    # deterministic: the analysis opens such a connection, hands it to a child (killed with the
+    # JVM), interrupts itself, and the way out waits until the server has handled its end.
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(DOCS / "bench-issue15.jsonl", results)
+    code = ("import os, signal, socket, struct, subprocess, sys, threading, time\n"
+            "from pyspark import SparkContext\n"
+            "from pelotari.analysis import report, spark\n"
+            "def analyse(frames, threshold):\n"
+            "    server = SparkContext._active_spark_context._accumulatorServer\n"
+            "    handled = threading.Event()\n"
+            "    shutdown_request = server.shutdown_request\n"
+            "    def request_done(request):\n"
+            "        shutdown_request(request)\n"
+            "        handled.set()\n"
+            "    server.shutdown_request = request_done\n"
+            "    if server.auth_token is None:\n"
+            "        conn = socket.socket(socket.AF_UNIX)\n"
+            "        conn.connect(server.server_address)\n"
+            "    else:\n"
+            "        conn = socket.create_connection(server.server_address[:2])\n"
+            "        conn.sendall(server.auth_token.encode())\n"
+            "    conn.sendall(struct.pack('!i', 0))  # no updates: the server answers, then polls\n"
+            "    assert conn.recv(1) == b'\\x01'\n"
+            "    subprocess.Popen(['sleep', '600'], pass_fds=[conn.fileno()])\n"
+            "    conn.close()  # the child holds it now, as the JVM did\n"
+            "    kill_children = spark.kill_children\n"
+            "    def kill_then_wait():\n"
+            "        killed = kill_children()\n"
+            "        handled.wait(60)  # whatever the server's thread says is said by now\n"
+            "        return killed\n"
+            "    spark.kill_children = kill_then_wait\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(60)\n"
+            "report.analyse = analyse\n"
+            f"sys.argv = ['pelotari', 'trend', {str(results)!r}, '-o', {str(tmp_path / 'out')!r}]\n"
+            "import runpy; runpy.run_module('pelotari', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == "interrupted", done.stderr
+
+
 # ---- one rule for every long-running command -------------------------------------------------
 
 DEADLINE = 60.0  # seconds any step may take (a machine ten times slower than this one)

@@ -214,18 +214,21 @@ def test_trend_on_an_empty_folder_is_one_line(tmp_path):
     assert res.stderr.strip() == f"Error: no bench results (*.jsonl) or pytest-benchmark files in {tmp_path}"
 
 
-def test_trend_without_pyspark_says_how_to_get_it_in_one_line(tmp_path):
-    import os
+@pytest.mark.parametrize("missing", ["pyspark", "matplotlib"])
+def test_trend_without_the_analysis_extra_says_how_to_get_it_in_one_line(tmp_path, missing):
+    """`pip install .` alone: neither PySpark nor matplotlib (issue 27: without matplotlib, a
+    traceback once Spark had run). Simulated: the module's import fails as if not installed."""
+    import sys
 
-    fake = tmp_path / "nospark" / "pyspark"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('No module named pyspark')\n")
     write_results(tmp_path / "results")
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "nospark"))
-    res = subprocess.run(PELOTARI + ["trend", str(tmp_path / "results")], capture_output=True,
-                         text=True, env=env, timeout=60)
+    code = (f"import sys; sys.modules[{missing!r}] = None\n"  # import raises ImportError
+            f"sys.argv = ['pelotari', 'trend', {str(tmp_path / 'results')!r}]\n"
+            "import runpy; runpy.run_module('pelotari', run_name='__main__')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
     assert res.returncode == 1
-    assert res.stderr.strip() == "Error: pelotari trend needs PySpark: pip install 'pelotari[analysis]'"
+    assert res.stderr == f"Error: pelotari trend needs the analysis extra ({missing} is not " \
+                         "installed): pip install 'pelotari[analysis]'\n"
 
 
 def test_target_lines_follow_the_scenario_order_and_take_the_latest_commit():

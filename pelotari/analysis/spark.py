@@ -12,6 +12,30 @@ STARTUP_NOISE = re.compile(
     r"^(WARNING: Using incubator modules|Setting default log level to|To adjust logging level"
     r"|Using Spark's default log4j profile|.*WARN NativeCodeLoader)")
 
+_forwarding: list[int] = []  # where _filtered_child_stderr forwards the JVM's lines (fds)
+_terminal: int | None = None  # the real stderr, once silence() has taken it away
+
+
+def silence() -> int:
+    """From now on nothing reaches the real stderr: not what any thread of this process writes
+    there (PySpark's accumulator server thread prints a traceback when the JVM it serves is
+    killed; threading's excepthook, py4j, logging), nor what the JVM and its children write. For
+    a way out after an interrupt. Returns a descriptor of the real stderr, for the last line;
+    calling it again is harmless (and silences again what was given back meanwhile)."""
+    global _terminal
+    if _terminal is None:  # fd 2 may be the JVM's filter pipe (Spark still starting)
+        _terminal = os.dup(_forwarding[0] if _forwarding else 2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (2, *_forwarding):
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+    finally:
+        os.close(null)
+    return _terminal
+
 
 def kill_children() -> int:
     """SIGKILL every process this one started (Spark's JVM and its launcher scripts), at once:
@@ -37,7 +61,8 @@ def session(master: str = "local[*]", app: str = "pelotari-trend"):
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise RuntimeError("pelotari trend needs PySpark: pip install 'pelotari[analysis]'") from None
+        raise RuntimeError("pelotari trend needs the analysis extra (pyspark is not installed): "
+                           "pip install 'pelotari[analysis]'") from None
     # Loopback only: nothing listens on other interfaces, and no hostname lookup warnings.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -70,6 +95,7 @@ class _filtered_child_stderr:
         except OSError:
             self.real = None
             return self
+        _forwarding.append(self.real)
         read_end, write_end = os.pipe()
         sys.stderr.flush()
         os.dup2(write_end, 2)

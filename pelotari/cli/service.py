@@ -257,10 +257,11 @@ def exit_if_interrupted(why: str | None) -> None:
 class SignalInterrupt:
     """For commands without an event loop: each signal watched raises KeyboardInterrupt, as
     Ctrl-C does, and `came` remembers it even where a library swallowed or replaced that
-    exception (py4j does both)."""
+    exception (py4j does both). `then`, if given, is called (once) first, from the handler."""
 
-    def __init__(self, *signals: int):
+    def __init__(self, *signals: int, then: Callable[[], None] | None = None):
         self.came = False
+        self.then = then
         self.watch(*signals)
 
     def watch(self, *signals: int) -> None:
@@ -269,6 +270,9 @@ class SignalInterrupt:
             signal.signal(sig, self._raise)
 
     def _raise(self, signum, frame):
+        if not self.came and self.then is not None:
+            self.came = True
+            self.then()
         self.came = True
         raise KeyboardInterrupt
 

@@ -1,4 +1,5 @@
 """`pelotari trend`: bench results → Spark → Parquet, plots and a Markdown summary."""
+import importlib
 import logging
 import os
 import pathlib
@@ -9,8 +10,9 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.service import SignalInterrupt
+from pelotari.cli.service import INTERRUPTED, SignalInterrupt
 
+ANALYSIS_EXTRA = ("pyspark", "matplotlib")  # pyproject.toml's [analysis]: what trend imports
 
 @main.command()
 @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=pathlib.Path),
@@ -36,14 +38,9 @@ def trend(results, out, master, threshold):
     GetConnections/Connections traffic per node, and its benchmark's bytes per connection and
     Pongs per second, pure Python against Cython — as Parquet tables, PNG plots and summary.md.
     """
-    try:
-        from pelotari.analysis import report
-        from pelotari.analysis.spark import session
-    except ImportError as exc:
-        if "pyspark" not in str(exc):
-            raise
-        raise click.ClickException(
-            "pelotari trend needs PySpark: pip install 'pelotari[analysis]'") from None
+    _require_analysis_extra()
+    from pelotari.analysis import report
+    from pelotari.analysis.spark import session, silence
 
     out = out or results / "trend"
     files = report.find(results)
@@ -51,7 +48,10 @@ def trend(results, out, master, threshold):
         raise click.ClickException(f"no bench results (*.jsonl) or pytest-benchmark files in {results}")
     started = time.monotonic()
     click.echo(f"{sum(map(len, files.values()))} result files; starting Spark ({master})...", err=True)
-    interrupts = SignalInterrupt(signal.SIGTERM)  # a service stop ends it as Ctrl-C does
+    # A service stop ends it as Ctrl-C does. From the signal on, nothing PySpark's threads or
+    # the JVM say reaches the terminal (silence()): the accumulator server's thread printed an
+    # EOFError traceback once its JVM was killed; one line, "interrupted", says what happened.
+    interrupts = SignalInterrupt(signal.SIGTERM, then=silence)
     # py4j logs (with a traceback) any KeyboardInterrupt that lands while it talks to the JVM:
     # what goes wrong reaches us as exceptions, so its logging is only noise here.
     logging.disable(logging.CRITICAL)
@@ -86,17 +86,33 @@ def trend(results, out, master, threshold):
     click.echo(f"done in {time.monotonic() - started:.1f}s; summary: {out / 'summary.md'}", err=True)
 
 
+def _require_analysis_extra():
+    """A one-line error (no traceback) naming what is missing when the [analysis] extra is not
+    installed (`pip install .` alone)."""
+    for name in ANALYSIS_EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise click.ClickException(
+                f"pelotari trend needs the analysis extra ({name} is not installed): "
+                "pip install 'pelotari[analysis]'") from None
+
+
 def _quit_interrupted():
     """After Ctrl-C or SIGTERM: no JVM left, one line, exit status 130 — without the
     interpreter's exit hooks, which would talk to the JVM just killed (py4j's errors)."""
-    from pelotari.analysis.spark import kill_children
+    from pelotari.analysis.spark import kill_children, silence
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
-    kill_children()
-    click.echo("interrupted", err=True)
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr):  # what was said before the interrupt
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(130)
+    terminal = silence()  # before the JVM goes: its end wakes PySpark's threads
+    kill_children()
+    try:
+        os.write(terminal, b"interrupted\n")
+    except OSError:
+        pass
+    os._exit(INTERRUPTED)
