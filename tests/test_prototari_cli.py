@@ -331,3 +331,14 @@ def test_a_peers_data_is_one_escaped_line_in_text_mode(nodes, port_pair):
                      "ok ✓"], a.seen
     assert not any(line.startswith("12:00:00") for line in a.seen)
     assert not any("\x1b" in line or "\r" in line for line in a.seen)
+
+
+def test_the_heartbeatless_peers_grace_is_an_option_and_a_negative_one_is_refused():
+    from click.testing import CliRunner
+
+    from pelotari.cli import main
+
+    runner = CliRunner()
+    assert "--peer-broadcast-interval" in runner.invoke(main, ["prototari", "--help"]).output
+    res = runner.invoke(main, ["prototari", "--peer-broadcast-interval", "-1"])
+    assert res.exit_code == 2 and "--peer-broadcast-interval" in res.output

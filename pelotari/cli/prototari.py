@@ -49,11 +49,17 @@ from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, exit_if_
                    "that send from ephemeral ports cannot be peers of a --per-port node.")
 @click.option("--pong-interval", type=click.FloatRange(0), default=0.1, show_default=True,
               help="Answer at most one `hor?` per peer per this many seconds (0: every one).")
+@click.option("--peer-broadcast-interval", type=click.FloatRange(0), default=5.0,
+              show_default=True,
+              help="A peer that never speaks heartbeat (the Go implementation) is kept by its "
+                   "broadcasts: it leaves after missing 3 of them, at this interval or the "
+                   "shortest gap seen (0: by the heartbeat alone).")
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines.")
 @metrics_option
 def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, max_peers,
               broadcast_interval, inactive_peer_time, heartbeat_max_wait, reservation_timeout,
-              response_window, max_reservations, multi_node, pong_interval, as_json, metrics):
+              response_window, max_reservations, multi_node, pong_interval,
+              peer_broadcast_interval, as_json, metrics):
     """Run a prototari node: find peers on the LAN by broadcast and keep them by heartbeat.
 
     Peers joining and leaving, and messages from them, are printed as they happen. Each line
@@ -81,6 +87,7 @@ def prototari(interface, host, broadcast_address, unicast_port, broadcast_port, 
                         reservation_timeout=reservation_timeout,
                         response_window=response_window, max_reservations=max_reservations,
                         multi_node=multi_node, pong_interval=pong_interval,
+                        peer_broadcast_interval=peer_broadcast_interval,
                         broadcast_address=broadcast_address,
                         broadcast_port=broadcast_port, unicast_port=unicast_port)
     except ValueError as exc:
