@@ -153,3 +153,17 @@ def test_a_directory_others_can_use_is_refused(monkeypatch, tmp_path, capsys):
             f"{tmp_path / 'pelotari'} is not a directory of this user's alone (mode 0700)"
             ) in capsys.readouterr().err
     assert not ready.is_ready(os.getpid())
+
+
+def test_a_record_in_a_directory_others_can_write_is_not_believed(monkeypatch, tmp_path):
+    """A stranger who made the directory (or opened it up) and wrote a record for our process
+    cannot make `pelotari wait` go on."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = tmp_path / "pelotari"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    forged = {"pid": os.getpid(), "started": ready.start_ticks(os.getpid()), "command": "forged"}
+    (folder / f"ready-{os.getpid()}.json").write_text(json.dumps(forged))
+    assert not ready.is_ready(os.getpid())
+    os.chmod(folder, 0o700)  # the same record in a private directory is believed
+    assert ready.is_ready(os.getpid())

@@ -66,9 +66,11 @@ def _record(folder: Path, pid: int) -> Path:
 
 
 def is_ready(pid: int, folder: Path | None = None) -> bool:
-    """Whether the process pid (the very one running now) has announced it is ready."""
+    """Whether the process pid (the very one running now) has announced it is ready: a record in
+    a directory of this user's alone (one others can write to proves nothing)."""
+    folder = folder or directory()
     try:
-        record = json.loads(_record(folder or directory(), pid).read_text())
+        record = json.loads(_record(_private(folder, create=False), pid).read_text())
     except (OSError, ValueError):
         return False
     started = start_ticks(pid)
