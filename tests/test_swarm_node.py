@@ -114,9 +114,13 @@ def test_three_nodes_connect_learn_each_other_ping_and_send(swarm, tmp_path):
     assert (b.wait("learned", timeout=0, check=lambda e: pc in e["learned"])
             or c.wait("learned", timeout=0, check=lambda e: pb in e["learned"])), (b.seen, c.seen)
 
-    b.command(f"ping {pc}")
-    pong = b.wait("pong", peer=pc)
-    assert pong and 0 < pong["rtt"] < 1, b.seen
+    # 30 s to answer (the command's own limit is 2 s: a machine under load took longer once);
+    # an outcome, a Pong, not a round trip's speed
+    b.command(f"ping {pc} 30")
+    pong = b.wait("pong", peer=pc, timeout=40)
+    assert pong and 0 < pong["rtt"] < 30, b.seen
+    b.command(f"ping {pc} soon")  # a bad limit: one error, no crash
+    assert b.wait("error", check=lambda e: "SECONDS 'soon' is not a number" in e["message"])
     b.command(f"send {pc} 7 kaixo C, from B ✓ \x1b[31m")
     got = c.wait("message", peer=pb)
     assert got and (got["type"], got["data"]) == (7, "kaixo C, from B ✓ \x1b[31m"), c.seen

@@ -25,7 +25,8 @@ MAX_INTERVAL = 86400.0  # s: --ping-interval and --get-interval at most (the cor
 COMMANDS = """\
 connections              every connection (direct, vague, connecting, half_open) and the
                          known peers not contacted yet
-ping HOST:PORT           ping an established connection; prints the round trip
+ping HOST:PORT [SECONDS] ping an established connection; prints the round trip, or that no
+                         Pong came within SECONDS (2 by default, 0.05 to 3600)
 send HOST:PORT TYPE TEXT a user message (TYPE 6..65535; TEXT, the rest of the line, as UTF-8,
                          at most 988 bytes) to an established connection
 connect HOST:PORT        dial a node and keep it as a direct connection
@@ -33,7 +34,7 @@ stats                    counters: datagrams sent and received by type, drops by
 help                     this list
 quit                     stop (as Ctrl-C, SIGTERM and SIGHUP do)"""
 
-HELP_LINE = ("commands: connections, ping HOST:PORT, send HOST:PORT TYPE TEXT, "
+HELP_LINE = ("commands: connections, ping HOST:PORT [SECONDS], send HOST:PORT TYPE TEXT, "
              "connect HOST:PORT, stats, help, quit")
 
 GROUP_HELP = """Swarm: UDP peer discovery for large networks (tens of thousands of nodes).
@@ -269,6 +270,17 @@ def _keyring(key_file, insecure):
         raise click.ClickException(f"bad key file {key_file}: {exc}") from None
 
 
+def _ping_timeout(word):
+    """A `ping` command's SECONDS: a number from 0.05 to 3600 (ValueError otherwise)."""
+    try:
+        seconds = float(word)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.05 <= seconds <= 3600:  # (NaN too)
+        raise ValueError(f"SECONDS {word!r} is not a number from 0.05 to 3600")
+    return seconds
+
+
 def _config(ping_interval, get_interval, target_direct):
     from pelotari.swarm.core import Config
 
@@ -423,10 +435,10 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out, metri
                 continue  # a routine answer with nothing new: only in --json
             emit(name, human, **fields)
 
-    def show_pong(peer, fut):
+    def show_pong(peer, fut, timeout):
         rtt = fut.result() if not fut.cancelled() else None
         if rtt is None:
-            emit("ping_timeout", f"no pong from {peer} within {PING_TIMEOUT:g} s", peer=peer)
+            emit("ping_timeout", f"no pong from {peer} within {timeout:g} s", peer=peer)
         else:
             emit("pong", f"pong from {peer}: round trip {rtt * 1000:.2f} ms", peer=peer, rtt=rtt)
 
@@ -464,13 +476,14 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out, metri
         name = words[0].lower()
         if name == "connections" and len(words) == 1:
             show_connections()
-        elif name == "ping" and len(words) == 2:
+        elif name == "ping" and len(words) in (2, 3):
+            timeout = _ping_timeout(words[2]) if len(words) == 3 else PING_TIMEOUT
             peer = await _resolve(words[1], family)
             try:
-                fut = node.ping(peer, PING_TIMEOUT)
+                fut = node.ping(peer, timeout)
             except KeyError:
                 raise ValueError(f"no established connection to {_peer(peer)}") from None
-            fut.add_done_callback(lambda f, p=_peer(peer): show_pong(p, f))
+            fut.add_done_callback(lambda f, p=_peer(peer): show_pong(p, f, timeout))
         elif name == "send" and len(words) == 4:
             peer = await _resolve(words[1], family)
             try:
@@ -506,7 +519,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out, metri
         elif name == "quit" and len(words) == 1:
             stopper.stop("quit")
         elif name in ("connections", "ping", "send", "connect", "stats", "quit"):
-            usage = {"ping": "ping HOST:PORT", "send": "send HOST:PORT TYPE TEXT",
+            usage = {"ping": "ping HOST:PORT [SECONDS]", "send": "send HOST:PORT TYPE TEXT",
                      "connect": "connect HOST:PORT"}.get(name, name)
             error(f"usage: {usage}")
         else:
