@@ -215,7 +215,7 @@ ONE_BUILD_MODULES = {
     "test_prototari_cli", "test_prototari_attack", "test_prototari_lan",
     "test_prototari_seed_interop", "test_layers_prototari", "test_sim", "test_trend",
     "test_report_plots", "test_sourcecode", "test_packaging", "test_adapter", "test_netlab",
-    "test_harness_ports", "test_cli_service",
+    "test_harness_ports", "test_cli_service", "test_testsuite",
 }
 PURE_PASS = os.environ.get("PELOTARI_PURE_PYTHON", "") not in ("", "0") and \
     os.environ.get("PELOTARI_BOTH_BUILDS", "") in ("", "0")

@@ -30,10 +30,17 @@ def usage_error(message):
     sys.exit(2)
 
 
+def whole(value):
+    """Whether value is a whole number written in ASCII digits."""
+    return value.isascii() and value.isdigit()
+
+
 def parse_args(argv):
-    """(under_load, rounds, workers, pytest_args) from the command line."""
+    """(under_load, rounds, workers, pytest_args) from the command line (its front) and
+    PELOTARI_TEST_WORKERS."""
     under_load, rounds = False, 1
     workers = os.environ.get("PELOTARI_TEST_WORKERS", "auto")
+    where = "PELOTARI_TEST_WORKERS"
     rest = list(argv)
     while rest and rest[0] in ("--under-load", "--rounds", "--workers"):
         flag = rest.pop(0)
@@ -44,13 +51,16 @@ def parse_args(argv):
             usage_error(f"{flag} needs a number")
         value = rest.pop(0)
         if flag == "--rounds":
-            if not value.isdigit() or int(value) < 1:
+            if not whole(value) or int(value) < 1:
                 usage_error(f"--rounds must be a whole number >= 1, not {value!r}")
             rounds = int(value)
         else:
-            if value != "auto" and not value.isdigit():
-                usage_error(f"--workers must be a whole number or auto, not {value!r}")
-            workers = value
+            workers, where = value, "--workers"
+    if workers != "auto" and (not whole(workers) or int(workers) < 1):
+        usage_error(f"{where} must be a whole number >= 1 or auto, not {workers!r}")
+    for flag in ("--under-load", "--rounds", "--workers"):
+        if any(a == flag or a.startswith(flag + "=") for a in rest):
+            usage_error(f"{flag} goes before pytest's arguments, as its own word")
     return under_load, rounds, workers, rest
 
 
@@ -60,6 +70,19 @@ def worker_count(workers):
     if workers == "auto":
         return max(2, os.cpu_count() or 1)
     return int(workers)
+
+
+class held_signals:
+    """Ctrl-C, SIGTERM and SIGHUP ignored within it (a teardown is not cut short)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in self.SIGNALS}
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 class Burner:
@@ -86,6 +109,40 @@ class Burner:
             proc.wait()
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGHUP came: stop as Ctrl-C does."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    raise Stopped(signum)
+
+
+TEARDOWN = 60.0  # seconds pytest has after SIGINT to run its teardowns before SIGKILL
+
+
+def stop_pytest(proc):
+    """Ctrl-C to pytest's process group (its own session: the terminal's never reaches it), so
+    fixtures tear down what they made; SIGKILL to the group after TEARDOWN seconds."""
+    for sig, wait in ((signal.SIGINT, TEARDOWN), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(wait)
+            if sig == signal.SIGINT:  # pytest ended; what its workers left goes too
+                os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
 def run_pass(name, extra_env, pytest_args, workers):
     """One pytest run, its output passed through; (summary counts, summary line, seconds, status)."""
     env = dict(os.environ, **extra_env)
@@ -107,8 +164,8 @@ def run_pass(name, extra_env, pytest_args, workers):
                 last = line.strip("= ")
         status = proc.wait()
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        with held_signals():
+            stop_pytest(proc)
         raise
     counts = {}
     for number, word in COUNT.findall(last):
@@ -129,26 +186,10 @@ def commit():
         return "?"
 
 
-def main(argv):
-    """Run the passes (and rounds), print their summaries and a total; return the exit status."""
-    under_load, rounds, workers, pytest_args = parse_args(argv)
-    workers = worker_count(workers)
-    burner = Burner() if under_load else None
-    results = []
-    try:
-        for round_no in range(1, rounds + 1):
-            for name, env in PASSES:
-                counts, line, seconds, status = run_pass(name, env, pytest_args, workers)
-                results.append((round_no, name, counts, line, seconds, status))
-    except KeyboardInterrupt:
-        print("tools/run test: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        if burner:
-            burner.stop()
-    where = commit()
+def summarise(results, rounds, workers, burner):
+    """Each pass's summary line with the commit, then the total; whether any pass failed."""
     load = f", under load ({burner.what})" if burner else ""
-    print(f"\ntools/run test: commit {where}, {workers} workers{load}")
+    print(f"\ntools/run test: commit {commit()}, {workers} workers{load}")
     total = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     bad = False
     for round_no, name, counts, line, seconds, status in results:
@@ -159,7 +200,38 @@ def main(argv):
         bad |= status not in (0, 5) or counts.get("failed", 0) > 0 or counts.get("errors", 0) > 0
     failed = total["failed"] + total["errors"]
     print(f"total: {total['passed']} passed, {failed} failed, {total['skipped']} skipped")
-    return 1 if bad else 0
+    return bad
+
+
+def main(argv):
+    """Run the passes (and rounds), print their summaries and a total; return the exit status."""
+    under_load, rounds, workers, pytest_args = parse_args(argv)
+    workers = worker_count(workers)
+    # Ctrl-C raises here even if started with SIGINT ignored (a script's background job), and
+    # so pytest, which inherits the default rather than the ignoring, tears down on it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    burner = None
+    results = []
+    try:
+        burner = Burner() if under_load else None
+        for round_no in range(1, rounds + 1):
+            for name, env in PASSES:
+                counts, line, seconds, status = run_pass(name, env, pytest_args, workers)
+                results.append((round_no, name, counts, line, seconds, status))
+    except (KeyboardInterrupt, Stopped) as exc:
+        with held_signals():
+            if burner:
+                burner.stop()
+            if results:  # the passes that ended before it
+                summarise(results, rounds, workers, burner)
+        print("tools/run test: interrupted", file=sys.stderr)
+        return 128 + exc.signum if isinstance(exc, Stopped) else 130
+    finally:
+        if burner:
+            burner.stop()
+    return 1 if summarise(results, rounds, workers, burner) else 0
 
 
 if __name__ == "__main__":
