@@ -167,3 +167,10 @@ def test_a_record_in_a_directory_others_can_write_is_not_believed(monkeypatch, t
     assert not ready.is_ready(os.getpid())
     os.chmod(folder, 0o700)  # the same record in a private directory is believed
     assert ready.is_ready(os.getpid())
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_timeout_that_is_no_finite_number_is_refused(value):
+    res = subprocess.run(PELOTARI + ["wait", "--timeout", value, str(os.getpid())],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--timeout" in res.stderr.splitlines()[-1]

@@ -214,3 +214,16 @@ def start_metrics(address, source, announce=None):
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 peer', '2 peers', '1,000 messages' (`many` for an irregular plural)."""
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses NaN and infinities (which pass its comparisons)."""
+
+    def convert(self, value, param, ctx):
+        """The number, or a usage error for one that is not finite or is out of range."""
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number

@@ -437,10 +437,10 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
                f"{stats.get('lost', 0)} lost, {stats.get('overflow', 0)} dropped unread, "
                f"{stats.get('duplicates', 0)} duplicates" + ("; interrupted" if interrupted else ""),
                err=True)
+    if interrupted:  # Ctrl-C: its one line, whether or not the backbone ever answered
+        sys.exit(INTERRUPTED)
     if not stats.get("acks_in"):
         raise click.ClickException(f"the backbone at {backbone[0]}:{backbone[1]} never answered")
-    if interrupted:
-        sys.exit(INTERRUPTED)
 
 
 def _show(data):

@@ -26,6 +26,7 @@ from pathlib import Path
 import click
 
 from pelotari.cli import main
+from pelotari.cli.common import FiniteRange
 
 POLL = 0.02  # seconds between looks while waiting (a stat or two; descendants every 10th)
 
@@ -174,7 +175,7 @@ class _Target:
 
 @main.command()
 @click.argument("pids", metavar="PID...", nargs=-1, required=True, type=click.IntRange(1))
-@click.option("--timeout", type=click.FloatRange(0), default=60.0, show_default=True,
+@click.option("--timeout", type=FiniteRange(0), default=60.0, show_default=True,
               help="Give up after this many seconds (exit status 1).")
 def wait(pids, timeout):
     """Wait until pelotari commands started in the background are ready.
