@@ -435,9 +435,11 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     click.echo(f"received {plural(received, 'message')}; "
                f"{plural(stats.get('requests', 0), 'request')}, "
                f"{stats.get('lost', 0)} lost, {stats.get('overflow', 0)} dropped unread, "
-               f"{stats.get('duplicates', 0)} duplicates" + ("; interrupted" if interrupted else ""),
+               f"{stats.get('duplicates', 0)} duplicates" + ("; interrupted" if interrupted else "")
+               + (" (the backbone never answered)"
+                  if interrupted and not stats.get("acks_in") else ""),
                err=True)
-    if interrupted:  # Ctrl-C: its one line, whether or not the backbone ever answered
+    if interrupted:  # Ctrl-C: its one line (saying if the backbone never answered), 130
         sys.exit(INTERRUPTED)
     if not stats.get("acks_in"):
         raise click.ClickException(f"the backbone at {backbone[0]}:{backbone[1]} never answered")
