@@ -3,6 +3,7 @@ import importlib
 import os
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -104,6 +105,62 @@ def backbone_factory():
     yield make
     for bb in started:
         bb.stop()
+
+
+class HeldBackbone:
+    """A backbone whose socket is bound at once and whose loop starts at release(): what is
+    sent before then waits in the socket, so the loop's first receive batch holds a whole
+    burst however slow or loaded the machine (a running loop may take a burst one by one)."""
+
+    def __init__(self, **options):
+        from pelotari.fyrehose.backbone import BackboneLoop
+        from pelotari.fyrehose.batchio import set_buffers
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        set_buffers(self.sock, 8 << 20)
+        self.sock.bind(("127.0.0.1", 0))
+        self.address = self.sock.getsockname()
+        self.loop = BackboneLoop(self.sock.fileno(), first_sequence=100, **options)
+        self.thread = None
+
+    def queued(self, timeout=10.0):
+        """Wait until a datagram waits in the socket (it is left there)."""
+        self.sock.settimeout(timeout)
+        self.sock.recvfrom(70000, socket.MSG_PEEK)
+        self.sock.settimeout(None)
+
+    def release(self):
+        """Start (or restart) the loop."""
+        self.thread = threading.Thread(target=self.loop.serve, daemon=True)
+        self.thread.start()
+
+    def pause(self):
+        """Stop the loop (its table stays); release() goes on from here."""
+        self.loop.stop()
+        self.thread.join(10.0)
+
+    def stats(self):
+        return self.loop.stats()
+
+    def close(self):
+        if self.thread is not None and self.thread.is_alive():
+            self.loop.stop()
+            self.thread.join(5.0)
+        self.sock.close()
+
+
+@pytest.fixture
+def held_backbone():
+    """Factory of HeldBackbones on 127.0.0.1 (first sequence 100), closed after the test."""
+    made = []
+
+    def make(**options):
+        made.append(HeldBackbone(**options))
+        return made[-1]
+
+    yield make
+    for bb in made:
+        bb.close()
 
 
 @pytest.fixture

@@ -100,7 +100,7 @@ def test_publisher_and_subscribers_against_a_live_backbone(backbone):
     port = backbone.address[1]
     result, ready = {}, threading.Event()
     t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
-        "127.0.0.1", port, subscribers=3, ready=ready.set, idle=0.3, max_duration=20)))
+        "127.0.0.1", port, subscribers=3, ready=ready.set, idle=3.0, max_duration=60)))
     t.start()
     assert ready.wait(5)
     pubs = [publish_fyrehose("127.0.0.1", port, payload_size=64, count=500, duration=10,
@@ -114,16 +114,22 @@ def test_publisher_and_subscribers_against_a_live_backbone(backbone):
 
 
 @pytest.mark.parametrize("gro", [False, True])
-def test_gro_subscribers_read_gso_runs_whole_and_split_them(backbone_factory, gro):
-    bb = backbone_factory(gso=True)
+def test_gro_subscribers_read_gso_runs_whole_and_split_them(held_backbone, gro):
+    bb = held_backbone(gso=True)
     port = bb.address[1]
+    bb.release()
     result, ready = {}, threading.Event()
     t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
-        "127.0.0.1", port, subscribers=2, ready=ready.set, idle=0.3, max_duration=20, gro=gro)))
+        "127.0.0.1", port, subscribers=2, ready=ready.set, idle=3.0, max_duration=60, gro=gro)))
     t.start()
-    assert ready.wait(5)
-    # Bursts of 64 reach the backbone together, so it sends runs of DELIVERs with UDP GSO.
-    publish_fyrehose("127.0.0.1", port, payload_size=100, count=3000, duration=10, batch=64)
+    assert ready.wait(30)
+    # Two bursts of 64 wait in the paused backbone's socket, so its first receive batches hold
+    # 64 PUSHes each and it sends runs of DELIVERs with UDP GSO; the rest go to a running loop.
+    bb.pause()
+    publish_fyrehose("127.0.0.1", port, payload_size=100, count=128, duration=10, batch=64)
+    bb.release()
+    publish_fyrehose("127.0.0.1", port, payload_size=100, count=2872, duration=10, batch=64,
+                     pub_id=1)
     t.join()
     assert bb.stats()["gso_sends"] > 0
     assert result["unique"] == 2 * 3000 and result["duplicates"] == 0
