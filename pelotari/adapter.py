@@ -35,13 +35,17 @@ class CoreTimer:
     """The one loop timer of an adapter, kept at the core's get_timer(): `arm(when)` after every
     call into the core re-arms it only when `when` changed (None: no timer). `on_due(when)` runs
     when it fires. `offset` is the core's clock minus the loop's (loop.time()). `rearms` counts
-    the timers armed (what the adapters' tests count over a burst of datagrams)."""
+    the timers armed (what the adapters' tests count over a burst of datagrams). With `lazy`, a
+    deadline that moves later keeps the timer armed sooner (on_due must then check that the
+    core is due, and arm again when not): a core whose deadline moves with every connection
+    is not re-armed each time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, on_due: Callable[[float], None],
-                 offset: float = 0.0):
+                 offset: float = 0.0, lazy: bool = False):
         self._loop = loop
         self._on_due = on_due
         self._offset = offset
+        self._lazy = lazy
         self._handle: Optional[asyncio.TimerHandle] = None
         self._when: Optional[float] = None
         self.rearms = 0
@@ -53,7 +57,8 @@ class CoreTimer:
 
     def arm(self, when: Optional[float]) -> None:
         """Keep the timer at `when` (core clock; None: none)."""
-        if when == self._when:
+        if when == self._when or (self._lazy and when is not None and self._when is not None
+                                   and when > self._when):
             return
         if self._handle is not None:
             self._handle.cancel()

@@ -16,12 +16,16 @@ A core may instead speak TCP connections (the bully core's interface):
 
     accept(remote, now, local) -> conn | None    connection_made(conn, local, now)
     data_received(conn, data, now)        connection_lost(conn, now)
-    actions() -> [Connect(conn, address) | Send(conn, data) | Close(conn)]
+    actions() -> [Connect(conn, address) | Send(conn, data) | Shutdown(conn) | Close(conn)]
+    eof_received(conn, now) -> keep (optional: a half-close; without it, or False, the other
+    end closes too)
 
 A connect takes one link delay there and one back; bytes on a connection arrive in order; a
-close reaches the other end after the bytes sent before it. kill() ends a process (its
-connections are reset, connects to it are refused); crash() silences a machine (nothing
-answers; only the cores' timeouts notice), as does a partition.
+close reaches the other end after the bytes sent before it. kill() ends a process as a kernel
+does: the other ends of its connections see it closed (EOF), what they write to it afterwards
+is answered with a reset (connection_lost(conn, now, reset=True)), and connects to it are
+refused; crash() silences a machine (nothing answers; only the cores' timeouts notice), as
+does a partition.
 """
 import heapq
 import itertools
@@ -95,6 +99,7 @@ class Simulator:
         # Connections: (node, conn) <-> (node, conn), and the last arrival time per direction.
         self._pairs: dict[tuple[Address, int], tuple[Address, int]] = {}
         self._closed: set[tuple[Address, int]] = set()
+        self._dead_ends: set[tuple[Address, int]] = set()  # connections to a killed process
         self._ephemeral = itertools.count(40000)
 
     # ---- building ---------------------------------------------------------------------------
@@ -135,6 +140,7 @@ class Simulator:
             if a == address:
                 del self._pairs[(a, conn)]
                 self._pairs.pop((b, other), None)
+                self._dead_ends.add((b, other))
                 self._later(address, b, lambda b=b, o=other: self._lost(b, o))
 
     def restart(self, address: Address, make_core: Callable[[float], Any]) -> None:
@@ -296,8 +302,17 @@ class Simulator:
                 data = bytes(action.data)
                 self._later(node.address, other[0],
                             lambda: self._segment(node.address, other, data), ordered=key)
+            elif key in self._dead_ends:  # written to a killed process: its kernel resets
+                self._dead_ends.discard(key)
+                self.call_at(self.now + 2 * self.default.delay,
+                             lambda: self._lost(node.address, action.conn, reset=True))
+        elif kind == "Shutdown":
+            other = self._pairs.get(key)
+            if other is not None:
+                self._later(node.address, other[0], lambda: self._eof(key, other), ordered=key)
         elif kind == "Close":
             self._closed.add(key)
+            self._dead_ends.discard(key)
             other = self._pairs.pop(key, None)
             if other is not None:
                 self._pairs.pop(other, None)
@@ -345,10 +360,28 @@ class Simulator:
         node.core.data_received(dst[1], data, self.now)
         self._pump(node)
 
-    def _lost(self, address: Address, conn: int) -> None:
+    def _eof(self, src: tuple[Address, int], dst: tuple[Address, int]) -> None:
+        """A half-close reached dst: it keeps its side open, or closes it (src sees EOF)."""
+        node = self._alive(dst[0])
+        if node is None or dst in self._closed or self._pairs.get(dst) != src:
+            return
+        eof = getattr(node.core, "eof_received", None)
+        keep = eof(dst[1], self.now) if eof is not None else False
+        if not keep:
+            self._pairs.pop(dst, None)
+            self._pairs.pop(src, None)
+            self._closed.add(dst)
+            node.core.connection_lost(dst[1], self.now)
+            self._later(dst[0], src[0], lambda: self._lost(*src), ordered=dst)
+        self._pump(node)
+
+    def _lost(self, address: Address, conn: int, reset: bool = False) -> None:
         node = self._alive(address)
         if node is None or (address, conn) in self._closed:
             return
         self._closed.add((address, conn))
-        node.core.connection_lost(conn, self.now)
+        if reset:
+            node.core.connection_lost(conn, self.now, reset=True)
+        else:
+            node.core.connection_lost(conn, self.now)
         self._pump(node)

@@ -291,7 +291,7 @@ def test_help_explains_the_stdin_commands():
     assert "--clock-offset" in text
     # The defaults shown are the core's.
     assert f"[default: {Config().sync_interval:g}]" in " ".join(text.split())
-    assert Config().peer_timeout == pytest.approx(3.2 * Config().heartbeat)
+    assert Config().peer_timeout > 60  # a peer heartbeating once a minute is never dropped
 
 
 # ---- (e) the adapter, in-process -------------------------------------------------------------
@@ -305,66 +305,101 @@ async def _read_message(reader, size):
     return wire.decode(data)
 
 
+def text_message(data, host="127.0.0.1", port=5555, peer_id=7):
+    return wire.encode(Message(8, Peer(host, port, peer_id), data=data))
+
+
 def test_adapter_closes_on_garbage_and_frames_split_and_coalesced_messages():
+    from pelotari.bully.core import TextReceived
+
     async def scenario():
-        node = await Node.start("127.0.0.1", 0)
+        events = []
+        node = await Node.start("127.0.0.1", 0, on_event=events.append)
         try:
             r, w = await asyncio.open_connection("127.0.0.1", node.port)
             w.write(b"\xff\x01 not a bully message")
-            assert await asyncio.wait_for(r.read(100), 3) == b""  # closed by the node
+            assert await asyncio.wait_for(r.read(100), 30) == b""  # closed by the node
             w.close()
             assert node.all_stats()["dropped_unknown_tag"] == 1
 
             r, w = await asyncio.open_connection("127.0.0.1", node.port)
-            for byte in node_request():  # one byte per write, with pauses
+            for byte in text_message(b"one"):  # one byte per write, with pauses
                 w.write(bytes([byte]))
                 await w.drain()
                 await asyncio.sleep(0.01)
-            assert (await _read_message(r, 34)).tag == 4  # NodeResponse, same connection
-            w.write(node_request() + node_request(peer_id=8))  # two in one write
-            first, second = await _read_message(r, 34), await _read_message(r, 34)
-            assert (first.tag, second.tag) == (4, 4)
-            assert node.core.stats["received_NodeRequest"] == 3
+            w.write(text_message(b"two") + text_message(b"three"))  # two in one write
+            texts = lambda: [e.text for e in events if isinstance(e, TextReceived)]  # noqa: E731
+            await wait_until(lambda: len(texts()) == 3, 30)
+            assert texts() == ["one", "two", "three"]
+            # A connection that carried whole messages is closed a moment after (the Java
+            # clients send one message per connection; P2P-Client reads until EOF).
+            assert await asyncio.wait_for(r.read(100), 30) == b""
+            w.close()
+
+            # A request is answered on its connection, which then closes.
+            r, w = await asyncio.open_connection("127.0.0.1", node.port)
+            w.write(node_request())
+            assert (await _read_message(r, 34)).tag == 4
+            assert await asyncio.wait_for(r.read(100), 30) == b""
             w.close()
             return node.all_stats()
         finally:
             await node.close()
 
     stats = asyncio.run(scenario())
-    assert stats["connections_accepted"] == 2
+    assert stats["connections_accepted"] == 3 and stats["received_NodeRequest"] == 1
 
 
-def test_adapter_refuses_past_the_per_host_limit_and_aborts_a_peer_that_does_not_read():
+def test_adapter_frees_a_hosts_oldest_idle_connection_and_aborts_a_peer_that_does_not_read():
     async def scenario():
         node = await Node.start("127.0.0.1", 0, config=Config(max_connections_per_host=2),
                                 write_limit=1000)
         try:
-            conns = [await asyncio.open_connection("127.0.0.1", node.port) for _ in range(3)]
-            r3, _ = conns[2]
-            try:  # the third is refused: reset, or closed at once
-                assert await asyncio.wait_for(r3.read(100), 3) == b""
+            conns = []
+            for _ in range(2):
+                conns.append(await asyncio.open_connection("127.0.0.1", node.port))
+                await wait_until(lambda n=len(conns): len(node._streams) == n, 30)
+            # A third from the host: its oldest connection (nothing half-read) makes room.
+            conns.append(await asyncio.open_connection("127.0.0.1", node.port))
+            await wait_until(lambda: node.all_stats()["connections_evicted_host_limit"] == 1, 30)
+            assert await asyncio.wait_for(conns[0][0].read(100), 30) == b""
+            # Both left hold half a message: a fourth is refused.
+            for _, w in conns[1:]:
+                w.write(b"\x05\x01\x7f")
+                await w.drain()
+            await wait_until(lambda: all(s.node.core._conns[s.conn].framer.pending
+                                         for s in node._streams.values()), 30)
+            r4, w4 = await asyncio.open_connection("127.0.0.1", node.port)
+            try:  # refused: reset, or closed at once
+                assert await asyncio.wait_for(r4.read(100), 30) == b""
             except ConnectionResetError:
                 pass
             assert node.all_stats()["connections_refused_host_limit"] == 1
-            for _, w in conns:
+            for _, w in conns + [(r4, w4)]:
                 w.close()
-            await asyncio.sleep(0.1)
+        finally:
+            await node.close()
 
-            # A client that sends requests but never reads: the node's unsent answers pile up
-            # past write_limit and the connection is aborted (counted), not buffered.
+        # A client that floods TellMeYourTime (as this node's leader) but never reads: the
+        # node's unsent answers pile up past write_limit and the connection is aborted
+        # (counted), not buffered.
+        fake_leader = await asyncio.start_server(_fake_leader, "127.0.0.1", 0)
+        port = fake_leader.sockets[0].getsockname()[1]
+        node = await Node.start("127.0.0.2", 0, leader=("127.0.0.1", port),
+                                config=Config(sync_interval=0), write_limit=1000)
+        try:
+            await wait_until(lambda: node.core.id == 1, 30)
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.bind(("127.0.0.1", 0))
             sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", node.port))
-            for _ in range(100):
-                if node._streams:
-                    break
-                await asyncio.sleep(0.01)
-            (stream,) = node._streams.values()
-            stream.transport.get_extra_info("socket").setsockopt(
-                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-            batch = node_request() * 100
-            for _ in range(200):
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.2", node.port))
+            await wait_until(lambda: len(node._streams) >= 1, 30)
+            for stream in node._streams.values():
+                stream.transport.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            batch = wire.encode(Message(11, Peer("127.0.0.1", port, 25))) * 100
+            for _ in range(2000):
                 try:
                     sock.send(batch)
                 except (BlockingIOError, ConnectionResetError, BrokenPipeError):
@@ -374,16 +409,26 @@ def test_adapter_refuses_past_the_per_host_limit_and_aborts_a_peer_that_does_not
                     break
             sock.close()
             assert node.all_stats()["connections_aborted_write_buffer"] == 1
-            assert not node._streams
-
-            r, w = await asyncio.open_connection("127.0.0.1", node.port)  # still answers
-            w.write(node_request())
-            assert (await _read_message(r, 34)).tag == 4
-            w.close()
         finally:
             await node.close()
+            fake_leader.close()
 
     asyncio.run(scenario())
+
+
+async def _fake_leader(reader, writer):
+    """A leader at 127.0.0.1 that gives ID 1 and reads whatever else comes."""
+    try:
+        head = await reader.readexactly(2)
+        if head[0] == 1:
+            await reader.readexactly(6)
+            writer.write(wire.encode(Message(2, id=1, peers=(
+                Peer("127.0.0.1", writer.get_extra_info("sockname")[1], 25),))))
+        await reader.read()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
 
 
 def test_a_connect_that_hangs_is_given_up_by_the_core_and_cancelled():

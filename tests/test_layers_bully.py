@@ -2,6 +2,7 @@
 chains of messages in one TCP payload, malformed payloads that must dissect without raising,
 describe(); and `pelotari craft` / `pelotari inspect` with bully on real TCP sockets and pcaps."""
 import json
+import signal
 import socket
 import struct
 import subprocess
@@ -467,15 +468,25 @@ def test_inspect_live_on_loopback_shows_a_crafted_exchange(tmp_path):
     port, got, thread = listener([answer])
     out = tmp_path / "live.pcap"
     cap = subprocess.Popen(PELOTARI + ["inspect", "-i", "lo", "-f", f"tcp port {port} and inbound",
-                                       "-p", f"bully:{port}", "--json", "-t", "6", "-w", str(out)],
+                                       "-p", f"bully:{port}", "--json", "-t", "300", "-w", str(out)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert "capturing on lo" in cap.stderr.readline()
     time.sleep(1.0)
     res = run("craft", "NodeRequest", "-F", "ip=127.0.0.2", "--port", "3334", "-F", "id=2",
               "--send", f"127.0.0.1:{port}", "--wait", "3", "-q")
     thread.join(10)
-    stdout, _ = cap.communicate(timeout=30)
     assert res.returncode == 0, res.stderr
+    # The capture writes each packet as it goes (-w): once both messages are in the file, it
+    # is stopped as a user would stop it (on a loaded machine it may lag the exchange).
+    from scapy.all import TCP, rdpcap
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if out.exists() and sum(1 for p in rdpcap(str(out))
+                                if TCP in p and len(p[TCP].payload)) >= 2:
+            break
+        time.sleep(0.1)
+    cap.send_signal(signal.SIGINT)
+    stdout, _ = cap.communicate(timeout=60)
     *rows, summary = [json.loads(line) for line in stdout.splitlines()]
     # The handshake, ACKs and FINs carry no payload: only the two messages are rows.
     assert [(r["type"], r["dst"].endswith(f":{port}")) for r in rows] == [

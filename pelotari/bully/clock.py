@@ -9,7 +9,9 @@ someone else moves the logical clock with it and nothing runs backwards by our d
 The leader's estimate of a peer's offset follows Gusella & Zatti's TEMPO and BSD `timed`:
 several probes, each bounding the offset by the interval the answer could have been read in;
 the intervals are intersected (the least-delayed probes bound it most), and a fault-tolerant
-average (median-centred, outliers excluded) gives the time everybody is told.
+average (centred on the leader's own clock, outliers excluded) gives the time everybody is
+told; a peer whose probes contradict each other, or whose correction would pass a sanity
+bound, is left out altogether (docs/protocols/bully.md, Time).
 """
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -101,12 +103,14 @@ class Probe:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A peer's offset (peer minus leader, seconds), the most it can be off, and the least
-    round trip seen."""
+    """A peer's offset (peer minus leader, seconds), the most it can be off, the least round
+    trip seen, and how far apart the probes' bounds lie when they do not intersect (0 when
+    they do: a clock that answers at random contradicts itself by seconds)."""
 
     offset: float
     error: float
     rtt: float
+    gap: float = 0.0
 
 
 def estimate_offset(probes: Iterable[Probe], resolution: float = RESOLUTION) -> Estimate | None:
@@ -120,15 +124,19 @@ def estimate_offset(probes: Iterable[Probe], resolution: float = RESOLUTION) -> 
     best = min(probes, key=lambda p: p.rtt)
     if lo <= hi:
         return Estimate((lo + hi) / 2, (hi - lo) / 2, best.rtt)
+    gap = lo - hi
     lo, hi = best.bounds(resolution)
-    return Estimate((lo + hi) / 2, (hi - lo) / 2, best.rtt)
+    return Estimate((lo + hi) / 2, (hi - lo) / 2, best.rtt, gap)
 
 
-def fault_tolerant_average(offsets: dict[Hashable, float], bound: float) -> tuple[float, set]:
-    """The mean of the offsets within `bound` of their (low) median, and whose they are (the
-    others are outliers: they are corrected, but do not pull everybody toward them)."""
+def fault_tolerant_average(offsets: dict[Hashable, float], bound: float,
+                           centre: Hashable | None = None) -> tuple[float, set]:
+    """The mean of the offsets within `bound` of the centre's (of their low median when no
+    centre is named), and whose they are (the others are outliers: they do not pull everybody
+    toward them). The centre itself is always kept."""
     if not offsets:
         raise ValueError("no offsets to average")
-    m = median_low(offsets.values())  # one of the clocks: so at least it is kept
+    # The low median is one of the clocks, so at least that one is kept.
+    m = offsets[centre] if centre is not None else median_low(offsets.values())
     kept = {k for k, v in offsets.items() if abs(v - m) <= bound}
     return sum(offsets[k] for k in kept) / len(kept), kept

@@ -7,12 +7,15 @@ connection (None: refuse it), and opens one when the core asks with Connect. The
 
     connection_made(conn, local, now)   an outgoing connection is up (local: our end)
     data_received(conn, data, now)      bytes arrived
-    connection_lost(conn, now)          EOF, reset, or a connect that failed
+    eof_received(conn, now) -> keep     the other end half-closed: True keeps our side open
+                                        (else the adapter closes, then reports it lost)
+    connection_lost(conn, now, reset)   closed (reset: an RST), or a connect that failed
     handle_timer(now) / get_timer()     monotonic seconds
-    actions() -> [Connect | Send | Close]   next_event() -> event or None
+    actions() -> [Connect | Send | Shutdown | Close]   next_event() -> event or None
 
 Close(conn) means: flush what was sent, then close; the adapter does not report
-connection_lost() for a connection the core closed. Decisions the seed leaves open (IDs, the 26th
+connection_lost() for a connection the core closed. Shutdown(conn): flush, then half-close
+(our side sends no more; the connection is still read). Decisions the seed leaves open (IDs, the 26th
 joiner, timers, how the address book and elections work) are in docs/protocols/bully.md.
 """
 import itertools
@@ -36,6 +39,7 @@ from pelotari.bully.wire import (
 
 Address = tuple[str, int]
 WILDCARD = "0.0.0.0"
+_SHUTDOWN = object()  # queued on a connection not yet up: half-close it once written
 
 
 PEER_TIMEOUT_BEATS = 3.2  # a peer silent this many heartbeats is dropped (16 s at 5 s)
@@ -48,7 +52,10 @@ class Config:
     max_id: int = MAX_ID  # the leader gives IDs 1..max_id
     max_peers: int = PEER_SLOTS  # neighbours kept (the seed: 4)
     heartbeat: float = 5.0  # IAmAlive (+ NodeRequest, the liveness probe) to the leader
-    peer_timeout: float = 16.0  # the leader drops a peer silent this long (PEER_TIMEOUT_BEATS)
+    # The leader drops a peer silent this long: longer than the seed's minute, so a peer that
+    # heartbeats once a minute (as the seed allows, and Java clients do) is never dropped.
+    peer_timeout: float = 65.0
+    id_quarantine: float = 600.0  # a dropped peer's ID goes to nobody else for this long
     reply_timeout: float = 1.0  # an answer (2, 4, 5, 7, 12) not back by then never comes
     connect_timeout: float = 1.0
     election_step: float = 0.02  # an election waits this long per live higher ID it knows of
@@ -71,7 +78,9 @@ class Config:
     max_answer_hosts: int = 256  # source hosts whose buckets are kept
     election_holdoff: float = 2.0  # elections started by others' messages: at most one per this
     lost_memory: float = 600.0  # ... for this long
-    outlier_bound: float = 1.0  # seconds from the median past which a clock is an outlier
+    outlier_bound: float = 1.0  # seconds from the leader's clock past which one is an outlier
+    max_correction: float = 60.0  # no clock is moved further: a wilder one is left out
+    probe_tolerance: float = 0.05  # probes whose bounds miss each other by more contradict
     align: float = 0.000125  # a new Time is sent when it is this close to a whole millisecond
     align_for: float = 0.05  # ... tried for this long, then sent rounded
     step_threshold: float = clk.STEP_THRESHOLD
@@ -80,6 +89,7 @@ class Config:
     max_connections: int = 256
     max_connections_per_host: int = 16
     idle_timeout: float = 70.0  # a connection closes after this long without a whole message
+    linger: float = 1.0  # ... or this long after one, once it carried one (_Conn.lingers)
     max_ids_per_host: int = 4  # IDs the leader gives one IPv4 address
     max_book: int = 64  # peers remembered by ID
     max_text: int = MAX_TEXT
@@ -95,7 +105,8 @@ class Config:
     def __post_init__(self):
         for name in ("heartbeat", "peer_timeout", "reply_timeout", "connect_timeout",
                      "leader_wait", "search_timeout", "search_memory", "sync_timeout",
-                     "idle_timeout", "align_for", "lost_probe", "lost_memory"):
+                     "idle_timeout", "linger", "align_for", "lost_probe", "lost_memory",
+                     "max_correction", "probe_tolerance"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat > 60:
@@ -112,8 +123,10 @@ class Config:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_peers > PEER_SLOTS:
             raise ValueError(f"max_peers must be at most {PEER_SLOTS}")
-        if min(self.election_step, self.sync_interval, self.forward_rate, self.align) < 0:
-            raise ValueError("election_step, sync_interval, forward_rate, align must be >= 0")
+        if min(self.election_step, self.sync_interval, self.forward_rate, self.align,
+               self.id_quarantine) < 0:
+            raise ValueError("election_step, sync_interval, forward_rate, align, id_quarantine "
+                             "must be >= 0")
 
 
 # ---- actions (core -> adapter) --------------------------------------------------------------
@@ -137,6 +150,13 @@ class Send:
 @dataclass(frozen=True)
 class Close:
     """Flush what was sent on conn, then close it."""
+
+    conn: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Flush what was sent on conn, then half-close it (send EOF); it is still read."""
 
     conn: int
 
@@ -238,12 +258,23 @@ class NewLeader:
 @dataclass(frozen=True)
 class SyncDone:
     """(Leader) a sync round ended: each clock's offset from ours (seconds), the average
-    everybody was moved to, and the clocks left out of it."""
+    everybody was moved to, the clocks left out of it (outliers: still told their time), those
+    that did not answer, and those left alone, with why (contradictory probes, or a correction
+    past max_correction)."""
 
     offsets: dict[int, float]
     average: float
     outliers: tuple[int, ...]
     unanswered: tuple[int, ...]
+    left_out: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClockRefused:
+    """Our leader told us a time that would move our clock past max_correction: not taken."""
+
+    delta: float
+    leader: Peer
 
 
 @dataclass(frozen=True)
@@ -270,7 +301,7 @@ class _Conn:
     id: int
     remote: Address
     outgoing: bool
-    purpose: str  # in, join, leader, sync, elect, send
+    purpose: str  # in, beat, join, leader, probe, ask, sync, elect, search, forward, send
     opened: float
     framer: Framer
     up: bool = False
@@ -279,6 +310,18 @@ class _Conn:
     peer_id: int = 0  # the peer this outgoing connection is for
     queued: list[Message] = field(default_factory=list)  # sent once the connection is up
     close_when_up: bool = False
+    messages: int = 0  # whole messages received on it
+    relay: tuple[int, Address] | None = None  # a forwarded search: (SearchID, the searcher)
+    held: bool = False  # a member's heartbeat connection it half-closed: kept open
+
+    def lingers(self) -> bool:
+        """Closed `linger` after its last message, not `idle_timeout`: an incoming connection
+        that carried a whole message (the Java clients send one per connection and never
+        close; P2P-Client reads until EOF), or ours that carried a search (an answer may come
+        back on it)."""
+        if self.outgoing:
+            return self.purpose in ("search", "forward")
+        return self.messages > 0 and not self.held and not self.framer.pending
 
 
 @dataclass
@@ -287,6 +330,7 @@ class _Member:
     last_seen: float
     cursor: int = 0  # NodeResponse rotation: the last ID given to this peer
     told: set[int] = field(default_factory=set)  # IDs this peer has been given
+    beat: int | None = None  # the connection its last IAmAlive came on (kept open)
 
 
 @dataclass
@@ -339,7 +383,7 @@ class _NewTime:
     peer: Peer
     add: float  # their new time = our reference clock + add
     give_up: float
-    conn: int | None = None  # the probes' connection: the new time follows them on it
+    conn: int | None = None  # a new connection for it, opened when the round ends
 
 
 class BullyNode:
@@ -360,12 +404,17 @@ class BullyNode:
         self.book: OrderedDict[int, _Known] = OrderedDict()  # peers by ID, least recent first
         self.neighbours: dict[int, Peer] = {}
         self.members: dict[int, _Member] = {}  # the leader's table
+        # IDs of dropped peers: ID -> (its holder's address, until when nobody else gets it)
+        self._quarantine: dict[int, tuple[Address, float]] = {}
         self.leader: Peer | None = None
         self.leader_address: Address | None = None
         self.book_complete = False  # a whole NodeResponse rotation seen (pelotari leaders)
         self._asks_left = 0  # NodeRequests to the leader that may follow an answer at once
         self._leader_conn: int | None = None
-        self._leader_probe: float | None = None  # a NodeRequest to the leader awaits answer
+        # A liveness probe of the leader is under way: its connection, and when it is alive
+        # (its connection up and not reset by then)
+        self._leader_probe: float | None = None
+        self._probe_conn: int | None = None
         self._next_heartbeat: float | None = None
         self._join_deadline: float | None = None
         self._join_conn: int | None = None
@@ -435,9 +484,19 @@ class BullyNode:
         refuse it (limits). On a wildcard bind, `local` is the address we are known by on it."""
         cfg = self.config
         incoming = [c for c in self._conns.values() if not c.outgoing]
-        if sum(1 for c in incoming if c.remote[0] == remote[0]) >= cfg.max_connections_per_host:
-            self.stats["connections_refused_host_limit"] += 1
-            return None
+        mine = [c for c in incoming if c.remote[0] == remote[0]]
+        if len(mine) >= cfg.max_connections_per_host:
+            # The host's oldest connection with nothing half-read makes room (clients that
+            # send one message per connection and never close must not lock their host out);
+            # a host whose every connection is mid-message is refused.
+            idle = [c for c in mine if not c.framer.pending]
+            if not idle:
+                self.stats["connections_refused_host_limit"] += 1
+                return None
+            self.stats["connections_evicted_host_limit"] += 1
+            victim = min(idle, key=lambda c: c.last_message)
+            self._close(victim)
+            incoming.remove(victim)
         if len(incoming) >= cfg.max_connections:
             # Full: the host holding the most connections gives up its quietest one, if it
             # holds more than the newcomer's host would then (a few hosts cannot hold every
@@ -466,12 +525,17 @@ class BullyNode:
         conn.up, conn.local, conn.last_message = True, (local[0], int(local[1])), now
         queued, conn.queued = conn.queued, []
         for msg in queued:
-            self._write(conn, msg(now) if callable(msg) else msg, now)
+            if msg is _SHUTDOWN:
+                self._actions.append(Shutdown(conn.id))
+            else:
+                self._write(conn, msg(now) if callable(msg) else msg, now)
         if conn.purpose == "text":  # written: reported, then closed
             self._events.append(TextSent(self._texts.pop(conn.id)))
             self._close(conn)
         elif conn.close_when_up:
             self._close(conn)  # a one-message send
+        elif conn.purpose == "newtime" and self._new_times:
+            self._send_new_times(now)
 
     def data_received(self, conn_id: int, data: bytes, now: float) -> None:
         """Bytes from a connection: framed, checked, dispatched; bad input closes it."""
@@ -491,19 +555,31 @@ class BullyNode:
             return
         for msg in messages:
             conn.last_message = now
+            conn.messages += 1
             self.stats[f"received_{msg.name}"] += 1
             self._dispatch(conn, msg, now)
             if conn.id not in self._conns:
                 return
 
-    def connection_lost(self, conn_id: int, now: float) -> None:
-        """The other end closed or reset, or our connect failed."""
+    def eof_received(self, conn_id: int, now: float) -> bool:
+        """The other end will send no more. True: keep our side open (a pelotari peer
+        half-closes its heartbeat connection and waits for it to close: our process's death
+        closes it at once); False: the adapter closes it and reports connection_lost()."""
+        conn = self._conns.get(conn_id)
+        if conn is None or conn.outgoing or conn.purpose != "beat":
+            return False
+        conn.held = True
+        return True
+
+    def connection_lost(self, conn_id: int, now: float, reset: bool = False) -> None:
+        """The other end closed (reset: it reset the connection, as a dead process's kernel
+        does to what is written to it), or our connect failed."""
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return
         if conn.framer.pending:
             self.stats["dropped_truncated"] += 1
-        self._lost(conn, now)
+        self._lost(conn, now, reset=reset)
 
     def _connect(self, address: Address, purpose: str, now: float, peer_id: int = 0) -> _Conn:
         conn = _Conn(next(self._ids), (address[0], int(address[1])), True, purpose, now,
@@ -525,13 +601,27 @@ class BullyNode:
         self._actions.append(Send(conn.id, encode(msg, self.config.max_text)))
         self.sent[msg.name] += 1
 
+    def _answer(self, conn: _Conn, msg: Message, now: float) -> None:
+        """Answer a request (1, 3, 9) on its connection, then close an incoming one: the
+        exchange is over, and clients that read an answer until EOF are not kept waiting."""
+        self._write(conn, msg, now)
+        if not conn.outgoing:
+            self._close(conn)
+
     def _send_to(self, address: Address, msg: Message, now: float, purpose: str = "send",
                  peer_id: int = 0) -> _Conn | None:
         """One message on a new connection, closed once it is written (None: too many of our
         connections are open already; counted)."""
-        if sum(1 for c in self._conns.values() if c.outgoing) >= self.config.max_outgoing:
-            self.stats["dropped_outgoing_limit"] += 1
-            return None
+        outgoing = [c for c in self._conns.values() if c.outgoing]
+        if len(outgoing) >= self.config.max_outgoing:
+            waiting = [c for c in outgoing if c.up and c.lingers()]
+            if not waiting:
+                self.stats["dropped_outgoing_limit"] += 1
+                return None
+            # A search's connection only waits in case an answer comes back on it: the
+            # oldest makes room.
+            self.stats["outgoing_lingering_closed"] += 1
+            self._close(min(waiting, key=lambda c: c.last_message))
         conn = self._connect(address, purpose, now, peer_id)
         self._write(conn, msg, now)
         if purpose == "send":
@@ -554,13 +644,24 @@ class BullyNode:
         tag = msg.tag
         if tag in (3, 5, 8, 9, 10, 11, 12, 13) or (tag == 1 and not conn.outgoing):
             if self.config.check_source and msg.peer.host != conn.remote[0]:
-                # The message names a sender on another host than the one that sent it.
-                self.stats["dropped_forged_source"] += 1
-                return
+                seen = replace(msg.peer, host=conn.remote[0])
+                known = self.book.get(msg.peer.id)
+                if tag == 1:
+                    # A client that names an address it is not connecting from (peerbox names
+                    # getLocalHost(), 127.0.1.1 on Debian): it joins at the host it came from.
+                    self.stats["entry_address_rewritten"] += 1
+                elif known is not None and known.peer.address == seen.address:
+                    self.stats["sender_address_rewritten"] += 1  # that peer, as we know it
+                else:
+                    # The message names a sender on another host than the one that sent it.
+                    self.stats["dropped_forged_source"] += 1
+                    return
+                msg = replace(msg, peer=seen)
             if tag != 1 and msg.peer.id == self.id and self.id != 0:
                 self.stats["dropped_own_id"] += 1
                 return
-            if tag in (5, 8, 9, 10, 12) and not self._valid_id(msg.peer.id):
+            if tag in (5, 8, 9, 10, 12) and not self._valid_id(msg.peer.id) and \
+                    not self._is_leader_zero(msg.peer):
                 self.stats["dropped_invalid_id"] += 1
                 return
         handler = _HANDLERS[tag]
@@ -573,11 +674,11 @@ class BullyNode:
         address = msg.peer.address
         member = next((m for m in self.members.values() if m.peer.address == address), None)
         if member is None:
-            new_id = self._free_id(address[0])
+            new_id = self._free_id(address[0], now, address)
             if new_id is None:
                 # The 26th joiner: ID 0 (outside 1..25) and no peers means "the network is full".
                 self.stats["entry_refused_full"] += 1
-                self._write(conn, Message(2, id=0), now)
+                self._answer(conn, Message(2, id=0), now)
                 return
             member = _Member(Peer(address[0], address[1], new_id), now)
             self._untell(new_id)
@@ -587,7 +688,12 @@ class BullyNode:
         member.last_seen = now
         others = [self.me(conn)] + [m.peer for i, m in sorted(self.members.items())
                                     if i != member.peer.id]
-        self._write(conn, Message(2, id=member.peer.id, peers=tuple(others[:PEER_SLOTS])), now)
+        self._answer(conn, Message(2, id=member.peer.id, peers=tuple(others[:PEER_SLOTS])), now)
+
+    def _is_leader_zero(self, peer: Peer) -> bool:
+        """peerbox's and P2P-Client's leaders take ID 0: our leader may speak as 0."""
+        return peer.id == 0 and self.leader is not None and self.leader.id == 0 and \
+            peer.host == self.leader.host
 
     def _valid_id(self, peer_id: int) -> bool:
         """IDs are 1..max_id (the seed's 1-25): a message naming another is not believed."""
@@ -612,11 +718,31 @@ class BullyNode:
         for m in self.members.values():
             m.told.discard(peer_id)
 
-    def _free_id(self, host: str) -> int | None:
+    def _quarantined(self, peer_id: int, address: Address, now: float) -> bool:
+        """Whether a dropped peer's ID is still kept for its holder (at another address)."""
+        held = self._quarantine.get(peer_id)
+        if held is None:
+            return False
+        if now >= held[1]:
+            del self._quarantine[peer_id]
+            return False
+        return held[0] != address
+
+    def _free_id(self, host: str, now: float, address: Address) -> int | None:
         if sum(1 for m in self.members.values() if m.peer.host == host) >= \
                 self.config.max_ids_per_host:
             return None
-        taken = set(self.members) | {self.id}
+        for i, (held, _until) in list(self._quarantine.items()):
+            if held == address and not self._quarantined(i, address, now) and i not in \
+                    self.members and i != self.id:
+                del self._quarantine[i]
+                return i  # a dropped peer joining again gets its own ID back
+        # Never an ID its holder may still use: a member's, a dropped peer's (quarantined), or
+        # one we heard first-hand lately (a peer that joined another leader).
+        taken = set(self.members) | {self.id} | {
+            i for i in list(self._quarantine) if self._quarantined(i, address, now)} | {
+            i for i, k in self.book.items()
+            if k.first_hand and now - k.heard < self.config.peer_timeout}
         # IDs below ours first, so the leader stays the highest (as bully wants).
         for candidate in list(range(1, self.id)) + list(range(self.id + 1,
                                                               self.config.max_id + 1)):
@@ -666,7 +792,7 @@ class BullyNode:
             peers = self._rotation(m, asker.id)
         else:
             peers = [p for i, p in sorted(self.neighbours.items()) if i != asker.id]
-        self._write(conn, Message(4, self.me(conn), peers=tuple(peers[:PEER_SLOTS])), now)
+        self._answer(conn, Message(4, self.me(conn), peers=tuple(peers[:PEER_SLOTS])), now)
 
     def _rotation(self, member: _Member | None, asker: int) -> list[Peer]:
         """The leader answers a member's NodeRequest with four members it has not told that
@@ -699,19 +825,15 @@ class BullyNode:
                         self.leader is not None and p.address == self.leader.address):
                     self._add_neighbour(p)
         if from_leader:
-            self._leader_probe = None
-            self._pending_claim = None  # the leader lives: a lower claim stays ignored
-            if conn.purpose == "probe":
-                self._close(conn)
-                return
-            # A pelotari leader names members we have not heard of first: an answer with
-            # nothing new means we know everybody it knows.
-            self.book_complete = not news
-            if news and conn.id in self._conns and self._asks_left > 0:
-                self._asks_left -= 1
-                self._write(conn, self._msg("NodeRequest"), now)  # keep learning, now
-                self._leader_probe = now + self.config.reply_timeout
-        elif conn.outgoing and conn.purpose == "ask":
+            self._leader_alive(now)
+            if conn.purpose == "askleader":
+                # A pelotari leader names members we have not heard of first: an answer with
+                # nothing new means we know everybody it knows.
+                self.book_complete = not news
+                if news and self._asks_left > 0:
+                    self._asks_left -= 1
+                    self._ask_leader(now)  # keep learning, now (one message per connection)
+        if conn.outgoing and conn.id in self._conns and conn.purpose in ("ask", "askleader"):
             self._close(conn)
 
     def _on_alive(self, conn: _Conn, msg: Message, now: float) -> None:  # 5
@@ -740,19 +862,28 @@ class BullyNode:
         if m is not None and m.peer.address == sender.address:
             m.last_seen = now
         elif m is None and 1 <= sender.id <= 0xFFFF and self._register(sender, now):
-            pass
+            m = self.members[sender.id]
         else:
             self.stats["dropped_id_conflict"] += 1
             return
         self._learn(sender, now, first_hand=True)
+        if not conn.outgoing and m.beat != conn.id:
+            # Kept open (a pelotari peer learns of our death by its closing); a member holds
+            # one such connection: the one before is closed.
+            old = self._conns.get(m.beat) if m.beat is not None else None
+            if old is not None and old.purpose == "beat":
+                self._close(old)
+            m.beat, conn.purpose = conn.id, "beat"
 
     def _register(self, peer: Peer, now: float) -> bool:
         """A heartbeat from a peer we did not give an ID (we took over, or it joined a Java
         leader): take it in if its ID is free and its host has room."""
         if any(m.peer.address == peer.address for m in self.members.values()) or \
                 sum(1 for m in self.members.values() if m.peer.host == peer.host) >= \
-                self.config.max_ids_per_host or len(self.members) >= self.config.max_id + 8:
+                self.config.max_ids_per_host or len(self.members) >= self.config.max_id + 8 or \
+                self._quarantined(peer.id, peer.address, now):
             return False
+        self._quarantine.pop(peer.id, None)
         self._untell(peer.id)
         self.members[peer.id] = _Member(peer, now)
         self._events.append(PeerJoined(peer))
@@ -767,15 +898,21 @@ class BullyNode:
         searcher = msg.peer
         if msg.destination_id == self.id and self.id != 0:  # 2.1: answer the searcher
             known = self.book.get(msg.source_id)
-            if (searcher.host == conn.remote[0] or (
-                    known is not None and known.peer.address == searcher.address)) and \
-                    self._answer_ok(conn.remote[0], now):
+            direct = searcher.host == conn.remote[0]
+            vouched = known is not None and known.peer.address == searcher.address
+            # Forwarded by a peer we know, for a searcher we have not heard of yet (a new
+            # member): answered too, at most answer_rate per searcher host.
+            forwarded = known is None and conn.remote[0] in {
+                k.peer.host for k in self.book.values()} | (
+                {self.leader.host} if self.leader is not None else set())
+            if not (direct or vouched or forwarded):
+                # Nobody we know sent it, and the address is not the sender's: a stranger
+                # could aim our answer at anyone. Counted, not answered.
+                self.stats["dropped_unverified_searcher"] += 1
+            elif self._answer_ok(conn.remote[0], now) and (
+                    direct or self._answer_ok(searcher.host, now)):
                 self._send_to(searcher.address, self._msg("IAmFound", search_id=msg.search_id),
                               now)
-            else:
-                # Nobody we know asked, and the address is not the sender's: a stranger could
-                # aim our answer at anyone. Counted, not answered.
-                self.stats["dropped_unverified_searcher"] += 1
             return
         if not self._take_token(now):  # 2.2: forward, at a bounded rate
             self.stats["search_not_forwarded_rate"] += 1
@@ -787,7 +924,9 @@ class BullyNode:
             targets += [m.peer for i, m in self.members.items() if i not in self.neighbours]
         for p in targets:
             if p.address != searcher.address and p.id != msg.source_id:  # not back to the searcher
-                self._send_to(p.address, msg, now)
+                c = self._send_to(p.address, msg, now, "forward", p.id)
+                if c is not None:
+                    c.relay = (msg.search_id, searcher.address)
         self.stats["searches_forwarded"] += 1
 
     def _remember(self, key: tuple[int, int], now: float) -> None:
@@ -807,13 +946,28 @@ class BullyNode:
         return False
 
     def _on_found(self, conn: _Conn, msg: Message, now: float) -> None:  # 7
+        if conn.relay is not None and conn.relay[0] == msg.search_id and \
+                msg.peer.host == conn.remote[0]:
+            # VSP2P answers a search on the connection it came on: to us, who forwarded it.
+            # Passed on to the searcher (an answer no larger than the search we forwarded).
+            target, conn.relay = conn.relay[1], None
+            self._close(conn)
+            if self._answer_ok(target[0], now):
+                self.stats["found_relayed"] += 1
+                self._send_to(target, msg, now)
+            return
         s = self._searches.get(msg.search_id)
-        if s is None or msg.peer.id != s.destination or \
-                (self.config.check_source and msg.peer.host != conn.remote[0]):
+        # From the found node's host, or relayed by a peer we know (hearsay, then).
+        relayed = msg.peer.host != conn.remote[0] and self.config.check_source
+        if s is None or msg.peer.id != s.destination or (relayed and conn.remote[0] not in {
+                k.peer.host for k in self.book.values()} | (
+                {self.leader.host} if self.leader is not None else set())):
             self.stats["dropped_unexpected"] += 1
             return
         del self._searches[msg.search_id]
-        self._learn(msg.peer, now, first_hand=True)
+        self._learn(msg.peer, now, first_hand=not relayed)
+        if conn.outgoing and conn.purpose == "search":
+            self._close(conn)
         if s.for_election:
             e = self.election
             if e is not None and e.phase == "asking":
@@ -828,8 +982,13 @@ class BullyNode:
         self._events.append(TextReceived(msg.peer, msg.text))
 
     def _on_are_you_alive(self, conn: _Conn, msg: Message, now: float) -> None:  # 9 -> 5
+        if conn.outgoing and conn.purpose in ("elect", "lostprobe"):
+            # peerbox answers our AreYouAlive by echoing tag 9: it says the same (I live).
+            self.stats["are_you_alive_echo"] += 1
+            self._on_alive(conn, msg, now)
+            return
         self._learn(msg.peer, now, first_hand=True)
-        self._write(conn, self._msg("IAmAlive"), now)  # tag 5, never an echo of 9
+        self._answer(conn, self._msg("IAmAlive"), now)  # tag 5, never an echo of 9
         self.stats["answered_are_you_alive"] += 1
         if self.is_leader and not self._higher_ids():
             # Nobody above us: the election it starts ends with us; tell the asker so.
@@ -882,11 +1041,19 @@ class BullyNode:
             return
         sp.probes.append(clk.Probe(sp.sent_at, self.clock.read(now), msg.time_ms))
         sp.sent_at = None
+        c = self._conns.get(sp.conn) if sp.conn is not None else None
+        if c is not None and c.id != conn.id:
+            # Answered on another connection (peerbox does, and then no longer reads ours):
+            # the next probe goes on a new one.
+            self._close(c)
+            c = None
         if len(sp.probes) >= self.config.sync_probes:
-            sp.done = True  # its connection stays open: the new time goes on it
+            sp.done = True
+            if c is not None:
+                self._close(c)
+            sp.conn = None
             self._sync_next(now)
             return
-        c = self._conns.get(sp.conn) if sp.conn is not None else None
         if c is None:  # ours was closed (the answer came on a new connection): a new one
             sp.reconnects += 1
             if sp.reconnects > self.config.sync_probes:
@@ -900,6 +1067,13 @@ class BullyNode:
     def _on_new_time(self, conn: _Conn, msg: Message, now: float) -> None:  # 13
         if self.leader is None or msg.peer.host != self.leader.host or self.is_leader:
             self.stats["dropped_not_leader"] += 1
+            return
+        delta = msg.time_ms / 1000 - self.clock.read(now)
+        if abs(delta) > self.config.max_correction:
+            # A wild value (a broken leader, or a Java leader sending a relative time) never
+            # moves our clock by more than the sanity bound.
+            self.stats["dropped_wild_time"] += 1
+            self._events.append(ClockRefused(delta, msg.peer))
             return
         delta, stepped = self.clock.set_to(msg.time_ms / 1000, now)
         self._events.append(ClockAdjusted(delta, stepped, self.clock.target))
@@ -956,24 +1130,52 @@ class BullyNode:
         self._join_deadline = now + self.config.connect_timeout + self.config.reply_timeout
 
     def _heartbeat(self, now: float) -> None:
+        """IAmAlive on a connection of its own (kept open until the next, so that a leader's
+        death shows at once), and a NodeRequest on another: some leaders read one message per
+        connection. Only the IAmAlive says whether the leader lives; the NodeResponse, if
+        any, brings news of the members."""
         cfg = self.config
         self._next_heartbeat = now + cfg.heartbeat
-        conn = self._conns.get(self._leader_conn) if self._leader_conn else None
-        if conn is None:
-            conn = self._connect(self.leader.address, "leader", now, self.leader.id)
-            self._leader_conn = conn.id
+        old = self._conns.get(self._leader_conn) if self._leader_conn else None
+        if old is not None and not old.up:
+            return  # the last one is still connecting: its connect timeout decides
+        if old is not None:
+            self._close(old)
+        conn = self._connect(self.leader.address, "leader", now, self.leader.id)
+        self._leader_conn = conn.id
         self._write(conn, self._msg("IAmAlive"), now)
-        self._write(conn, self._msg("NodeRequest"), now)
+        # Half-closed: a pelotari leader keeps it open while it lives, and closes any other
+        # connection soon (P2P-Client reads until EOF).
+        conn.queued.append(_SHUTDOWN)  # (a new connection: written once it is up)
         self._asks_left = cfg.max_id // PEER_SLOTS + 2
-        if self._leader_probe is None:
-            self._leader_probe = now + cfg.reply_timeout + (0 if conn.up else cfg.connect_timeout)
+        self._ask_leader(now)
+
+    def _ask_leader(self, now: float) -> None:
+        if sum(1 for c in self._conns.values() if c.purpose == "askleader") < 2:
+            conn = self._connect(self.leader.address, "askleader", now, self.leader.id)
+            self._write(conn, self._msg("NodeRequest"), now)
 
     def _probe_leader(self, now: float) -> None:
-        """A NodeRequest to the leader on a new connection: its NodeResponse says it lives."""
+        """Is the leader alive? IAmAlive on a new connection: refused, not connected in time,
+        or reset (what a dead process's kernel answers) means dead; connected and not reset
+        within reply_timeout, or any answer, means alive (the seed defines no answer to
+        IAmAlive: a leader that keeps it unanswered, or closes, lives)."""
+        if self._probe_conn is not None and self._probe_conn in self._conns:
+            return
         c = self._connect(self.leader.address, "probe", now, self.leader.id)
-        self._write(c, self._msg("NodeRequest"), now)
-        self._leader_probe = min(self._leader_probe or float("inf"),
-                                 now + self.config.connect_timeout + self.config.reply_timeout)
+        self._write(c, self._msg("IAmAlive"), now)
+        c.queued.append(_SHUTDOWN)
+        self._probe_conn = c.id
+        self._leader_probe = now + self.config.connect_timeout + self.config.reply_timeout
+
+    def _leader_alive(self, now: float) -> None:
+        """The leader answered or a probe's connection held: it lives."""
+        self._leader_probe = None
+        self._pending_claim = None  # a lower claim stays ignored
+        c = self._conns.get(self._probe_conn) if self._probe_conn is not None else None
+        self._probe_conn = None
+        if c is not None:
+            self._close(c)
 
     def _leader_failed(self, why: str, now: float) -> None:
         if self.leader is None or self.is_leader:
@@ -985,7 +1187,7 @@ class BullyNode:
             # again, brings back the highest ID, and bully wants it to lead.
             self._lost_leaders[self.leader.id] = (self.leader, now + self.config.lost_memory)
             self._next_lost_probe = now + self.config.lost_probe
-        self._leader_probe = None
+        self._leader_probe, self._probe_conn = None, None
         self._next_heartbeat = None
         c = self._conns.get(self._leader_conn) if self._leader_conn else None
         if c is not None:
@@ -1039,7 +1241,7 @@ class BullyNode:
         c = self._conns.get(self._leader_conn) if self._leader_conn else None
         if c is not None:
             self._close(c)
-        self._leader_conn, self._leader_probe = None, None
+        self._leader_conn, self._leader_probe, self._probe_conn = None, None, None
         self._next_heartbeat = now  # tell the new leader we are here
         self._events.append(NewLeader(new, False))
 
@@ -1050,7 +1252,7 @@ class BullyNode:
         manual = self.election.manual if self.election else False
         self.election = None
         self.leader, self.leader_address = me, (self.host, self.port)
-        self._next_heartbeat, self._leader_probe = None, None
+        self._next_heartbeat, self._leader_probe, self._probe_conn = None, None, None
         c = self._conns.get(self._leader_conn) if self._leader_conn else None
         if c is not None:
             self._close(c)
@@ -1147,11 +1349,14 @@ class BullyNode:
         """Flood a NodeSearch for an ID; its search ID (a Found or NotFound event follows)."""
         if self.id == 0:
             raise NotJoined("not joined yet")
-        if not 1 <= destination_id <= 0xFFFF:
+        if not 1 <= destination_id <= 0xFFFF and not self._leader_is(destination_id):
             raise ValueError("an ID is within 1..65535")
         if destination_id == self.id:
             raise ValueError(f"{destination_id} is our own ID")
         return self._search(destination_id, now)
+
+    def _leader_is(self, peer_id: int) -> bool:
+        return self.leader is not None and self.leader.id == peer_id
 
     def _search(self, destination: int, now: float, text: bytes | None = None,
                 for_election: bool = False) -> int | None:
@@ -1169,7 +1374,7 @@ class BullyNode:
                 self.leader.id not in self.neighbours:
             targets.append(self.leader)
         for p in targets:
-            self._send_to(p.address, msg, now, peer_id=p.id)
+            self._send_to(p.address, msg, now, "search", p.id)  # kept a moment: see _on_found
         return sid
 
     def text(self, destination_id: int, data: bytes, now: float) -> None:
@@ -1183,6 +1388,8 @@ class BullyNode:
         k = self.book.get(destination_id)
         if k is not None:
             self._send_text(k.peer, data, now)
+        elif self._leader_is(destination_id) and not self.is_leader:
+            self._send_text(self.leader, data, now)  # ID 0: a Java leader, not in the book
         elif self._search(destination_id, now, text=data) is None:
             self._events.append(TextFailed(destination_id, "too many searches under way"))
 
@@ -1228,7 +1435,7 @@ class BullyNode:
         cfg = self.config
         for sp in s.peers.values():
             c = self._conns.get(sp.conn) if sp.conn is not None else None
-            if c is not None and not sp.probes:
+            if c is not None:
                 self._close(c)
         est = {}
         for i, sp in s.peers.items():
@@ -1238,28 +1445,51 @@ class BullyNode:
                 p = sp.probes[0]
                 est[i] = clk.Estimate(p.remote_ms / 1000 - p.t1, 0.0, 0.0)
             else:
-                est[i] = clk.estimate_offset(sp.probes)
+                e = clk.estimate_offset(sp.probes)
+                if e is not None:
+                    est[i] = e
+        left_out, measured = {}, {i: e.offset for i, e in est.items()}
+        if not cfg.rtt_blind:
+            for i, e in est.items():
+                if e.gap > cfg.probe_tolerance:  # answers at random, or a clock jumping
+                    left_out[i] = "contradictory"
+                elif abs(e.offset) > cfg.max_correction:
+                    left_out[i] = "beyond_max_correction"
+                else:
+                    continue
+                self.stats[f"sync_left_out_{left_out[i]}"] += 1
+            est = {i: e for i, e in est.items() if i not in left_out}
         offsets = {self.id: 0.0, **{i: e.offset for i, e in est.items()}}
         if cfg.rtt_blind:
             average, kept = sum(offsets.values()) / len(offsets), set(offsets)
         else:
-            average, kept = clk.fault_tolerant_average(offsets, cfg.outlier_bound)
+            # Centred on our own clock: the leader is never the outlier of its own round (with
+            # two clocks, a peer further than outlier_bound is told our time, not averaged).
+            average, kept = clk.fault_tolerant_average(offsets, cfg.outlier_bound, self.id)
+            for i, e in list(est.items()):  # the correction a peer is told, bounded too
+                if abs(average - e.offset) > cfg.max_correction:
+                    left_out[i] = "beyond_max_correction"
+                    self.stats["sync_left_out_beyond_max_correction"] += 1
+                    del est[i]
         self._new_time_ref = self.clock.offset(now)
         give_up = now + cfg.align_for
         # Everybody moves to our reference clock + average; a peer's new time is what that
         # will read when the message arrives (half the least round trip from now).
+        # Each on a new connection (as the Java clients send it, and read it), opened now so
+        # that it is up when its time is due.
         self._new_times = [
             _NewTime(s.peers[i].peer, average + (0.0 if cfg.rtt_blind else e.rtt / 2), give_up,
-                     s.peers[i].conn)
+                     self._connect(s.peers[i].peer.address, "newtime", now, i).id)
             for i, e in est.items()]
         delta_self = average
         stepped = self.clock.correct(delta_self, now)
         self._events.append(ClockAdjusted(delta_self, stepped, self.clock.target))
         # Reported once every peer has been sent its new time.
         self._sync_done = SyncDone(
-            {i: round(v, 6) for i, v in offsets.items()}, average,
-            tuple(sorted(set(offsets) - kept)),
-            tuple(sorted(i for i in s.peers if i not in est)))
+            {i: round(v, 6) for i, v in {**measured, **offsets}.items()}, average,
+            tuple(sorted(set(offsets) - kept - set(left_out))),
+            tuple(sorted(i for i in s.peers if i not in est and i not in left_out)),
+            dict(sorted(left_out.items())))
         self._send_new_times(now)
 
     def _reference(self, now: float) -> float:
@@ -1275,21 +1505,22 @@ class BullyNode:
         ref = self._reference(now)
         while self._new_times and now >= self._new_time_not_before:
             nt = self._new_times[0]
+            c = self._conns.get(nt.conn)
+            if c is None:  # refused, or timed out: that peer is not told
+                self._new_times.pop(0)
+                continue
+            if not c.up:
+                if now < nt.give_up:
+                    break  # connection_made() comes back here
+                nt.give_up = now + cfg.connect_timeout  # late: sent as soon as it is up
+                break
             value = (ref + nt.add) * 1000
             if not (cfg.rtt_blind or abs(value - round(value)) <= cfg.align * 1000
                     or now >= nt.give_up):
                 break
             self._new_times.pop(0)
-            c = self._conns.get(nt.conn) if nt.conn is not None else None
-            if c is not None and c.up:  # on the path the round trips were measured on
-                self._write(c, self._msg("HereIsYourNewTime", time_ms=int(round(value))), now)
-                self._close(c)
-            else:  # that connection is gone: a new one, the time taken when it is up
-                c = self._connect(nt.peer.address, "send", now, nt.peer.id)
-                self._write(c, lambda t, add=nt.add: self._msg(
-                    "HereIsYourNewTime",
-                    time_ms=int(round((self._reference(t) + add) * 1000))), now)
-                self._close(c)
+            self._write(c, self._msg("HereIsYourNewTime", time_ms=int(round(value))), now)
+            self._close(c)
             if not cfg.rtt_blind:
                 self._new_time_not_before = now + cfg.sync_gap
                 if self._new_times:
@@ -1303,6 +1534,9 @@ class BullyNode:
         if not self._new_times:
             return None
         nt = self._new_times[0]
+        c = self._conns.get(nt.conn)
+        if c is not None and not c.up:  # connection_made() or its loss comes back first
+            return max(nt.give_up, now + 1e-6)
         at = max(now, self._new_time_not_before)
         value = (self._reference(now) + (at - now) + nt.add) * 1000
         crossing = at + (1.0 - (value - value // 1)) / 1000
@@ -1327,7 +1561,7 @@ class BullyNode:
             due.append(min(m.last_seen for m in self.members.values()) + cfg.peer_timeout)
         for c in self._conns.values():
             due.append(c.opened + cfg.connect_timeout if not c.up and c.outgoing
-                       else c.last_message + cfg.idle_timeout)
+                       else c.last_message + (cfg.linger if c.lingers() else cfg.idle_timeout))
         if self._new_times:
             due.append(self._new_time_due)
         due = [d for d in due if d is not None]
@@ -1349,10 +1583,11 @@ class BullyNode:
                 self._events.append(JoinFailed(f"the leader at {self.leader_address[0]}:"
                                                f"{self.leader_address[1]} {how}"))
         if self._leader_probe is not None and now >= self._leader_probe:
-            self._leader_failed("stopped answering", now)
-        if self._next_heartbeat is not None and now >= self._next_heartbeat and \
-                self.leader is not None and not self.is_leader:
-            self._heartbeat(now)
+            c = self._conns.get(self._probe_conn) if self._probe_conn is not None else None
+            if c is not None and c.up:
+                self._leader_alive(now)  # connected, and no reset since
+            else:
+                self._leader_failed("did not answer", now)
         if self.election is not None and now >= self.election.deadline:
             self._election_timer(now)
         if self._next_lost_probe is not None and now >= self._next_lost_probe:
@@ -1373,6 +1608,10 @@ class BullyNode:
             for i, m in list(self.members.items()):
                 if now >= m.last_seen + cfg.peer_timeout:
                     del self.members[i]
+                    if cfg.id_quarantine:
+                        self._quarantine[i] = (m.peer.address, now + cfg.id_quarantine)
+                        while len(self._quarantine) > cfg.max_book:
+                            del self._quarantine[next(iter(self._quarantine))]
                     self._untell(i)
                     self.book.pop(i, None)
                     self.neighbours.pop(i, None)
@@ -1391,13 +1630,19 @@ class BullyNode:
                 self._conns.pop(c.id)
                 self._actions.append(Close(c.id))
                 self._lost(c, now, timed_out=True)
-            elif c.up and now >= c.last_message + cfg.idle_timeout:
+            elif c.up and now >= c.last_message + (cfg.linger if c.lingers()
+                                                   else cfg.idle_timeout):
                 self.stats["connections_idle_closed"] += 1
                 self._close(c)
                 self._conns.pop(c.id, None)
                 self._lost(c, now, idle=True)
+        # Last: what ran above may have just given us a leader to greet (_follow).
+        if self._next_heartbeat is not None and now >= self._next_heartbeat and \
+                self.leader is not None and not self.is_leader:
+            self._heartbeat(now)
 
-    def _lost(self, conn: _Conn, now: float, idle: bool = False, timed_out: bool = False) -> None:
+    def _lost(self, conn: _Conn, now: float, idle: bool = False, timed_out: bool = False,
+              reset: bool = False) -> None:
         """A connection ended without our closing it: what that means for its purpose."""
         if conn.purpose == "text" and conn.id in self._texts:
             p = self._texts.pop(conn.id)
@@ -1406,20 +1651,25 @@ class BullyNode:
         if conn.id == self._leader_conn:
             self._leader_conn = None
             if not idle and not conn.up and self.leader is not None:
-                self._leader_failed("refused the connection", now)
+                self._leader_failed("timed out" if timed_out else "refused the connection", now)
             elif not idle and self.leader is not None and not self.is_leader:
-                # The leader closed our heartbeat connection (a killed process does, and so do
-                # leaders that read one message and close): ask it at once, on a new
-                # connection, for a NodeResponse. A refused connect, or one closed before the
-                # answer (a dying process's kernel may still complete the handshake), or no
-                # answer in time, and it is gone.
+                # The leader closed or reset our heartbeat connection: a killed process's
+                # kernel does, and so do leaders that read one message and close. A probe
+                # on a new connection tells which.
                 self._probe_leader(now)
             return
         if conn.purpose == "probe":
-            if self.leader is not None and conn.peer_id == self.leader.id and \
-                    self._leader_probe is not None and not self.is_leader:
-                self._leader_failed("refused the connection" if not conn.up
-                                    else "closed the connection unanswered", now)
+            if conn.id == self._probe_conn:
+                self._probe_conn = None
+                if self.leader is None or self.is_leader or self._leader_probe is None:
+                    return
+                if not conn.up or reset:
+                    # Refused, or reset: a dying process's kernel may still complete the
+                    # handshake, then resets what is written.
+                    self._leader_failed("refused the connection" if not conn.up
+                                        else "reset the connection", now)
+                else:
+                    self._leader_alive(now)  # read and closed: the leader lives
             return
         if conn.id == self._join_conn and not conn.up:
             self._join_conn = None
@@ -1432,6 +1682,9 @@ class BullyNode:
                 e.failed.add(conn.peer_id)
                 if e.phase == "asking" and e.asked <= e.failed and not e.searches:
                     self._become_leader(now, announce=True)
+            return
+        if conn.purpose == "newtime" and self._new_times:
+            self._send_new_times(now)  # that one is not told; the next may be due
             return
         if conn.purpose == "sync" and self.sync is not None:
             sp = self.sync.peers.get(conn.peer_id)

@@ -26,7 +26,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from pelotari.adapter import CoreTimer, deliver
-from pelotari.bully.core import Address, BullyNode, Close, Config, Connect, Send
+from pelotari.bully.core import Address, BullyNode, Close, Config, Connect, Send, Shutdown
 from pelotari.bully.wire import DEFAULT_PORT
 
 log = logging.getLogger("pelotari.bully")
@@ -81,13 +81,15 @@ class _Stream(asyncio.Protocol):
             self.node._data(self, data)
 
     def eof_received(self):
-        return False  # close our side too: connection_lost follows
+        # The core keeps a member's half-closed heartbeat connection open (True); anything
+        # else is closed on our side too, and connection_lost follows.
+        return not self.detached and self.node._eof(self)
 
     def connection_lost(self, exc):
         self.node._flushing.discard(self)
         if not self.detached:
             self.detached = True
-            self.node._lost(self)
+            self.node._lost(self, reset=exc is not None)  # None: EOF; else a reset, a failed write
 
 
 class Node:
@@ -115,7 +117,7 @@ class Node:
         self._streams: dict[int, _Stream] = {}  # connections that are up
         self._pending: dict[int, asyncio.Task] = {}  # connects under way
         self._held: dict[int, list[bytes]] = {}  # bytes sent before the connection was up
-        self._timer = CoreTimer(self._loop, self._on_timer, self._offset)
+        self._timer = CoreTimer(self._loop, self._on_timer, self._offset, lazy=True)
         self._flushing: set[_Stream] = set()  # closed by the core, still writing
         self._pumping = False
         self._closed = False
@@ -268,6 +270,10 @@ class Node:
         elif isinstance(action, Connect):
             task = self._loop.create_task(self._connect(action.conn, action.address))
             self._pending[action.conn] = task
+        elif isinstance(action, Shutdown):
+            stream = self._streams.get(action.conn)
+            if stream is not None and stream.transport.can_write_eof():
+                stream.transport.write_eof()  # after what was written
         elif isinstance(action, Close):
             stream = self._streams.pop(action.conn, None)
             if stream is not None:
@@ -384,11 +390,19 @@ class Node:
         finally:
             self._process_events()
 
-    def _lost(self, stream: _Stream) -> None:
+    def _eof(self, stream: _Stream) -> bool:
+        if self._closed or self._streams.get(stream.conn) is not stream:
+            return False
+        try:
+            return bool(self.core.eof_received(stream.conn, self._now()))
+        finally:
+            self._process_events()
+
+    def _lost(self, stream: _Stream, reset: bool = False) -> None:
         if self._closed or self._streams.get(stream.conn) is not stream:
             return
         del self._streams[stream.conn]
-        self.core.connection_lost(stream.conn, self._now())
+        self.core.connection_lost(stream.conn, self._now(), reset=reset)
         self._process_events()
 
 
