@@ -267,7 +267,8 @@ SLOW_MODULES = {
 # run swarm's table, whose twin test_swarm_table, _core and _sim cover on both builds.)
 ONE_BUILD_MODULES = {
     "test_potato_core", "test_potato_hostile", "test_potato_node", "test_potato_transport",
-    "test_layers_potato", "test_bully_core", "test_bully_node", "test_bully_wire",
+    "test_layers_potato", "test_bully_core", "test_bully_javalike", "test_bully_node",
+    "test_bully_wire",
     "test_layers_bully", "test_prototari_core", "test_prototari_rules", "test_prototari_node",
     "test_prototari_cli", "test_prototari_attack", "test_prototari_lan",
     "test_prototari_seed_interop", "test_layers_prototari", "test_sim", "test_trend",

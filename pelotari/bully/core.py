@@ -319,8 +319,8 @@ class _Conn:
         that carried a whole message (the Java clients send one per connection and never
         close; P2P-Client reads until EOF), or ours that carried a search (an answer may come
         back on it)."""
-        if self.outgoing:
-            return self.purpose in ("search", "forward")
+        if self.outgoing:  # (an answer not back within linger is not coming)
+            return self.purpose in ("search", "forward", "ask", "askleader")
         return self.messages > 0 and not self.held and not self.framer.pending
 
 
@@ -494,7 +494,9 @@ class BullyNode:
                 self.stats["connections_refused_host_limit"] += 1
                 return None
             self.stats["connections_evicted_host_limit"] += 1
-            victim = min(idle, key=lambda c: c.last_message)
+            # Those that carried a message go first (VSP2P opens its heartbeat connection 50 s
+            # before it writes on it), then the longest idle.
+            victim = min(idle, key=lambda c: (c.messages == 0, c.last_message))
             self._close(victim)
             incoming.remove(victim)
         if len(incoming) >= cfg.max_connections:
@@ -642,6 +644,9 @@ class BullyNode:
 
     def _dispatch(self, conn: _Conn, msg: Message, now: float) -> None:
         tag = msg.tag
+        if tag == 9 and msg.peer.port == self.port and msg.peer.id == self.id and self.id != 0:
+            self._are_you_alive_naming_us(conn, now)
+            return
         if tag in (3, 5, 8, 9, 10, 11, 12, 13) or (tag == 1 and not conn.outgoing):
             if self.config.check_source and msg.peer.host != conn.remote[0]:
                 seen = replace(msg.peer, host=conn.remote[0])
@@ -981,12 +986,37 @@ class BullyNode:
         self._learn(msg.peer, now, first_hand=True)
         self._events.append(TextReceived(msg.peer, msg.text))
 
-    def _on_are_you_alive(self, conn: _Conn, msg: Message, now: float) -> None:  # 9 -> 5
-        if conn.outgoing and conn.purpose in ("elect", "lostprobe"):
-            # peerbox answers our AreYouAlive by echoing tag 9: it says the same (I live).
-            self.stats["are_you_alive_echo"] += 1
-            self._on_alive(conn, msg, now)
+    def _are_you_alive_naming_us(self, conn: _Conn, now: float) -> None:
+        """A 9 that names us, not its sender. On our own AreYouAlive's connection: peerbox
+        echoing it, which says the same as an IAmAlive from the ID we asked. On a connection
+        to us: VSP2P names its receiver; it is answered (on its connection) all the same."""
+        if conn.outgoing:
+            if conn.purpose in ("elect", "lostprobe") and conn.peer_id:
+                self.stats["are_you_alive_echo"] += 1
+                k = self.book.get(conn.peer_id)
+                asked = k.peer if k is not None else Peer(conn.remote[0], conn.remote[1],
+                                                          conn.peer_id)
+                self._on_alive(conn, Message(5, asked), now)
+            else:
+                self.stats["dropped_unexpected"] += 1
             return
+        self.stats["are_you_alive_naming_us"] += 1
+        self._answer(conn, self._msg("IAmAlive"), now)
+        self._asked_election("asked by an unnamed node at " + conn.remote[0], now, 0)
+
+    def _asked_election(self, reason: str, now: float, asker: int) -> None:
+        if self.election is not None:
+            if asker:
+                self.election.askers.add(asker)
+        elif self.is_leader and not self._higher_ids():
+            return  # nobody above us: we stay
+        elif now - self._last_asked_election >= self.config.election_holdoff:
+            self._last_asked_election = now
+            self._start_election(reason, now, asker=asker)
+        else:
+            self.stats["election_holdoff"] += 1
+
+    def _on_are_you_alive(self, conn: _Conn, msg: Message, now: float) -> None:  # 9 -> 5
         self._learn(msg.peer, now, first_hand=True)
         self._answer(conn, self._msg("IAmAlive"), now)  # tag 5, never an echo of 9
         self.stats["answered_are_you_alive"] += 1
@@ -995,13 +1025,7 @@ class BullyNode:
             if self._answer_ok(conn.remote[0], now):
                 self._send_to(msg.peer.address, self._msg("IAmLeader"), now)
             return
-        if self.election is not None:
-            self.election.askers.add(msg.peer.id)
-        elif now - self._last_asked_election >= self.config.election_holdoff:
-            self._last_asked_election = now
-            self._start_election(f"asked by ID {msg.peer.id}", now, asker=msg.peer.id)
-        else:
-            self.stats["election_holdoff"] += 1
+        self._asked_election(f"asked by ID {msg.peer.id}", now, msg.peer.id)
 
     def _on_leader(self, conn: _Conn, msg: Message, now: float) -> None:  # 10
         new = msg.peer
