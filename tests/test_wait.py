@@ -174,3 +174,29 @@ def test_a_timeout_that_is_no_finite_number_is_refused(value):
     res = subprocess.run(PELOTARI + ["wait", "--timeout", value, str(os.getpid())],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--timeout" in res.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("make", ["open to others", "another user's", "a file"])
+def test_wait_fails_at_once_when_the_directory_cannot_be_believed(monkeypatch, tmp_path, make):
+    """Nothing can announce there: not a wait until --timeout, but one line and status 1 at once."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = tmp_path / "pelotari"
+    if make == "a file":
+        folder.write_text("")
+    else:
+        folder.mkdir()
+        os.chmod(folder, 0o777 if make == "open to others" else 0o700)
+    if make == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("giving a directory to another user needs root")
+        os.chown(folder, 65534, 65534)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        res = wait("--timeout", 3600, sleeper.pid, timeout=DEADLINE)  # hangs: TimeoutExpired
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert res.returncode == 1
+    assert res.stderr == (f"Error: {folder} is not a directory of this user's alone (mode 0700), "
+                          "so no command can record there that it is ready: remove it (or give "
+                          "it to this user, mode 0700)\n")

@@ -52,6 +52,18 @@ def _private(path: Path, create: bool) -> Path:
     return path
 
 
+def _usable(folder: Path) -> None:
+    """Nothing if folder is this user's alone or not made yet; else a one-line error."""
+    try:
+        _private(folder, create=False)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        why = f"{exc.filename}: {exc.strerror}" if exc.strerror else str(exc)
+        raise click.ClickException(f"{why}, so no command can record there that it is ready: "
+                                   "remove it (or give it to this user, mode 0700)") from None
+
+
 def start_ticks(pid: int) -> int | None:
     """When process pid started (clock ticks since boot), or None if there is no such process."""
     try:
@@ -201,6 +213,7 @@ def wait(pids, timeout):
         if looks % 10 == 0:
             for t in targets:
                 t.refresh()
+            _usable(folder)
         looks += 1
         waiting = []
         for t in targets:
