@@ -1,5 +1,6 @@
 """Shared CLI plumbing: one-line errors, address parsing (every protocol's), live status
 lines, inert text."""
+import os
 import re
 import sys
 import time
@@ -94,8 +95,17 @@ class AddressType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+def drawing_allowed(stream) -> bool:
+    """Whether stream is a terminal this process may draw on: its foreground process group's."""
+    try:
+        fd = stream.fileno()
+        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 class StatusLine:
-    """A line rewritten in place on a terminal; plain periodic lines otherwise."""
+    """A line redrawn in place on a terminal (in its foreground only); plain lines otherwise."""
 
     def __init__(self, stream=None, interval: float = 1.0, plain_interval: float = 10.0):
         self.stream = stream or sys.stderr
@@ -114,6 +124,9 @@ class StatusLine:
             return
         self._last = time.monotonic()
         if self.tty:
+            if not drawing_allowed(self.stream):
+                self._width = 0  # in the background: the shell has taken the line over
+                return
             pad = max(0, self._width - len(text))
             self.stream.write("\r" + text + " " * pad)
             self._width = len(text)
@@ -123,10 +136,10 @@ class StatusLine:
 
     def finish(self) -> None:
         """End the in-place line."""
-        if self.tty and self._width:
+        if self.tty and self._width and drawing_allowed(self.stream):
             self.stream.write("\n")
             self.stream.flush()
-            self._width = 0
+        self._width = 0
 
 
 def human_rate(value: float) -> str:
