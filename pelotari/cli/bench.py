@@ -7,7 +7,7 @@ import click
 
 from fastpath.packets import MAX_DATA
 from pelotari.cli import main
-from pelotari.cli.common import StatusLine
+from pelotari.cli.common import FiniteRange, StatusLine
 
 DEFAULT_SYSTEMS = ("pelotari,pelotari-plain,pelotari-packed,reference,reference-gso,asyncio,redis,nats,"
                    "zeromq")
@@ -32,7 +32,7 @@ def _int_list(ctx, param, value):
               help="Subscriber counts.")
 @click.option("-P", "--publishers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Publisher processes.")
-@click.option("-d", "--duration", type=click.FloatRange(0.2, 600), default=2.0, show_default=True,
+@click.option("-d", "--duration", type=FiniteRange(0.2, 600), default=2.0, show_default=True,
               help="Seconds each trial publishes.")
 @click.option("--repeats", type=click.IntRange(1, 15), default=3, show_default=True,
               help="Runs at the lossless rate; the median is reported.")
@@ -40,7 +40,7 @@ def _int_list(ctx, param, value):
               help="Search every system this many times per scenario, taking the systems in "
                    "turn (A B C A B C...), and report each one's median round: slow drift of a "
                    "shared machine then falls on all systems alike.")
-@click.option("--precision", type=click.FloatRange(0.01, 1.0), default=0.05, show_default=True,
+@click.option("--precision", type=FiniteRange(0.01, 1.0), default=0.05, show_default=True,
               help="The search stops when the lowest failing rate is within this fraction above "
                    "the highest lossless one.")
 @click.option("-o", "--output", type=click.Path(path_type=pathlib.Path), default=None,
@@ -148,13 +148,13 @@ def _r(v):
               help="Payload size in bytes.")
 @click.option("-N", "--subscribers", type=click.IntRange(1, 1024), default=4, show_default=True,
               help="Subscribers.")
-@click.option("-m", "--minutes", type=click.FloatRange(0.01, 1440), default=10.0, show_default=True,
+@click.option("-m", "--minutes", type=FiniteRange(0.01, 1440), default=10.0, show_default=True,
               help="How long to publish.")
-@click.option("--fraction", type=click.FloatRange(0.01, 1.0), default=0.8, show_default=True,
+@click.option("--fraction", type=FiniteRange(0.01, 1.0), default=0.8, show_default=True,
               help="Share of the highest lossless rate to publish at (found first by a short search).")
-@click.option("--rate", type=click.FloatRange(1), default=None,
+@click.option("--rate", type=FiniteRange(1), default=None,
               help="Publish at this many msgs/s instead of searching.")
-@click.option("--interval", type=click.FloatRange(0.5, 600), default=5.0, show_default=True,
+@click.option("--interval", type=FiniteRange(0.5, 600), default=5.0, show_default=True,
               help="Seconds between memory samples.")
 @click.option("--tolerance", type=click.IntRange(0), default=1024, show_default=True,
               help="KiB of resident-memory growth after warm-up still called flat.")

@@ -6,8 +6,8 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import (AddressType, PelotariGroup, escape_text, metrics_option,
-                                 start_metrics)
+from pelotari.cli.common import (AddressType, FiniteRange, PelotariGroup, escape_text,
+                                 metrics_option, start_metrics)
 
 from pelotari.bully.wire import DEFAULT_PORT as PORT  # the wire table (no asyncio)
 SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
@@ -64,25 +64,25 @@ def _heartbeat(ctx, param, value):
 
 def _node_options(fn):
     options = [
-        click.option("--heartbeat", type=click.FloatRange(0, min_open=True), default=5.0,
+        click.option("--heartbeat", type=FiniteRange(0, min_open=True), default=5.0,
                      show_default=True, callback=_heartbeat, metavar="SECONDS",
                      help="Seconds between heartbeats to the leader (at most 60)."),
-        click.option("--peer-timeout", type=click.FloatRange(0, min_open=True), default=None,
+        click.option("--peer-timeout", type=FiniteRange(0, min_open=True), default=None,
                      metavar="SECONDS",
                      help="As leader, drop a peer whose heartbeat stopped this long ago. "
                           "[default: 3.2 x --heartbeat]"),
-        click.option("--sync-interval", type=click.FloatRange(0), default=None,
+        click.option("--sync-interval", type=FiniteRange(0), default=None,
                      metavar="SECONDS",
                      help="As leader, synchronise clocks this often (0: only by `sync`). "
                           f"[default: {SYNC_INTERVAL:g}]"),
-        click.option("--election-step", type=click.FloatRange(0), default=0.02,
+        click.option("--election-step", type=FiniteRange(0), default=0.02,
                      show_default=True, metavar="SECONDS",
                      help="An election waits this long per higher ID it knows, so that the "
                           "highest asks first."),
         click.option("--max-connections", type=click.IntRange(1, 65535), default=256,
                      show_default=True, metavar="N",
                      help="Incoming connections open at once (16 per host at most)."),
-        click.option("--clock-offset", type=float, default=0.0, show_default=True,
+        click.option("--clock-offset", type=FiniteRange(), default=0.0, show_default=True,
                      metavar="SECONDS",
                      help="Start the logical clock this far from the system clock. For demos "
                           "and the sync benchmark: `sync` then brings it back in line."),

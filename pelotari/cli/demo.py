@@ -9,7 +9,7 @@ import time
 
 import click
 
-from pelotari.cli.common import plural
+from pelotari.cli.common import FiniteRange, plural
 from pelotari.cli.service import SignalInterrupt
 
 from pelotari.cli import main
@@ -39,11 +39,11 @@ def _pump(proc, name, out_q):
 @main.command()
 @click.option("-n", "--messages", type=click.IntRange(1, 100000), default=20, show_default=True,
               help="Messages the publisher sends.")
-@click.option("-r", "--rate", type=click.FloatRange(0.1, 100000), default=10.0, show_default=True,
+@click.option("-r", "--rate", type=FiniteRange(0.1, 100000), default=10.0, show_default=True,
               help="Messages per second.")
 @click.option("-s", "--subscribers", type=click.IntRange(1, 16), default=2, show_default=True,
               help="Subscriber processes.")
-@click.option("--timeout", type=click.FloatRange(1), default=60.0, show_default=True,
+@click.option("--timeout", type=FiniteRange(1), default=60.0, show_default=True,
               help="Give up after this many seconds.")
 def demo(messages, rate, subscribers, timeout):
     """Start a backbone, subscribers and a publisher, and show messages flowing.

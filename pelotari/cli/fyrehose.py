@@ -11,8 +11,8 @@ import click
 
 from pelotari.cli import main, ready
 from pelotari.cli.service import INTERRUPTED, SignalInterrupt, exit_if_interrupted
-from pelotari.cli.common import (AddressType, StatusLine, escape_text, human_rate,
-                                 metrics_option, plural, start_metrics)
+from pelotari.cli.common import (AddressType, FiniteRange, StatusLine, escape_text,
+                                 human_rate, metrics_option, plural, start_metrics)
 
 from fastpath.packets import DEFAULT_PORT, HEADER_SIZE, MAX_DATAGRAM  # the wire table (light)
 BACKBONE_OPTION = click.option(
@@ -24,7 +24,7 @@ BACKBONE_OPTION = click.option(
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to bind.")
 @click.option("-p", "--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="UDP port to bind (0 picks a free one and prints it).")
-@click.option("--window", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
+@click.option("--window", type=FiniteRange(0.1, 3600), default=5.0, show_default=True,
               help="Seconds a client stays subscribed after each KEEPALIVE.")
 @click.option("--max-subscribers", type=click.IntRange(1, 1 << 20), default=4096, show_default=True,
               help="Size of the subscriber table; KEEPALIVEs past it are dropped.")
@@ -36,7 +36,7 @@ BACKBONE_OPTION = click.option(
                    "through FORWARD a peer, at an address that never asked).")
 @click.option("--first-sequence", type=click.IntRange(0, (1 << 48) - 1), default=None,
               help="First SEQUENCE to assign [default: the clock in microseconds].")
-@click.option("--stats-interval", type=click.FloatRange(0.1, 3600), default=None,
+@click.option("--stats-interval", type=FiniteRange(0.1, 3600), default=None,
               help="Seconds between stats lines [default: 1 on a terminal, 10 otherwise].")
 @click.option("--json-stats", is_flag=True, help="Print stats as JSON lines on stdout.")
 @click.option("--no-gso", is_flag=True,
@@ -56,9 +56,9 @@ BACKBONE_OPTION = click.option(
               show_default=True,
               help="Most table entries one source host may hold, so one host cannot fill the "
                    "table (0: no limit).")
-@click.option("--repair-rate", type=click.FloatRange(0), default=16384, show_default=True,
+@click.option("--repair-rate", type=FiniteRange(0), default=16384, show_default=True,
               help="Sequences per second each subscriber may REQUEST (its budget's refill).")
-@click.option("--repair-burst", type=click.FloatRange(1), default=16384, show_default=True,
+@click.option("--repair-burst", type=FiniteRange(1), default=16384, show_default=True,
               help="Sequences a subscriber may REQUEST at once (its budget's size).")
 @metrics_option
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
@@ -168,7 +168,7 @@ def _client_config(**options):
 @click.argument("messages", nargs=-1)
 @click.option("-n", "--count", type=click.IntRange(1), default=None,
               help="Messages to send: repeats the MESSAGES cycle (or at most this many stdin lines).")
-@click.option("-r", "--rate", type=click.FloatRange(0.001), default=None,
+@click.option("-r", "--rate", type=FiniteRange(0.001), default=None,
               help="Messages per second [default: as fast as confirmations allow].")
 @click.option("--binary", is_flag=True,
               help="Publish stdin lines (and MESSAGES) as raw bytes: only the newline is "
@@ -177,7 +177,7 @@ def _client_config(**options):
               help="Publish the whole file's bytes as one message (- reads stdin to its end).")
 @click.option("--no-confirm", is_flag=True,
               help="Fire and forget: sign on with NOSUBSCRIBE and do not wait for DELIVERs.")
-@click.option("--timeout", type=click.FloatRange(0.01), default=2.0, show_default=True,
+@click.option("--timeout", type=FiniteRange(0.01), default=2.0, show_default=True,
               help="Seconds to wait for each message's DELIVER to come back.")
 @click.option("--in-flight", type=click.IntRange(1, 65536), default=256,
               show_default=True, help="Most unconfirmed messages at once.")
@@ -363,7 +363,7 @@ MAX_QUEUED_BYTES = 32 << 20  # ... DEFAULT_MAX_QUEUED_BYTES
               help="Set NOJOURNAL: keep no journal and never serve other clients' REQUESTs.")
 @click.option("--journal-size", type=click.IntRange(1), default=4096, show_default=True,
               help="Recent messages kept to serve other clients' REQUESTs.")
-@click.option("--timeout", type=click.FloatRange(0.01), default=None,
+@click.option("--timeout", type=FiniteRange(0.01), default=None,
               help="Exit after this many seconds without a message.")
 @click.option("--max-queued", type=click.IntRange(1), default=MAX_QUEUED, show_default=True,
               help="Most messages waiting to be written when stdout is slower than the stream; "

@@ -6,7 +6,7 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import PelotariGroup, metrics_option, start_metrics
+from pelotari.cli.common import FiniteRange, PelotariGroup, metrics_option, start_metrics
 
 GROUP_HELP = """Potato mesh: relay and elections among clients that are not all peers.
 
@@ -24,7 +24,7 @@ def potato():
 @potato.command()
 @click.option("-n", "--nodes", type=click.IntRange(3, 100000), default=1000, show_default=True,
               help="Clients in the mesh.")
-@click.option("-d", "--degree", type=click.FloatRange(2, 50), default=6.0, show_default=True,
+@click.option("-d", "--degree", type=FiniteRange(2, 50), default=6.0, show_default=True,
               help="Average peers per client (a random connected mesh).")
 @click.option("--seeds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="Meshes per measurement (seeds 0..N-1).")

@@ -6,8 +6,8 @@ import socket
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import (escape_text, metrics_option, plural, split_address,
-                                 start_metrics)
+from pelotari.cli.common import (FiniteRange, escape_text, metrics_option, plural,
+                                 split_address, start_metrics)
 from pelotari.prototari.wire import BROADCAST_PORT, UNICAST_PORT
 from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, exit_if_interrupted,
                                   quiet_logging, read_commands, run_until_stopped)
@@ -29,15 +29,15 @@ from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, exit_if_
                    "data go to a peer's address at this port.")
 @click.option("--broadcast-port", type=click.IntRange(1, 65535), default=BROADCAST_PORT, show_default=True)
 @click.option("--max-peers", type=click.IntRange(1, 65535), default=64, show_default=True)
-@click.option("--broadcast-interval", type=click.FloatRange(0.01), default=5.0, show_default=True,
+@click.option("--broadcast-interval", type=FiniteRange(0.01), default=5.0, show_default=True,
               help="Seconds between `pelotari?` broadcasts.")
-@click.option("--inactive-peer-time", type=click.FloatRange(0.01), default=5.0, show_default=True,
+@click.option("--inactive-peer-time", type=FiniteRange(0.01), default=5.0, show_default=True,
               help="Seconds of silence before a peer gets `hor?`.")
-@click.option("--heartbeat-max-wait", type=click.FloatRange(0.01), default=1.0, show_default=True,
+@click.option("--heartbeat-max-wait", type=FiniteRange(0.01), default=1.0, show_default=True,
               help="Seconds to wait for `hemen nago!`.")
-@click.option("--reservation-timeout", type=click.FloatRange(0.01), default=2.0, show_default=True,
+@click.option("--reservation-timeout", type=FiniteRange(0.01), default=2.0, show_default=True,
               help="Seconds a spot stays reserved for a broadcaster we answered.")
-@click.option("--response-window", type=click.FloatRange(0.01), default=2.0, show_default=True,
+@click.option("--response-window", type=FiniteRange(0.01), default=2.0, show_default=True,
               help="Seconds after our broadcast in which `aupa!` is accepted; outside it, "
                    "`aupa!` is counted and dropped.")
 @click.option("--max-reservations", type=click.IntRange(1, 65535), default=None,
@@ -47,9 +47,9 @@ from pelotari.cli.service import (Output, Stopper, ensure_standard_fds, exit_if_
               help="Several nodes per host: a peer is IP:PORT and replies go to the source "
                    "port. Off by default (a peer is its IP, replies go to --unicast-port); nodes "
                    "that send from ephemeral ports cannot be peers of a --per-port node.")
-@click.option("--pong-interval", type=click.FloatRange(0), default=0.1, show_default=True,
+@click.option("--pong-interval", type=FiniteRange(0), default=0.1, show_default=True,
               help="Answer at most one `hor?` per peer per this many seconds (0: every one).")
-@click.option("--peer-broadcast-interval", type=click.FloatRange(0), default=5.0,
+@click.option("--peer-broadcast-interval", type=FiniteRange(0), default=5.0,
               show_default=True,
               help="A peer that never speaks heartbeat (the Go implementation) is kept by its "
                    "broadcasts: it leaves after missing 3 of them, at this interval or the "

@@ -6,7 +6,7 @@ import sys
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import AddressType
+from pelotari.cli.common import AddressType, FiniteRange
 from pelotari.cli.service import INTERRUPTED, SignalInterrupt
 
 
@@ -67,7 +67,7 @@ def _show_answer(where, answer):
 @click.option("--src", type=AddressType(0), default=None,
               help="Send from this address (UDP: a raw socket, needs root; bully, potato: the "
                    "local address the TCP connection is bound to).")
-@click.option("--wait", type=click.FloatRange(0, 60), default=0.0,
+@click.option("--wait", type=FiniteRange(0, 60), default=0.0,
               help="After sending, wait this many seconds for answers and dissect them (bully: "
                    "up to this long for the answer on the same connection; potato: every line "
                    "that comes in this long, pings counted, while we ping to stay a peer).")
@@ -82,7 +82,7 @@ def _show_answer(where, answer):
               help="swarm: sign with this key file's first key (64 hex digits a line) and check "
                    "the answers' MACs with all its keys [default: $PELOTARI_SWARM_KEYS; without "
                    "either the MAC is left zero, or as -F mac= gives it].")
-@click.option("--sign-at", type=click.FloatRange(0), default=None, metavar="UNIX_TIME",
+@click.option("--sign-at", type=FiniteRange(0), default=None, metavar="UNIX_TIME",
               help="swarm: sign as at this Unix time (default: now), e.g. to craft a datagram "
                    "from a past epoch.")
 @click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
@@ -170,7 +170,7 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
                    "time (rows say mac ok, bad or unchecked) [default: $PELOTARI_SWARM_KEYS; "
                    "without either, unchecked].")
 @click.option("-c", "--count", type=click.IntRange(1), default=None, help="Stop after this many packets.")
-@click.option("-t", "--timeout", type=click.FloatRange(0.1), default=None, help="Stop live capture after this many seconds.")
+@click.option("-t", "--timeout", type=FiniteRange(0.1), default=None, help="Stop live capture after this many seconds.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per packet, then a summary object.")
 @click.option("--follow-gaps", is_flag=True, help="Report missing DELIVER sequence numbers per stream.")
 @click.option("-w", "--write", "out", type=click.Path(dir_okay=False), default=None,

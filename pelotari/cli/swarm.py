@@ -12,8 +12,8 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import (PelotariGroup, escape_text, metrics_option, split_address,
-                                 start_metrics)
+from pelotari.cli.common import (FiniteRange, PelotariGroup, escape_text, metrics_option,
+                                 split_address, start_metrics)
 
 PORT = 21452  # pelotari.swarm.wire.DEFAULT_PORT (not imported here: --help stays fast)
 ENV_KEYS = "PELOTARI_SWARM_KEYS"  # pelotari.swarm.wire.ENV_KEYS
@@ -153,11 +153,11 @@ small demos: every node of a network should use the same."""
               help="A node to dial at start and keep as a direct connection (repeat for "
                    "several); dialled again until it answers.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
-@click.option("--ping-interval", type=click.FloatRange(0.05, MAX_INTERVAL), default=None,
+@click.option("--ping-interval", type=FiniteRange(0.05, MAX_INTERVAL), default=None,
               metavar="SECONDS",
               help="Advanced: seconds between Pings to each direct connection (3 unanswered "
                    "demote it). [default: 5]")
-@click.option("--get-interval", type=click.FloatRange(0.05, MAX_INTERVAL), default=None,
+@click.option("--get-interval", type=FiniteRange(0.05, MAX_INTERVAL), default=None,
               metavar="SECONDS",
               help="Advanced: seconds between GetConnections to each direct connection. "
                    "[default: 60]")
@@ -572,12 +572,12 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out, metri
               help="Bootstrap nodes (the first ones); every other node dials all of them.")
 @click.option("--seeds", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Runs (seeds 0..N-1).")
-@click.option("--loss", type=click.FloatRange(0, 0.5), default=0.0, show_default=True,
+@click.option("--loss", type=FiniteRange(0, 0.5), default=0.0, show_default=True,
               help="Share of datagrams lost on every link.")
-@click.option("--crash", type=click.FloatRange(0, 0.9), default=0.2, show_default=True,
+@click.option("--crash", type=FiniteRange(0, 0.9), default=0.2, show_default=True,
               help="Share of the nodes (never a bootstrap) crashed once the swarm has joined "
                    "(0: no crash phase).")
-@click.option("--limit", type=click.FloatRange(1), default=600.0, show_default=True,
+@click.option("--limit", type=FiniteRange(1), default=600.0, show_default=True,
               metavar="SECONDS", help="Simulated seconds each phase may take.")
 @click.option("--capacity", type=click.IntRange(17), default=4096, show_default=True,
               help="Connections each node's table holds (preallocated: about 60 bytes each "
@@ -641,10 +641,10 @@ MEASURES = ("memory", "pingpong", "sockets")
 @click.option("--peers", type=click.IntRange(1, 1 << 20), default=50_000, show_default=True,
               help="Sockets measure: distinct peers (127.2.x.y addresses x 16 ports) brought "
                    "to the node.")
-@click.option("--rate", type=click.FloatRange(1, min_open=False), default=None,
+@click.option("--rate", type=FiniteRange(1, min_open=False), default=None,
               help="Sockets measure: Pings offered per second (each peer's at least two of the "
                    "node's 0.1 s slots apart).  [default: 150,000, or peers / 0.2 s if less]")
-@click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True,
+@click.option("--seconds", type=FiniteRange(0.1), default=5.0, show_default=True,
               help="Sockets measure: how long Pings are offered.")
 @click.option("--only", "only", type=click.Choice(MEASURES), multiple=True,
               help="Run only this measure (repeatable). [default: all three]")

@@ -10,6 +10,7 @@ import time
 import click
 
 from pelotari.cli import main
+from pelotari.cli.common import FiniteRange
 from pelotari.cli.service import INTERRUPTED, SignalInterrupt
 
 ANALYSIS_EXTRA = ("pyspark", "matplotlib")  # pyproject.toml's [analysis]: what trend imports
@@ -21,7 +22,7 @@ ANALYSIS_EXTRA = ("pyspark", "matplotlib")  # pyproject.toml's [analysis]: what 
               default=None, help="Where to write [default: RESULTS/trend].")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master URL (e.g. spark://host:7077) for results that outgrow one machine.")
-@click.option("--threshold", type=click.FloatRange(0, 1), default=0.1, show_default=True,
+@click.option("--threshold", type=FiniteRange(0, 1), default=0.1, show_default=True,
               help="Flag a regression when a scenario's median falls more than this fraction "
                    "below its previous median.")
 def trend(results, out, master, threshold):
