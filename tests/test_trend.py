@@ -15,6 +15,8 @@ from pelotari.analysis import report, trend  # noqa: E402
 
 from conftest import PELOTARI  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -214,21 +216,49 @@ def test_trend_on_an_empty_folder_is_one_line(tmp_path):
     assert res.stderr.strip() == f"Error: no bench results (*.jsonl) or pytest-benchmark files in {tmp_path}"
 
 
+@pytest.mark.parametrize("where", ["checkout", "elsewhere"])
 @pytest.mark.parametrize("missing", ["pyspark", "matplotlib"])
-def test_trend_without_the_analysis_extra_says_how_to_get_it_in_one_line(tmp_path, missing):
+def test_trend_without_the_analysis_extra_says_how_to_get_it_in_one_line(tmp_path, missing, where):
     """`pip install .` alone: neither PySpark nor matplotlib (issue 27: without matplotlib, a
     traceback once Spark had run). Simulated: the module's import fails as if not installed."""
     import sys
+
+    import pelotari
 
     write_results(tmp_path / "results")
     code = (f"import sys; sys.modules[{missing!r}] = None\n"  # import raises ImportError
             f"sys.argv = ['pelotari', 'trend', {str(tmp_path / 'results')!r}]\n"
             "import runpy; runpy.run_module('pelotari', run_name='__main__')\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, stdin=subprocess.DEVNULL)
+                         timeout=60, stdin=subprocess.DEVNULL,
+                         cwd=ROOT if where == "checkout" else tmp_path)
+    if pathlib.Path(pelotari.__file__).resolve().parent.parent != ROOT:
+        hint = "pip install 'pelotari[analysis]'"
+    else:
+        hint = "pip install -e '.[analysis]'" if where == "checkout" else \
+            f"pip install -e '{ROOT}[analysis]'"
     assert res.returncode == 1
     assert res.stderr == f"Error: pelotari trend needs the analysis extra ({missing} is not " \
-                         "installed): pip install 'pelotari[analysis]'\n"
+                         f"installed): {hint}\n"
+
+
+def test_the_install_hint_names_pypi_outside_a_checkout(tmp_path, monkeypatch):
+    from pelotari.analysis import checkout, install_hint
+
+    site = tmp_path / "site-packages"
+    (site / "pelotari").mkdir(parents=True)
+    assert checkout(site / "pelotari") is None
+    assert install_hint(site / "pelotari") == "pip install 'pelotari[analysis]'"
+    tree = tmp_path / "my work" / "pelotari"  # a checkout: pelotari's pyproject.toml next to it
+    (tree / "pelotari").mkdir(parents=True)
+    (tree / "pyproject.toml").write_text('[project]\nname = "pelotari"\nversion = "0.1.0"\n')
+    monkeypatch.chdir(tmp_path)
+    assert checkout(tree / "pelotari") == tree
+    assert install_hint(tree / "pelotari") == f"pip install -e '{tree}[analysis]'"
+    monkeypatch.chdir(tree)
+    assert install_hint(tree / "pelotari") == "pip install -e '.[analysis]'"
+    (tree / "pyproject.toml").write_text('[project]\nname = "another"\n')  # someone else's
+    assert install_hint(tree / "pelotari") == "pip install 'pelotari[analysis]'"
 
 
 def test_target_lines_follow_the_scenario_order_and_take_the_latest_commit():
@@ -984,8 +1014,6 @@ def test_report_on_fuzz_records_only(spark, tmp_path):
 
 
 # ---- README.md's bully table: the committed records, as bully.png and bully-sync.png show them ---
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def readme_table(first_header):

@@ -61,8 +61,10 @@ def session(master: str = "local[*]", app: str = "pelotari-trend"):
     try:
         from pyspark.sql import SparkSession
     except ImportError:
+        from pelotari.analysis import install_hint
+
         raise RuntimeError("pelotari trend needs the analysis extra (pyspark is not installed): "
-                           "pip install 'pelotari[analysis]'") from None
+                           f"{install_hint()}") from None
     # Loopback only: nothing listens on other interfaces, and no hostname lookup warnings.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -88,15 +88,16 @@ def trend(results, out, master, threshold):
 
 
 def _require_analysis_extra():
-    """A one-line error (no traceback) naming what is missing when the [analysis] extra is not
-    installed (`pip install .` alone)."""
+    """A one-line error naming what is missing and how to install it, without the extra."""
+    from pelotari.analysis import install_hint
+
     for name in ANALYSIS_EXTRA:
         try:
             importlib.import_module(name)
         except ImportError:
             raise click.ClickException(
                 f"pelotari trend needs the analysis extra ({name} is not installed): "
-                "pip install 'pelotari[analysis]'") from None
+                f"{install_hint()}") from None
 
 
 def _quit_interrupted():
