@@ -64,3 +64,24 @@ def test_the_bench_command_refuses_pings_closer_than_two_slots():
                                      "--rate", "9000"], capture_output=True, text=True,
                          timeout=60, stdin=subprocess.DEVNULL)
     assert res.returncode == 2 and "--rate at most 5,000" in res.stderr
+
+
+def test_the_sockets_measure_under_pelotari_pure_python_is_one_line_before_any_measure(tmp_path):
+    """It used to measure for a while, then fail unclearly (the generator needs the C MACs)."""
+    import os
+    import subprocess
+
+    from conftest import PELOTARI
+
+    env = dict(os.environ, PELOTARI_PURE_PYTHON="1")
+    for stack in ("cython", "python"):
+        res = subprocess.run(PELOTARI + ["swarm", "bench", "--stack", stack, "-o",
+                                         str(tmp_path / "swarm.jsonl")],
+                             capture_output=True, text=True, timeout=120, env=env,
+                             stdin=subprocess.DEVNULL)
+        assert res.returncode == 1 and res.stderr == (
+            "Error: the sockets measure needs the compiled build in this process (its load "
+            "generator, for either stack), which PELOTARI_PURE_PYTHON turns off: unset "
+            "PELOTARI_PURE_PYTHON (--stack python still measures the pure-Python node) or pass "
+            "--skip-sockets\n"), res.stderr
+    assert not (tmp_path / "swarm.jsonl").exists()

@@ -668,6 +668,7 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
     """
     import pathlib
 
+    from fastpath.implementation import PURE_PYTHON
     from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.results import environment, write
     from pelotari.swarm import bench as b
@@ -685,6 +686,12 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
                 f"{rate:,.0f} Pings/s over {peers:,} peers pings each every {peers / rate:.3f} "
                 f"s; keep it at least {2 * b.SLOT} s (two of the node's slots): --rate at most "
                 f"{peers / (2 * b.SLOT):,.0f}", param_hint="--rate")
+        if PURE_PYTHON:
+            raise click.ClickException(
+                "the sockets measure needs the compiled build in this process (its load "
+                "generator, for either stack), which PELOTARI_PURE_PYTHON turns off: unset "
+                "PELOTARI_PURE_PYTHON (--stack python still measures the pure-Python node) or "
+                "pass --skip-sockets")
         try:
             import fastpath.swarmload  # noqa: F401
         except ImportError:
