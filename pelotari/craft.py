@@ -405,7 +405,8 @@ def line_exchange(target, pkt, wire: bytes, wait: float, module, src=None,
             closed = not data
             buf += data
         if wait:
-            note(f"{len(got)} lines and {pings} pings from {where} in {wait:g}s"
+            note(f"{len(got)} line{'s' * (len(got) != 1)} and {pings} ping{'s' * (pings != 1)} "
+                 f"from {where} in {wait:g}s"
                  + (" (it closed the connection)" if closed else ""))
         if not closed:
             try:  # our end first; the peer reads our line, then closes its end

@@ -224,7 +224,7 @@ def test_line_exchange_says_hello_sends_the_line_and_counts_pings_apart():
     assert len(got) == 1 and json.loads(got[0])["body"] == "back"
     assert [pkt.body for pkt in answers] == ["back"]
     assert notes[0].startswith("%s:%d is 'B'; we are 'A' (from 127.0.0.1:" % address)
-    assert notes[-1].startswith("1 lines and 1 pings from ")
+    assert notes[-1].startswith("1 line and 1 ping from ")
 
 
 def test_a_refused_hello_is_an_exchange_error():

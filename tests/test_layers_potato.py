@@ -421,7 +421,7 @@ def test_craft_send_says_hello_then_sends_the_line_and_pings_while_waiting():
     assert answers == ["potato direct B→A id=a1 (0 hops) 'welcome'",
                        "potato malformed (not_json: not JSON: Expecting value: line 1 column 1 "
                        "(char 0)), 4 bytes: 'junk'"]
-    assert f"2 lines and 1 pings from 127.0.0.1:{port} in 1s" in res.stderr
+    assert f"2 lines and 1 ping from 127.0.0.1:{port} in 1s" in res.stderr
 
 
 @pytest.mark.e2e

@@ -118,9 +118,29 @@ def test_lan_demo_narrates_discovery_message_death_and_return(lan):
                  "namespaces and bridge removed"):
         assert f"lan-demo: {line}" in res.stdout
     assert res.stdout.count("(3 missed heartbeats)") == 2
+    assert "; 1 peer)" in res.stdout and "; 2 peers)" in res.stdout and " 1 peers" not in res.stdout
     bridge = next(line for line in res.stdout.splitlines() if "on bridge" in line).split("bridge ")[1].split(":")[0]
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout
     assert bridge not in links  # it cleaned up after itself
+
+
+def test_lan_demo_counts_one_peer_and_one_node_in_the_singular(capsys):
+    import queue
+
+    from pelotari.cli import lan_demo
+
+    out = queue.Queue()
+    for peer in ("10.0.0.2:21450", "10.0.0.3:21450"):
+        out.put(("a", {"event": "joined", "peer": peer, "via": "broadcast"}))
+    peers = {"a": set()}
+    assert lan_demo._follow(out, peers, lambda: len(peers["a"]) == 2, 60, "a found both",
+                            lambda: None)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["[a] joined  10.0.0.2:21450 (via broadcast; 1 peer)",
+                         "[a] joined  10.0.0.3:21450 (via broadcast; 2 peers)"]
+    assert lan_demo._delivered({"b"}, 1, 20) == (
+        "1 of 1 node got the message (b); with 20% loss, each copy arrives with probability 0.80")
+    assert lan_demo._delivered(set(), 2, 50).startswith("0 of 2 nodes got the message (none);")
 
 
 def test_lan_demo_under_loss_promises_no_delivery_and_succeeds(lan):

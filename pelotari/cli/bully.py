@@ -7,7 +7,7 @@ import click
 
 from pelotari.cli import main
 from pelotari.cli.common import (AddressType, FiniteRange, PelotariGroup, escape_text,
-                                 metrics_option, start_metrics)
+                                 metrics_option, plural, start_metrics)
 
 from pelotari.bully.wire import DEFAULT_PORT as PORT  # the wire table (no asyncio)
 SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
@@ -379,7 +379,7 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out, metri
         return failure[0]
     dropped = out.dropped
     emit("stopped", f"stopped by {stopper.why or 'request'}" +
-         (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
+         (f"; {plural(dropped, 'line')} of output dropped" if dropped else ""), force=True,
          signal=stopper.why, stats=dict(sorted(node.all_stats().items())),
          output_dropped=dropped)
     exit_if_interrupted(stopper.why)
@@ -451,7 +451,7 @@ def bench(sizes, sync_nodes, seeds, sim_only, port, output):
         raise click.ClickException(str(exc)) from None
     write(pathlib.Path(output), records)
     click.echo(_bench_table(records))
-    click.echo(f"{len(records)} records appended to {output}", err=True)
+    click.echo(f"{plural(len(records), 'record')} appended to {output}", err=True)
 
 
 def _bench_table(records) -> str:

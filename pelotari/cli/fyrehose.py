@@ -129,8 +129,10 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
             exporter.stop()
     status.finish()
     stats = bb.stats()
-    click.echo(f"stopped after {stats['uptime']:.1f}s: {stats['pushes']} pushes, "
-               f"{stats['delivers']} delivers, {stats['datagrams_in']} datagrams in, "
+    click.echo(f"stopped after {stats['uptime']:.1f}s: "
+               f"{plural(stats['pushes'], 'push', 'pushes')}, "
+               f"{plural(stats['delivers'], 'deliver')}, "
+               f"{plural(stats['datagrams_in'], 'datagram')} in, "
                f"dropped {drop_summary(stats['drops'])}; next sequence "
                f"{stats['next_sequence']} (--first-sequence for a restart that clients see as "
                "a gap)", err=True)
@@ -435,7 +437,8 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
     click.echo(f"received {plural(received, 'message')}; "
                f"{plural(stats.get('requests', 0), 'request')}, "
                f"{stats.get('lost', 0)} lost, {stats.get('overflow', 0)} dropped unread, "
-               f"{stats.get('duplicates', 0)} duplicates" + ("; interrupted" if interrupted else "")
+               f"{plural(stats.get('duplicates', 0), 'duplicate')}"
+               + ("; interrupted" if interrupted else "")
                + (" (the backbone never answered)"
                   if interrupted and not stats.get("acks_in") else ""),
                err=True)

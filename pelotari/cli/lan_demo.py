@@ -10,6 +10,7 @@ import time
 import click
 
 from pelotari.cli import main
+from pelotari.cli.common import plural
 from pelotari.prototari.wire import UNICAST_PORT
 
 FAST = ["--broadcast-interval", "0.5", "--inactive-peer-time", "1", "--heartbeat-max-wait", "0.3",
@@ -106,9 +107,7 @@ def _demo(nodes, loss, interrupted):
         if loss:  # no retransmission: what arrives is what arrives, and that is no failure
             _follow(out, peers, lambda: got == {h.name for h in hosts[1:]}, 3,
                     "every node got the message", check, got, quiet=True)
-            _say(f"{len(got)} of {len(hosts) - 1} nodes got the message "
-                 f"({', '.join(sorted(got)) or 'none'}); with {loss}% loss, each copy arrives "
-                 f"with probability {1 - loss / 100:.2f}")
+            _say(_delivered(got, len(hosts) - 1, loss))
         else:
             ok &= _follow(out, peers, lambda: got == {h.name for h in hosts[1:]}, 10,
                           "every node got the message", check, got)
@@ -137,6 +136,13 @@ def _demo(nodes, loss, interrupted):
     _say("namespaces and bridge removed")
     check()  # interrupted while stopping the nodes: say so (everything is removed all the same)
     return ok
+
+
+def _delivered(got, others, loss):
+    """What the narration says of a message sent once over a lossy LAN."""
+    return (f"{len(got)} of {plural(others, 'node')} got the message "
+            f"({', '.join(sorted(got)) or 'none'}); with {loss}% loss, each copy arrives "
+            f"with probability {1 - loss / 100:.2f}")
 
 
 def _say(text):
@@ -170,7 +176,8 @@ def _follow(out, peers, done, timeout, what, check, got=None, quiet=False):
         kind = ev["event"]
         if kind == "joined":
             peers[name].add(ev["peer"])
-            click.echo(f"[{name}] joined  {ev['peer']} (via {ev['via']}; {len(peers[name])} peers)")
+            click.echo(f"[{name}] joined  {ev['peer']} (via {ev['via']}; "
+                       f"{plural(len(peers[name]), 'peer')})")
         elif kind == "left":
             peers[name].discard(ev["peer"])
             click.echo(f"[{name}] left    {ev['peer']} ({ev['reason']})")

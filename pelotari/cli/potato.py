@@ -6,7 +6,8 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import FiniteRange, PelotariGroup, metrics_option, start_metrics
+from pelotari.cli.common import (FiniteRange, PelotariGroup, metrics_option, plural,
+                                 start_metrics)
 
 GROUP_HELP = """Potato mesh: relay and elections among clients that are not all peers.
 
@@ -65,7 +66,7 @@ def simulate(nodes, degree, seeds, output):
                    f"{median(r['elected_ms'] for r in e):.0f} ms | "
                    f"{median(r['messages_per_edge'] for r in e):.2f} | "
                    f"{sum(r['counted_once'] for r in e)}/{len(e)} |")
-    click.echo(f"{len(records)} records appended to {output}", err=True)
+    click.echo(f"{plural(len(records), 'record')} appended to {output}", err=True)
 
 
 # ---- a client ----------------------------------------------------------------------------
@@ -301,4 +302,4 @@ def bench_command(port, output):
         click.echo(f"| {r['mesh']} ({r['nodes']} clients, {r['edges']} links) | "
                    f"{r['transport']} | {r['setup_s']:.2f} s | {r['election_p50_ms']:.1f} / "
                    f"{r['election_p99_ms']:.1f} ms | {r['cpu_us_per_delivery']:.0f} µs |")
-    click.echo(f"{len(records)} records appended to {output}", err=True)
+    click.echo(f"{plural(len(records), 'record')} appended to {output}", err=True)

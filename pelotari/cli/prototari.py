@@ -196,7 +196,8 @@ async def _serve(config, interface, host, as_json, out, metrics):
     stats = dict(sorted(node.core.stats.items()))
     counters = " ".join(f"{k}={v}" for k, v in stats.items()) or "none"
     _emit("stopped", f"by {stopper.why or 'request'} with {plural(len(peers), 'peer')}; "
-          f"counters: {counters}" + (f"; {dropped} lines of output dropped" if dropped else ""),
+          f"counters: {counters}"
+          + (f"; {plural(dropped, 'line')} of output dropped" if dropped else ""),
           force=True, signal=stopper.why, peers=peers, stats=stats, output_dropped=dropped)
     exit_if_interrupted(stopper.why)
 

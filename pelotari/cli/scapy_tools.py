@@ -6,7 +6,7 @@ import sys
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import AddressType, FiniteRange
+from pelotari.cli.common import AddressType, FiniteRange, plural
 from pelotari.cli.service import INTERRUPTED, SignalInterrupt
 
 
@@ -265,7 +265,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
         click.echo(json.dumps({"summary": summary}))
     else:
         counts = summary["counts"]
-        click.echo(f"{summary['packets']} packets: "
+        click.echo(f"{plural(summary['packets'], 'packet')}: "
                    + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"),
                    err=True)
         for gap in summary.get("gaps", ()):

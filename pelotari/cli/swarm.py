@@ -13,7 +13,7 @@ import click
 
 from pelotari.cli import main
 from pelotari.cli.common import (FiniteRange, PelotariGroup, escape_text, metrics_option,
-                                 split_address, start_metrics)
+                                 plural, split_address, start_metrics)
 
 PORT = 21452  # pelotari.swarm.wire.DEFAULT_PORT (not imported here: --help stays fast)
 ENV_KEYS = "PELOTARI_SWARM_KEYS"  # pelotari.swarm.wire.ENV_KEYS
@@ -326,7 +326,7 @@ def _describe(ev, config):
                 {"peer": peer, "redial": ev.redial})
     if isinstance(ev, c.ConnectionsLearned):
         new = ", ".join(_peer(a) for a in ev.learned) or "none"
-        return ("learned", f"{peer} shared {ev.entries} connections; new to us: {new}",
+        return ("learned", f"{peer} shared {plural(ev.entries, 'connection')}; new to us: {new}",
                 {"peer": peer, "entries": ev.entries, "learned": [_peer(a) for a in ev.learned]})
     if isinstance(ev, c.UserMessage):
         fields = {"peer": peer, "type": ev.type, "flags": ev.flags, "size": len(ev.data)}
@@ -556,7 +556,7 @@ async def _serve(listen, boots, keyring, key_source, config, as_json, out, metri
     stats = dict(sorted(node.stats.items()))
     counters = " ".join(f"{k}={v}" for k, v in stats.items()) or "none"
     emit("stopped", f"stopped by {stopper.why or 'request'}; counters: {counters}" +
-         (f"; {dropped} lines of output dropped" if dropped else ""), force=True,
+         (f"; {plural(dropped, 'line')} of output dropped" if dropped else ""), force=True,
          signal=stopper.why, stats=stats, output_dropped=dropped)
     exit_if_interrupted(stopper.why)
     return None
@@ -627,7 +627,7 @@ def simulate(nodes, bootstraps, seeds, loss, crash, limit, capacity, max_known, 
                    f"({r['sent_bytes_Connections_per_node']:,.0f}) | "
                    f"{'-' if sent is None else f'{sent:,.0f}'} | {direct} | "
                    f"{r['cpu_seconds']:.1f} | {r['peak_rss_mb']:,.0f} |")
-    click.echo(f"{len(records)} records appended to {output}", err=True)
+    click.echo(f"{plural(len(records), 'record')} appended to {output}", err=True)
 
 
 # ---- bench -----------------------------------------------------------------------------------
@@ -683,9 +683,9 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
             rate = min(150_000.0, peers / (2 * b.SLOT))
         if peers / rate < 2 * b.SLOT:
             raise click.BadParameter(
-                f"{rate:,.0f} Pings/s over {peers:,} peers pings each every {peers / rate:.3f} "
-                f"s; keep it at least {2 * b.SLOT} s (two of the node's slots): --rate at most "
-                f"{peers / (2 * b.SLOT):,.0f}", param_hint="--rate")
+                f"{rate:,.0f} Pings/s over {plural(peers, 'peer')} pings each every "
+                f"{peers / rate:.3f} s; keep it at least {2 * b.SLOT} s (two of the node's "
+                f"slots): --rate at most {peers / (2 * b.SLOT):,.0f}", param_hint="--rate")
         if PURE_PYTHON:
             raise click.ClickException(
                 "the sockets measure needs the compiled build in this process (its load "
@@ -728,4 +728,4 @@ def bench(output, peers, rate, seconds, only, skip_sockets, stack):
             cell(stack, "sockets", lambda r: f"{r['node_cpu_seconds']:.2f}"),
             cell(stack, "sockets", lambda r: f"{r['pongs_per_cpu_second'] or 0:,.0f}"),
         ]) + " |")
-    click.echo(f"{len(records)} records appended to {output}", err=True)
+    click.echo(f"{plural(len(records), 'record')} appended to {output}", err=True)
