@@ -242,6 +242,29 @@ def default_target(crafted: Crafted, host: str, port: Optional[int]):
     return (host, port)
 
 
+SEGMENT = 16384  # TCP payload bytes per captured segment
+
+
+def captured(crafted: Crafted, target, src=None, name: Optional[str] = None) -> list:
+    """What a capture of sending it to target shows (made-up IP, UDP or TCP; potato: hello first)."""
+    from scapy.all import IP, TCP, UDP
+
+    ip = IP(src="127.0.0.1" if src is None or src[0] == "0.0.0.0" else src[0], dst=target[0])
+    sport = src[1] if src is not None and src[1] else 40000
+    if crafted.transport != "tcp":
+        return [ip / UDP(sport=sport, dport=target[1]) / crafted.wire]
+    sent = [crafted.wire]
+    if crafted.lines and not isinstance(crafted.pkt, crafted.module.PotatoHello):
+        sent.insert(0, crafted.module.hello_line(name or crafted.module.client_name(crafted.pkt)))
+    packets, seq = [], 1
+    for data in sent:
+        for k in range(0, len(data), SEGMENT):
+            packets.append(ip / TCP(sport=sport, dport=target[1], flags="PA", seq=seq, ack=1)
+                           / data[k:k + SEGMENT])
+            seq += len(data[k:k + SEGMENT])
+    return packets
+
+
 def send(crafted: Crafted, target, wait: float = 0.0, src=None, name: Optional[str] = None,
          sign_on: bool = True, note: Callable[[str], None] = _ignore,
          on_answer: Callable[[str, object], None] = _ignore) -> list:

@@ -235,3 +235,24 @@ def test_a_refused_hello_is_an_exchange_error():
     thread.join(5)
     server.close()
     assert lines == [potato.hello_line("A")]
+
+
+def test_captured_packets_carry_what_send_sends_to_its_target():
+    from scapy.all import IP, TCP, UDP
+
+    push = crafting.craft("push", None, [("data", "hi")])
+    [datagram] = crafting.captured(push, ("127.0.0.1", 2323))
+    assert (datagram[IP].src, datagram[UDP].sport, datagram[UDP].dport) == ("127.0.0.1", 40000,
+                                                                            2323)
+    assert bytes(datagram[UDP].payload) == push.wire
+    line = crafting.craft("direct", None, [("from", "A"), ("to", "B"), ("body", "x" * 40000)])
+    segments = crafting.captured(line, ("10.0.0.2", 4002), src=("10.0.0.1", 5000))
+    ends = {(s[IP].src, s[IP].dst, s[TCP].sport, s[TCP].dport) for s in segments}
+    assert ends == {("10.0.0.1", "10.0.0.2", 5000, 4002)}
+    assert bytes(segments[0][TCP].payload) == potato.hello_line("A")
+    assert b"".join(bytes(s[TCP].payload) for s in segments[1:]) == line.wire
+    first = 1 + len(potato.hello_line("A"))
+    assert [s[TCP].seq for s in segments] == [1, first, first + crafting.SEGMENT,
+                                              first + 2 * crafting.SEGMENT]
+    hello = crafting.craft("potato", "hello", [("hello", "C")])
+    assert [bytes(s[TCP].payload) for s in crafting.captured(hello, ("127.0.0.1", 1))] == [hello.wire]

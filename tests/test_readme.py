@@ -91,25 +91,9 @@ ALONE = {
 CONTEXT = {}
 
 
-def _mesh_pcap(folder):
-    """mesh.pcap, "a capture" of a potato client saying hello to B and sending it a message."""
-    from scapy.all import IP, TCP, wrpcap
-
-    from pelotari.layers import potato
-
-    lines = [potato.hello_line("A"), b'{"type":"direct","identifier":"i1","from":"A","to":"B",'
-             b'"visited":[],"body":"hello"}' + potato.EOL]
-    seq, packets = 1000, []
-    for line in lines:
-        packets.append(IP(src="127.0.0.1", dst="127.0.0.1") /
-                       TCP(sport=50000, dport=4002, flags="PA", seq=seq) / line)
-        seq += len(line)
-    wrpcap(str(folder / "mesh.pcap"), packets)
-
-
 POTATO = "pelotari potato node --name B --transport tcp --listen 127.0.0.1:4002 < /dev/null &"
 # Files a block reads that the README has the reader make elsewhere.
-PREPARE = {POTATO: _mesh_pcap}
+PREPARE = {}
 # What must show (stream, text) before the block counts as done: its result, or the last line of
 # a background job it started; the test waits for it after bash has run the block's last line.
 EXPECT = {
@@ -120,7 +104,8 @@ EXPECT = {
     "pelotari backbone & pelotari wait $!": [
         ("stdout", "answer from 127.0.0.1:2323: fyrehose KEEPALIVE-ACK")],
     POTATO: [("stderr", "127.0.0.1:4002 is 'B'"), ("stdout", "message direct from A (1 hop): hello"),
-             ("stdout", "potato hello 'A'")],
+             ("stderr", "wrote 2 packets to mesh.pcap"), ("stdout", "potato hello 'A'"),
+             ("stderr", "2 packets: HELLO 1, direct 1")],
     "pelotari sub --count 3 & pelotari wait $! && pelotari pub a b c": [
         ("stdout", "\ta\n"), ("stdout", "\tc\n"), ("stderr", "received 3 messages")],
     "pelotari craft swarm ping -F token=random --key-file swarm.key --send 127.0.0.1:21452 --wait 1":

@@ -116,6 +116,24 @@ def test_inspect_text_lines_and_the_pcap_it_writes_reads_back_identical(tmp_path
     assert again.stdout == res.stdout
 
 
+def test_craft_writes_what_it_sends_as_a_capture_that_inspect_reads(tmp_path):
+    """No root, no live capture: `craft -w FILE` (the README's potato example inspects one)."""
+    path = tmp_path / "push.pcap"
+    res = run("craft", "push", "--data", "hi", "-q", "-w", str(path))
+    assert res.returncode == 0 and res.stderr == f"wrote 1 packet to {path} (to 127.0.0.1:2323/udp)\n"
+    res = run("inspect", str(path))
+    assert res.returncode == 0 and "fyrehose PUSH len=2" in res.stdout
+    assert res.stderr == "1 packet: PUSH 1\n"
+    res = run("craft", "NodeRequest", "-F", "id=2", "-q", "-w", str(tmp_path / "bully.pcap"),
+              "--send", "127.0.0.1:1")
+    assert res.returncode == 1 and "(to 127.0.0.1:1/tcp)" in res.stderr
+    res = run("inspect", str(tmp_path / "bully.pcap"), "-p", "bully:1")
+    assert "> 127.0.0.1:1 " in res.stdout and res.stderr == "1 packet: NodeRequest 1\n"
+    res = run("craft", "direct", "-F", "from=A", "-F", "to=B", "-w", str(tmp_path / "m.pcap"))
+    assert res.returncode == 2 and "no default port: give HOST:PORT" in res.stderr
+    assert not (tmp_path / "m.pcap").exists()
+
+
 def test_inspect_needs_exactly_one_source():
     res = run("inspect")
     assert res.returncode == 2 and "give a PCAP file or --interface" in res.stderr

@@ -419,7 +419,7 @@ def _sizes(ctx, param, value):
               help="Simulator runs per measurement (seeds 0..N-1).")
 @click.option("--sim-only", is_flag=True, help="Only the simulator (no processes started).")
 @click.option("--port", type=click.IntRange(1, 65525), default=33330, show_default=True,
-              help="UDP port of the processes' elections; their sync uses PORT + 10.")
+              help="TCP port of the processes' elections; their sync uses PORT + 10.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/bully.jsonl",
               show_default=True, help="JSON-lines file the records are appended to "
                                       "(`pelotari trend` reads it).")

@@ -85,11 +85,17 @@ def _show_answer(where, answer):
 @click.option("--sign-at", type=FiniteRange(0), default=None, metavar="UNIX_TIME",
               help="swarm: sign as at this Unix time (default: now), e.g. to craft a datagram "
                    "from a past epoch.")
+@click.option("-w", "--write", "out", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE",
+              help="Also write the packet to this pcap file, as a capture of --send would show "
+                   "it (IP and UDP or TCP headers made up: to the --send address, else the "
+                   "protocol's port on 127.0.0.1; potato: after its hello line), for `pelotari "
+                   "inspect`; no root needed.")
 @click.option("--hexdump", is_flag=True, help="Show a hexdump instead of the field view.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not show the packet; only send and answers.")
 @click.option("--list", "list_types", is_flag=True, help="List the packet types and their fields.")
 def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_file, sign_at,
-          hexdump, quiet, list_types, **named):
+          out, hexdump, quiet, list_types, **named):
     """Build any pelotari packet, show it, and optionally send it and dissect the answer.
 
     TYPE is a packet type of any of pelotari's scapy layers (see --list), e.g. keepalive,
@@ -107,6 +113,7 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
       pelotari craft NodeResponse -F peers=2@127.0.0.2:3334,3@127.0.0.3:3335 --hexdump
       pelotari craft direct -F from=A -F to=B -F body=hello --send 127.0.0.1:PORT
                                   potato: hello as A, then the message (one JSON line)
+      pelotari craft push --data hi -w push.pcap  a capture of it, for `pelotari inspect`
       pelotari craft potato -F type=broadcast -F body='{"frame": "f1", "parent": "INITIAL"}'
       pelotari craft swarm ping -F token=random --key-file swarm.keys \\
           --send 127.0.0.1:21452 --wait 1         swarm: a signed Ping; the Pong, MAC checked
@@ -142,6 +149,17 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
             crafted.dissected().show()
     for text in crafted.notes:
         click.echo(f"note: {text}", err=True)
+    if out is not None:
+        from scapy.all import wrpcap
+
+        try:
+            where = crafting.default_target(crafted, *(target or ("127.0.0.1", None)))
+        except crafting.CraftError as exc:
+            raise _bad(exc) from None
+        packets = crafting.captured(crafted, where, src, client)
+        wrpcap(out, packets)
+        _note(f"wrote {len(packets)} packet{'s' * (len(packets) != 1)} to {out} "
+              f"(to {where[0]}:{where[1]}/{crafted.transport})")
     if target is None:
         return
     try:
