@@ -158,8 +158,9 @@ def test_heartbeat_goes_at_the_configured_interval_and_never_past_a_minute():
 
 
 def test_peer_timeout_follows_the_heartbeat_unless_given():
-    assert Config.for_heartbeat(5.0).peer_timeout == pytest.approx(16.0)  # 3.2 beats
-    assert Config.for_heartbeat(2.0).peer_timeout == pytest.approx(6.4)
+    assert Config.for_heartbeat(5.0).peer_timeout == 65.0  # more than the seed's minute
+    assert Config.for_heartbeat(2.0).peer_timeout == 65.0
+    assert Config.for_heartbeat(30.0).peer_timeout == pytest.approx(96.0)  # 3.2 beats
     assert Config.for_heartbeat(2.0, 2.5).peer_timeout == 2.5
     with pytest.raises(ValueError, match="peer_timeout must be longer than heartbeat"):
         Config.for_heartbeat(2.0, 2.0)

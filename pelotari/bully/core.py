@@ -97,9 +97,10 @@ class Config:
 
     @classmethod
     def for_heartbeat(cls, heartbeat: float, peer_timeout: float | None = None, **kw) -> "Config":
-        """A Config with this heartbeat; peer_timeout defaults to PEER_TIMEOUT_BEATS of them."""
+        """A Config with this heartbeat; peer_timeout defaults to the default's (longer than
+        the seed's minute), or PEER_TIMEOUT_BEATS of them if that is longer."""
         if peer_timeout is None:
-            peer_timeout = PEER_TIMEOUT_BEATS * heartbeat
+            peer_timeout = max(cls.peer_timeout, PEER_TIMEOUT_BEATS * heartbeat)
         return cls(heartbeat=heartbeat, peer_timeout=peer_timeout, **kw)
 
     def __post_init__(self):
@@ -1374,7 +1375,7 @@ class BullyNode:
         if self.id == 0:
             raise NotJoined("not joined yet")
         if not 1 <= destination_id <= 0xFFFF and not self._leader_is(destination_id):
-            raise ValueError("an ID is within 1..65535")
+            raise ValueError("an ID is within 1..65535 (0: only a leader whose ID is 0)")
         if destination_id == self.id:
             raise ValueError(f"{destination_id} is our own ID")
         return self._search(destination_id, now)
@@ -1407,6 +1408,8 @@ class BullyNode:
             raise NotJoined("not joined yet")
         if destination_id == self.id:
             raise ValueError(f"{destination_id} is our own ID")
+        if not 1 <= destination_id <= 0xFFFF and not self._leader_is(destination_id):
+            raise ValueError("an ID is within 1..65535 (0: only a leader whose ID is 0)")
         if len(data) > self.config.max_text:
             raise ValueError(f"a text is at most {self.config.max_text} bytes")
         k = self.book.get(destination_id)

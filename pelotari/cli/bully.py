@@ -69,8 +69,9 @@ def _node_options(fn):
                      help="Seconds between heartbeats to the leader (at most 60)."),
         click.option("--peer-timeout", type=FiniteRange(0, min_open=True), default=None,
                      metavar="SECONDS",
-                     help="As leader, drop a peer whose heartbeat stopped this long ago. "
-                          "[default: 3.2 x --heartbeat]"),
+                     help="As leader, drop a peer whose heartbeat stopped this long ago: more "
+                          "than 60 (the protocol's peers heartbeat once a minute). [default: 65, "
+                          "or 3.2 x --heartbeat if longer]"),
         click.option("--sync-interval", type=FiniteRange(0), default=None,
                      metavar="SECONDS",
                      help="As leader, synchronise clocks this often (0: only by `sync`). "
@@ -82,6 +83,11 @@ def _node_options(fn):
         click.option("--max-connections", type=click.IntRange(1, 65535), default=256,
                      show_default=True, metavar="N",
                      help="Incoming connections open at once (16 per host at most)."),
+        click.option("--max-correction", type=FiniteRange(0, min_open=True), default=60.0,
+                     show_default=True, metavar="SECONDS",
+                     help="No clock sync moves a clock further: a peer further off is left out "
+                          "of the leader's round, and a new time from the leader that would "
+                          "move ours further is refused (a wild or relative value)."),
         click.option("--clock-offset", type=FiniteRange(), default=0.0, show_default=True,
                      metavar="SECONDS",
                      help="Start the logical clock this far from the system clock. For demos "
@@ -95,14 +101,16 @@ def _node_options(fn):
     return fn
 
 
-def _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections):
+def _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections,
+            max_correction):
     from pelotari.bully.core import Config
 
     try:
         return Config.for_heartbeat(
             heartbeat, peer_timeout,
             sync_interval=SYNC_INTERVAL if sync_interval is None else sync_interval,
-            election_step=election_step, max_connections=max_connections)
+            election_step=election_step, max_connections=max_connections,
+            max_correction=max_correction)
     except ValueError as exc:
         raise click.UsageError(str(exc).replace("_", "-")) from None
 
@@ -136,8 +144,9 @@ Commands on stdin, one per line:
                                 "lowest first.")
 @_node_options
 def start(bind, node_id, heartbeat, peer_timeout, sync_interval, election_step,
-          max_connections, clock_offset, as_json, metrics):
-    config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections)
+          max_connections, max_correction, clock_offset, as_json, metrics):
+    config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections,
+                     max_correction)
     _serve(bind, None, node_id, config, clock_offset, as_json, metrics)
 
 
@@ -149,8 +158,9 @@ def start(bind, node_id, heartbeat, peer_timeout, sync_interval, election_step,
                    "one each: --bind 127.0.0.1:3334, ...")
 @_node_options
 def join(leader, bind, heartbeat, peer_timeout, sync_interval, election_step, max_connections,
-         clock_offset, as_json, metrics):
-    config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections)
+         max_correction, clock_offset, as_json, metrics):
+    config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections,
+                     max_correction)
     _serve(bind, leader, None, config, clock_offset, as_json, metrics)
 
 
@@ -223,10 +233,17 @@ def _describe(ev, node):
         return ("sync_done",
                 (f"sync done: offsets (s, from the leader's clock) {offsets}; everybody moved "
                  f"to {ev.average:+.6f}; outliers: {', '.join(map(str, ev.outliers)) or 'none'}; "
-                 f"unanswered: {', '.join(map(str, ev.unanswered)) or 'none'}"),
+                 f"unanswered: {', '.join(map(str, ev.unanswered)) or 'none'}; left alone: "
+                 f"{', '.join(f'{i} ({why})' for i, why in ev.left_out.items()) or 'none'}"),
                 {"offsets": {str(i): v for i, v in sorted(ev.offsets.items())},
                  "average": ev.average, "outliers": list(ev.outliers),
-                 "unanswered": list(ev.unanswered)})
+                 "unanswered": list(ev.unanswered),
+                 "left_out": {str(i): why for i, why in ev.left_out.items()}})
+    if isinstance(ev, c.ClockRefused):
+        return ("clock_refused", (f"new time from the leader {_name(ev.leader)} not taken: it "
+                                  f"would move the clock by {ev.delta:+.3f} s (past "
+                                  f"--max-correction)"),
+                {"delta": ev.delta, "leader": _peer(ev.leader)})
     if isinstance(ev, c.ClockAdjusted):
         how = "stepped" if ev.stepped else "slewing"
         return ("clock_adjusted", (f"clock adjusted by {ev.delta:+.6f} s ({how}); offset "
@@ -393,7 +410,7 @@ def _id(text):
         value = int(text)
     except ValueError:
         raise ValueError(f"{text!r} is not an ID (a number, 1..{ID_FIELD_MAX})") from None
-    if not 1 <= value <= ID_FIELD_MAX:
+    if not 0 <= value <= ID_FIELD_MAX:  # 0: a Java leader's (the node says if it is not)
         raise ValueError(f"{value} is not an ID (1..{ID_FIELD_MAX})")
     return value
 
