@@ -58,15 +58,15 @@ def payload(layer) -> bytes:
 
 
 class Streams:
-    """What inspect remembers from packet to packet for line protocols (a layer whose FRAMING
-    is "lines": potato): TCP connections taken as the protocol's because their first payload
+    """What inspect remembers from packet to packet for TCP protocols: connections taken as a
+    line protocol's (a layer whose FRAMING is "lines": potato) because their first payload
     looked like it (`recognise`: a potato hello), on ports nobody named; and each direction's
-    unfinished last line, put in front of that direction's next segment (when its sequence
-    number follows on)."""
+    unfinished last line or message (a layer with `unfinished`: potato, bully), put in front of
+    that direction's next segment (when its sequence number follows on)."""
 
     def __init__(self):
         self.known = set()  # (protocol module name, frozenset of both ends)
-        self.pending = {}  # (module name, src, sport, dst, dport) -> (next seq, bytes)
+        self.pending = {}  # (module name, src, sport, dst, dport) -> (next seq, bytes, pkt)
 
     def claims(self, module, pkt, layer, data) -> bool:
         """Whether this connection is the line protocol's (its first payload was recognised)."""
@@ -85,13 +85,30 @@ class Streams:
         if not data:  # an ACK, SYN or FIN: the line goes on in a later segment
             return data, 0
         flow = (module.__name__, pkt[IP].src, layer.sport, pkt[IP].dst, layer.dport)
-        seq, before = self.pending.pop(flow, (None, b""))
+        seq, before, _ = self.pending.pop(flow, (None, b"", None))
         if seq != layer.seq:
             before = b""
         tail = module.unfinished(before + data)
         if tail:
-            self.pending[flow] = ((layer.seq + len(data)) % (1 << 32), tail)
+            self.pending[flow] = ((layer.seq + len(data)) % (1 << 32), tail, pkt)
         return before + data, len(before)
+
+    def ended(self, module, pkt, layer):
+        """(the packet, the bytes) left unfinished in this direction if this segment ends it
+        (FIN or RST), else None."""
+        from scapy.layers.inet import IP
+
+        if not int(layer.flags) & 0x05:  # FIN | RST
+            return None
+        flow = (module.__name__, pkt[IP].src, layer.sport, pkt[IP].dst, layer.dport)
+        held = self.pending.pop(flow, None)
+        return (held[2], held[1]) if held else None
+
+    def left(self, module):
+        """Every (packet, bytes) still unfinished for that protocol (the capture ended)."""
+        out = [(v[2], v[1]) for k, v in self.pending.items() if k[0] == module.__name__]
+        self.pending = {k: v for k, v in self.pending.items() if k[0] != module.__name__}
+        return out
 
 
 def rows(pkt, ports, streams: Optional[Streams] = None) -> List[dict]:
@@ -101,11 +118,19 @@ def rows(pkt, ports, streams: Optional[Streams] = None) -> List[dict]:
     packed or GSO fyrehose datagram, bully messages coalesced in one TCP segment, potato lines)
     becomes one row per frame. Segments without payload (SYN, ACK, FIN) are no rows. With
     `streams` (a Streams), line protocols are also read on connections they recognise, and a
-    line split over segments is read whole (its row says how many bytes came before)."""
+    line split over segments is read whole (its row says how many bytes came before); a
+    message protocol's (bully) message split over segments is one row, once whole (or, cut
+    short, when its direction ends or the capture does: Inspection.finish)."""
     from scapy.layers.inet import IP, TCP, UDP
 
     if not pkt.haslayer(IP):
         return []
+    if streams is not None and pkt.haslayer(TCP):
+        cut = [torn for module, bound in ports if getattr(module, "FRAMING", None) == "messages"
+               and (torn := streams.ended(module, pkt, pkt[TCP])) is not None]
+        if cut:  # a message cut short: shown at its own packet's time and ends
+            return [r for torn_pkt, data in cut for r in _torn(torn_pkt, data, ports)] + \
+                rows(pkt, ports, streams)
     readings = []  # (protocol's rows) per protocol that read the packet
     every = []  # per reading: whether each of its malformed rows is shown (a line protocol)
     for module, bound in ports:
@@ -118,8 +143,11 @@ def rows(pkt, ports, streams: Optional[Streams] = None) -> List[dict]:
                 lines and streams is not None and streams.claims(module, pkt, layer, data))):
             continue
         before = 0
-        if lines and streams is not None:
+        if streams is not None and isinstance(layer, TCP) and hasattr(module, "unfinished"):
             data, before = streams.join(module, pkt, layer, data)
+            if getattr(module, "FRAMING", None) == "messages":
+                tail = module.unfinished(data)  # held: one row once the message is whole
+                data = data[:len(data) - len(tail)]
         if not data:
             continue
         frames = getattr(module, "split_frames", lambda _: None)(data)
@@ -151,6 +179,27 @@ def rows(pkt, ports, streams: Optional[Streams] = None) -> List[dict]:
     return [{"time": float(pkt.time), "src": f"{pkt[IP].src}:{layer.sport}",
              "dst": f"{pkt[IP].dst}:{layer.dport}", "length": length, **described}
             for layer, length, described in chosen]
+
+
+def _torn(pkt, data: bytes, ports) -> List[dict]:
+    """The row of a message a direction's end (or the capture's) cut short."""
+    from scapy.layers.inet import IP, TCP
+
+    layer = pkt[TCP]
+    for module, _ in ports:
+        bound = _ports_of(ports, module)
+        if getattr(module, "FRAMING", None) == "messages" and (
+                layer.sport in bound or layer.dport in bound):
+            described = module.describe(module.dissect(data))
+            if described is not None:
+                return [{"time": float(pkt.time), "src": f"{pkt[IP].src}:{layer.sport}",
+                         "dst": f"{pkt[IP].dst}:{layer.dport}", "length": len(data),
+                         **described}]
+    return []
+
+
+def _ports_of(ports, module) -> Set[int]:
+    return next(bound for m, bound in ports if m is module)
 
 
 class GapFollower:
@@ -215,7 +264,18 @@ class Inspection:
 
     def read(self, pkt) -> List[dict]:
         """The packet's rows (none: not pelotari's), counted and followed."""
-        out = rows(pkt, self.ports, self.streams)
+        return self._count(rows(pkt, self.ports, self.streams))
+
+    def finish(self) -> List[dict]:
+        """Rows of the messages the capture ended in the middle of (cut short)."""
+        out = []
+        for module, _ in self.ports:
+            if getattr(module, "FRAMING", None) == "messages":
+                for pkt, data in self.streams.left(module):
+                    out += _torn(pkt, data, self.ports)
+        return self._count(sorted(out, key=lambda r: r["time"]))
+
+    def _count(self, out: List[dict]) -> List[dict]:
         for row in out:
             self.rows += 1
             self.counts[row["type"]] = self.counts.get(row["type"], 0) + 1

@@ -433,13 +433,14 @@ def test_inspect_shows_bully_messages_one_row_each(tmp_path):
         ("bully", "NodeRequest", "127.0.0.2:3333", "127.0.0.1:40000", 10, 2),
         ("bully", "NodeResponse", "127.0.0.2:3333", "127.0.0.1:40000", 34, 2),
         ("bully", "MALFORMED", "127.0.0.1:40000", "127.0.0.2:3333", 7, None),
-        ("bully", "MALFORMED", "127.0.0.2:3333", "127.0.0.1:40000", 3, None),
         ("fyrehose", "MALFORMED", "127.0.0.1:40000", "127.0.0.2:2323", 1, None),
+        # held in case the rest follows; the capture ended first: shown last, cut short
+        ("bully", "MALFORMED", "127.0.0.2:3333", "127.0.0.1:40000", 3, None),
     ]
     assert rows[0]["summary"] == "bully IAmFound id=7 search=3 from 127.0.0.2:3334"
     assert rows[2]["summary"] == "bully NodeResponse peers=[3@127.0.0.3:3335]"
     assert rows[3]["reason"] == "UnknownTag: unknown tag 99"
-    assert rows[4]["reason"] == "Truncated: 3 bytes; IAmAlive needs 10"
+    assert rows[5]["reason"] == "Truncated: 3 bytes; IAmAlive needs 10"
     assert summary == {"summary": {"counts": {"IAmFound": 1, "NodeRequest": 1, "NodeResponse": 1,
                                               "MALFORMED": 3}, "packets": 6}}
     other = run("inspect", str(tmp_path / "bully.pcap"), "--json", "-p", "bully:24334")
@@ -449,6 +450,38 @@ def test_inspect_shows_bully_messages_one_row_each(tmp_path):
     lines = text.stdout.splitlines()
     assert len(lines) == 6 and "bully NodeRequest id=2 from 127.0.0.2:3334" in lines[1]
     assert "6 packets: IAmFound 1, MALFORMED 3, NodeRequest 1, NodeResponse 1" in text.stderr
+
+
+@pytest.mark.e2e
+def test_inspect_shows_a_message_written_over_several_segments_as_one_row(tmp_path):
+    # peerbox writes a message field by field: tag, version, then the rest.
+    req = wire.encode(Message(3, ME))
+    ans = wire.encode(Message(4, peers=(P3,)))
+    back = dict(sport=3333, dport=40000, src="127.0.0.2", dst="127.0.0.1")
+
+    def seg(data, seq, **kw):
+        pkt = tcp(data, **kw)
+        pkt[TCP].seq = seq
+        return pkt
+
+    packets = [seg(req[:1], 100), seg(req[1:2], 101), seg(req[2:], 102),
+               seg(ans[:14], 500, **back), seg(ans[14:] + req[:4], 514, **back),
+               seg(req[4:], 538, **back),
+               seg(b"\x05\x01\x7f", 110),  # torn: its direction ends next
+               seg(b"", 113, flags="FA")]
+    wrpcap(str(tmp_path / "split.pcap"), packets)
+    res = run("inspect", str(tmp_path / "split.pcap"), "--json")
+    assert res.returncode == 0, res.stderr
+    *rows, summary = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [(r["type"], r["length"], r.get("continued"), r.get("frames")) for r in rows] == [
+        ("NodeRequest", 10, 2, None),  # one row, once whole (8 of its bytes in the last)
+        ("NodeResponse", 34, 14, None),  # the next message's first 4 bytes held back
+        ("NodeRequest", 10, 4, None),
+        ("MALFORMED", 3, None, None),  # cut short by its direction's FIN
+    ]
+    assert rows[-1]["reason"] == "Truncated: 3 bytes; IAmAlive needs 10"
+    assert summary["summary"]["counts"] == {"NodeRequest": 2, "NodeResponse": 1,
+                                            "MALFORMED": 1}
 
 
 def test_describe_of_bytes_and_a_struct_check():

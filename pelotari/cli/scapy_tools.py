@@ -198,8 +198,8 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
 
     Each line: time, source → destination, type, sequence (DELIVER) or range (REQUEST/FORWARD),
     length and summary; malformed datagrams say why. bully and potato (TCP) show one line per
-    message, several for a segment that carries several; a potato line split over segments is
-    read whole. A per-type count closes the output (after Ctrl-C: then "interrupted", status
+    message, several for a segment that carries several; a potato line or a bully message split
+    over segments is read whole. A per-type count closes the output (after Ctrl-C: then "interrupted", status
     130).
 
     \b
@@ -239,10 +239,13 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     start = None
 
     def handle(pkt):
-        nonlocal start
         found = inspection.read(pkt)
         if writer and found:
             writer.write(pkt)
+        show(found)
+
+    def show(found):
+        nonlocal start
         for row in found:
             if as_json:
                 click.echo(json.dumps(row))
@@ -278,6 +281,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
     finally:
         if writer:
             writer.close()
+    show(inspection.finish())  # messages the capture ended in the middle of
     summary = inspection.summary(follow_gaps)
     if as_json:
         click.echo(json.dumps({"summary": summary}))

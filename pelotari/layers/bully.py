@@ -43,6 +43,7 @@ from pelotari.bully import wire
 DEFAULT_PORT = wire.DEFAULT_PORT
 DEFAULT_PORTS = (DEFAULT_PORT,)
 TRANSPORT = "tcp"  # `pelotari inspect` reads this protocol from TCP segments, craft connects
+FRAMING = "messages"  # inspect joins a message split over segments and shows it once whole
 
 NAMES = {tag: name for tag, (name, _, _) in wire.TABLE.items()}
 
@@ -289,6 +290,21 @@ def split_frames(data: bytes):
         frames.append(bytes(rest[:size]))
         offset += size
     return frames if len(frames) > 1 else None
+
+
+def unfinished(data: bytes) -> bytes:
+    """The last message of a payload when it is valid so far but not whole yet (peerbox writes
+    one message over several TCP segments): `pelotari inspect` joins it to the same
+    direction's next segment."""
+    view = memoryview(bytes(data))
+    offset = 0
+    while offset < len(view):
+        rest = view[offset:]
+        exc = problem(rest)
+        if exc is not None:
+            return bytes(rest) if isinstance(exc, wire.Truncated) else b""
+        offset += wire.message_size(rest)
+    return b""
 
 
 def messages(pkt):
