@@ -8,9 +8,11 @@ is counted twice and the hot path pays nothing between scrapes) and `status()` -
 `/status?sort=FIELD&order=desc&limit=N&offset=K`.
 
 The server answers at most MAX_CONNECTIONS connections at once, at most PER_HOST_CONNECTIONS
-from one host, each for at most REQUEST_TIMEOUT seconds in all; a connection from a host that
-holds none while all are taken cuts the oldest one of the host holding the most, and any other
-past a bound is closed at once. So a stranger who connects and dribbles, from however many
+from one host, each for at most REQUEST_TIMEOUT seconds in all; one more from a host that holds
+its share cuts that host's oldest (a scraper's next request is never refused while the last
+one's thread is still finishing: it was, under load), a connection from a host that holds none
+while all are taken cuts the oldest one of the host holding the most, and any other past a
+bound is closed at once. So a stranger who connects and dribbles, from however many
 addresses, costs a thread for a bounded time and cannot lock a scraper on another host out. It
 binds loopback unless told otherwise.
 """
@@ -241,8 +243,10 @@ class _Server(ThreadingHTTPServer):
         host = client_address[0]
         victim = None
         with self.lock:
-            full = self.active[host] >= PER_HOST_CONNECTIONS
-            if not full and sum(self.active.values()) >= MAX_CONNECTIONS:
+            if self.active[host] >= PER_HOST_CONNECTIONS:
+                victim = self._evict(host)  # the host's own oldest makes room
+            full = False
+            if victim is None and sum(self.active.values()) >= MAX_CONNECTIONS:
                 if self.active[host] == 0:  # a host that holds none: make room
                     victim = self._evict()
                 full = victim is None
@@ -275,11 +279,12 @@ class _Server(ThreadingHTTPServer):
         finally:
             self._release(request, client_address[0])
 
-    def _evict(self):
-        """The oldest connection of the host holding the most, its place freed (lock held)."""
+    def _evict(self, of_host=None):
+        """The oldest connection of `of_host`, or of the host holding the most, its place
+        freed (lock held)."""
         busiest = max(self.active.values())
         for request, host in self.opened.items():  # oldest first
-            if self.active[host] == busiest:
+            if host == of_host if of_host is not None else self.active[host] == busiest:
                 del self.opened[request]
                 self.cut.add(request)
                 self._forget(host)
@@ -327,7 +332,7 @@ class MetricsServer:
         self.requests = 0  # answered
         self.errors = 0  # connections that failed (hung up, timed out, garbage)
         self.refused = 0  # connections closed unanswered: too many at once
-        self.evicted = 0  # connections cut to make room for a host that held none
+        self.evicted = 0  # connections cut to make room (a new host's, or the same host's newer)
         self._server: Optional[_Server] = _Server((host, port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever,

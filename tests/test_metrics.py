@@ -120,10 +120,15 @@ def test_one_host_holds_at_most_its_share_and_another_host_still_gets_in(server)
     held = [connect(server) for _ in range(m.PER_HOST_CONNECTIONS)]
     try:
         assert wait_for(lambda: sum(server._server.active.values()) == m.PER_HOST_CONNECTIONS, 2)
-        extra = connect(server)  # one past: closed unanswered
-        assert extra.recv(100) == b""
+        # One past: the host's own oldest is cut, the newest served (a scraper's next request
+        # while its last one's thread is still finishing).
+        extra = connect(server)
+        extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        reply = b"".join(iter(lambda: extra.recv(65536), b""))
+        assert reply.startswith(b"HTTP/1.0 200")
         extra.close()
-        assert server.refused == 1
+        assert held[0].recv(100) == b"" and server.evicted == 1 and server.refused == 0
+        assert sum(server._server.active.values()) <= m.PER_HOST_CONNECTIONS
         other = connect(server, "127.0.0.2")  # a scraper elsewhere is not locked out
         other.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
         reply = b"".join(iter(lambda: other.recv(65536), b""))
@@ -143,21 +148,41 @@ def test_at_most_max_connections_at_once_and_a_new_host_still_gets_in():
                 for k in range(m.MAX_CONNECTIONS)]
         try:
             assert wait_for(lambda: sum(server._server.active.values()) == m.MAX_CONNECTIONS, 2)
-            again = connect(server, "127.0.0.3")  # a host that holds some: no room made
-            assert again.recv(100) == b""
-            again.close()
-            assert server.refused == 1 and server.evicted == 0
+            again = connect(server, "127.0.0.3")  # a host that holds its share: its own oldest
+            held.append(again)
+            assert wait_for(lambda: server.evicted == 1, 5)  # makes room, nobody else's
+            assert held[2].recv(100) == b""
+            assert server.refused == 0
             scraper = connect(server, "127.0.0.200")
             scraper.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
             reply = b"".join(iter(lambda: scraper.recv(65536), b""))
             scraper.close()
             assert reply.startswith(b"HTTP/1.0 200")
-            assert server.evicted == 1 and held[0].recv(100) == b""  # the oldest of the busiest
+            assert server.evicted == 2 and held[0].recv(100) == b""  # the oldest of the busiest
             assert sum(server._server.active.values()) <= m.MAX_CONNECTIONS
         finally:
             for s in held:
                 s.close()
         assert wait_for(lambda: not server._server.active and not server._server.cut, 2)
+
+
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
+def test_a_host_under_its_share_is_refused_when_all_are_taken():
+    server = m.MetricsServer(Source(), request_timeout=5).start()
+    sources = ["127.0.0.2"] * 2 + ["127.0.0.3"] * 2 + ["127.0.0.4"] * 2 + ["127.0.0.5",
+                                                                            "127.0.0.6"]
+    assert len(sources) == m.MAX_CONNECTIONS
+    held = [connect(server, source) for source in sources]
+    try:
+        assert wait_for(lambda: sum(server._server.active.values()) == m.MAX_CONNECTIONS, 2)
+        extra = connect(server, "127.0.0.5")  # holds one: neither its own to cut nor room
+        assert extra.recv(100) == b""
+        extra.close()
+        assert server.refused == 1 and server.evicted == 0
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
 
 
 @pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
