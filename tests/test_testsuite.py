@@ -15,12 +15,14 @@ from conftest import wait_for
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 
+# (Ctrl-C may come as soon as child.pid exists: the child is made and named inside the try,
+# or a Ctrl-C before it left the child holding the test's pipes for 300 s.)
 FAKE_PYTEST = """\
 import os, subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"], start_new_session=True, env={**os.environ})
-open("child.pid", "w").write(str(child.pid))
-print("collected", flush=True)
 try:
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True, env={**os.environ})
+    open("child.pid", "w").write(str(child.pid))
+    print("collected", flush=True)
     time.sleep(300)
 except KeyboardInterrupt:
     child.kill()
