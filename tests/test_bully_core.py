@@ -849,3 +849,98 @@ def test_a_lower_claim_that_arrives_before_news_of_the_leaders_death_is_followed
     assert n.leader.id == 20 and n.election is None
     assert not [a for a in n.actions() if isinstance(a, Send)
                 and wire.decode(a.data).tag == 9]  # no election messages
+
+
+# ---- what the second attack review found (each failed before its fix) -----------------------
+
+def test_an_iamleader_naming_our_leaders_own_id_from_elsewhere_is_not_followed():
+    sim = network(2)
+    p = sim.nodes[host(1)].core
+    sim.do(host(1), lambda c, now: c.data_received(
+        c.accept(("10.0.0.99", 50000), now), encode(Message(10, Peer("10.0.0.99", 4000, 25))),
+        now))
+    sim.run(sim.now + 3)  # the leader is asked, answers: the claim is dropped
+    assert p.leader == Peer(*LEADER, 25) and p.stats["leader_claim_below_leader"] == 1
+
+
+def test_a_stranger_cannot_take_an_id_the_leader_vouched_for_nor_the_leaders():
+    sim = network(3)
+    p = sim.nodes[host(2)].core
+    sim.run(sim.now + 70)  # long after anything first-hand from ID 1 or the leader's join
+    for claimed in (1, 25):
+        c = p.accept(("10.0.0.99", 50000 + claimed), sim.now)
+        p.data_received(c, encode(Message(3, Peer("10.0.0.99", 4000, claimed))), sim.now)
+    assert p.book[1].peer.address == host(1) and p.book[25].peer.address == LEADER
+    assert p.stats["id_conflict"] >= 2
+    # ... nor have a Text shown as theirs.
+    c = p.accept(("10.0.0.99", 50100), sim.now)
+    p.data_received(c, encode(Message(8, Peer("10.0.0.99", 4000, 25), data=b"obey")), sim.now)
+    assert not [e for e in sim.events(host(2), TextReceived) if e.text == "obey"]
+    assert p.stats["dropped_id_conflict"] == 1
+
+
+def test_an_unasked_node_response_is_not_believed():
+    sim = network(2)
+    p = sim.nodes[host(1)].core
+    before = dict(p.book)
+    c = p.accept(("10.0.0.99", 50000), sim.now)
+    fake = tuple(Peer("10.0.0.99", 4000 + i, i) for i in (10, 11, 12, 13))
+    p.data_received(c, encode(Message(4, peers=fake)), sim.now)
+    assert dict(p.book) == before and p.stats["dropped_unexpected"] == 1
+
+
+def test_quarantined_ids_count_toward_their_hosts_share():
+    cfg = Config(heartbeat=1.0, peer_timeout=3.5, max_ids_per_host=4)
+    leader = BullyNode(*LEADER, 0.0, config=cfg)
+    given = []
+    for rnd in range(3):  # Entries from one host that never heartbeat, again and again
+        now = rnd * 10.0
+        leader.handle_timer(now)
+        for k in range(4):
+            c = leader.accept(("10.0.0.99", 50000 + k), now)
+            leader.data_received(c, encode(wire.entry("10.0.0.99", 4000 + 10 * rnd + k)), now)
+            sent = [wire.decode(a.data) for a in leader.actions() if isinstance(a, Send)]
+            given.append(sent[-1].id)
+    assert given[:4] == [1, 2, 3, 4] and set(given[4:]) == {0}  # held in quarantine: full
+
+
+def test_a_search_naming_a_searcher_that_did_not_send_it_is_not_forwarded():
+    sim = network(3)
+    p = sim.nodes[host(1)].core
+    c = p.accept(("10.0.0.99", 50000), sim.now)
+    p.actions()
+    p.data_received(c, encode(Message(6, Peer("10.0.0.77", 46000), source_id=9, search_id=1,
+                                      destination_id=2)), sim.now)
+    assert not [a for a in p.actions() if isinstance(a, Connect)]
+    assert p.stats["search_not_forwarded_unverified"] == 1
+
+
+def test_new_times_never_add_up_past_max_correction():
+    sim = network(1, config=Config(heartbeat=1.0, peer_timeout=3.5, max_correction=60.0))
+    p = sim.nodes[host(1)].core
+    for _ in range(10):
+        c = p.accept((LEADER[0], 50000), sim.now)
+        p.data_received(c, encode(Message(13, Peer(*LEADER, 25),
+                                          time_ms=p.time_ms(sim.now) + 59_900)), sim.now)
+    assert p.clock.target == pytest.approx(59.9, abs=0.01) and p.stats["dropped_wild_time"] == 9
+
+
+def test_a_burst_of_texts_to_one_peer_all_arrive():
+    sim = network(2)
+    for i in range(40):
+        sim.do(host(1), lambda c, now, i=i: c.text(2, b"line %d" % i, now))
+    sim.run(sim.now + 5)
+    got = sorted(e.text for e in sim.events(host(2), TextReceived))
+    assert got == sorted(f"line {i}" for i in range(40))
+    assert sim.nodes[host(2)].core.stats["connections_evicted_host_limit"] == 0
+
+
+def test_texts_from_one_host_are_rate_bounded():
+    n = fresh()
+    for k in range(200):
+        c = n.accept(("10.0.0.1", 1 + k % 2), 0.0)
+        n.data_received(c, encode(Message(8, Peer("10.0.0.1", 3333, 1), data=b"x")), 0.0)
+    shown = 0
+    while (e := n.next_event()) is not None:
+        shown += isinstance(e, TextReceived)
+    assert shown == n.config.text_burst and n.stats["dropped_text_rate"] == 200 - shown

@@ -352,13 +352,16 @@ def test_adapter_closes_on_garbage_and_frames_split_and_coalesced_messages():
 
 def test_adapter_frees_a_hosts_oldest_idle_connection_and_aborts_a_peer_that_does_not_read():
     async def scenario():
-        node = await Node.start("127.0.0.1", 0, config=Config(max_connections_per_host=2),
+        # (linger long: the connections that carried a message stay until this test is done)
+        node = await Node.start("127.0.0.1", 0, config=Config(max_connections_per_host=2,
+                                                              linger=60.0),
                                 write_limit=1000)
         try:
             conns = []
-            for _ in range(2):
+            for k in range(2):
                 conns.append(await asyncio.open_connection("127.0.0.1", node.port))
-                await wait_until(lambda n=len(conns): len(node._streams) == n, 30)
+                conns[-1][1].write(text_message(b"m%d" % k))
+                await wait_until(lambda k=k: node.core.stats["received_Text"] == k + 1, 30)
             # A third from the host: its oldest connection (nothing half-read) makes room.
             conns.append(await asyncio.open_connection("127.0.0.1", node.port))
             await wait_until(lambda: node.all_stats()["connections_evicted_host_limit"] == 1, 30)
@@ -523,7 +526,8 @@ def test_the_adapter_rearms_its_timer_only_when_the_cores_changes():
     from pelotari.bully.core import TextReceived
 
     async def scenario():
-        leader, peer, led, got = await joined_pair(Config(heartbeat=5.0, peer_timeout=16.0),
+        leader, peer, led, got = await joined_pair(Config(heartbeat=5.0, peer_timeout=16.0,
+                                                          text_burst=1000),
                                                    "127.0.0.1", "127.0.0.2")
         try:
             calls = []

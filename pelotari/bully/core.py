@@ -76,6 +76,10 @@ class Config:
     answer_burst: int = 16  # answers on new connections (IAmLeader, IAmFound) per source
     answer_rate: float = 4.0  # host: a token bucket
     max_answer_hosts: int = 256  # source hosts whose buckets are kept
+    text_burst: int = 64  # Texts taken from one source host: a token bucket
+    text_rate: float = 32.0
+    texts_per_destination: int = 8  # our Text connections to one address at once (the rest
+    max_queued_texts: int = 1024  # wait, at most this many: the receiver's host limit is 16)
     election_holdoff: float = 2.0  # elections started by others' messages: at most one per this
     lost_memory: float = 600.0  # ... for this long
     outlier_bound: float = 1.0  # seconds from the leader's clock past which one is an outlier
@@ -117,6 +121,7 @@ class Config:
         if not 1 <= self.max_id <= 0xFFFF:
             raise ValueError("max_id must be within 1..65535")
         for name in ("max_peers", "max_searches", "forward_burst", "max_own_searches",
+                     "text_burst", "texts_per_destination", "max_queued_texts",
                      "sync_probes", "sync_parallel", "max_connections", "max_outgoing",
                      "answer_burst", "max_answer_hosts", "max_connections_per_host",
                      "max_ids_per_host", "max_book"):
@@ -321,7 +326,8 @@ class _Conn:
         close; P2P-Client reads until EOF), or ours that carried a search (an answer may come
         back on it)."""
         if self.outgoing:  # (an answer not back within linger is not coming)
-            return self.purpose in ("search", "forward", "ask", "askleader")
+            return self.purpose in ("search", "forward", "ask", "askleader", "elect",
+                                    "lostprobe")
         return self.messages > 0 and not self.held and not self.framer.pending
 
 
@@ -337,8 +343,8 @@ class _Member:
 @dataclass
 class _Known:
     peer: Peer
-    heard: float  # when the peer itself last spoke (or when we heard of it)
-    first_hand: bool
+    heard: float  # when the peer itself last spoke, or our leader named it (or we heard of it)
+    first_hand: bool  # it spoke to us itself, or our leader named it (which vouches for it)
 
 
 @dataclass
@@ -438,6 +444,8 @@ class BullyNode:
         self._texts: dict[int, Peer] = {}  # Text connections under way: to whom
         self._pending_claim: tuple[Peer, float] | None = None  # a lower IAmLeader, until
         self._answer_buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._text_buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._text_queue: dict[Address, deque[tuple[Peer, bytes]]] = {}  # texts waiting
         self._no_shows: dict[int, float] = {}  # answered AreYouAlive, never led: until then
         self._last_asked_election = float("-inf")
         self._join_refused = False
@@ -490,7 +498,10 @@ class BullyNode:
             # The host's oldest connection with nothing half-read makes room (clients that
             # send one message per connection and never close must not lock their host out);
             # a host whose every connection is mid-message is refused.
-            idle = [c for c in mine if not c.framer.pending]
+            # (One that carried nothing yet may hold a message we have not read: it has a
+            # moment's grace before it counts as idle.)
+            idle = [c for c in mine if not c.framer.pending and (
+                c.messages or now - c.opened >= cfg.linger)]
             if not idle:
                 self.stats["connections_refused_host_limit"] += 1
                 return None
@@ -506,11 +517,18 @@ class BullyNode:
             # slot against a new one).
             per_host = Counter(c.remote[0] for c in incoming)
             host, most = per_host.most_common(1)[0]
-            if most <= per_host.get(remote[0], 0) + 1:
+            known = {k.peer.host for k in self.book.values()} | {
+                m.peer.host for m in self.members.values()}
+            strangers = [c for c in incoming if c.remote[0] not in known]
+            if remote[0] in known and strangers:
+                # A peer we know (its heartbeat, an IAmLeader) before hosts we know nothing of.
+                victim = min(strangers, key=lambda c: c.last_message)
+            elif most <= per_host.get(remote[0], 0) + 1:
                 self.stats["connections_refused_limit"] += 1
                 return None
-            victim = min((c for c in incoming if c.remote[0] == host),
-                         key=lambda c: c.last_message)
+            else:
+                victim = min((c for c in incoming if c.remote[0] == host),
+                             key=lambda c: c.last_message)
             self.stats["connections_evicted"] += 1
             self._close(victim)
         conn = _Conn(next(self._ids), (remote[0], int(remote[1])), False, "in", now,
@@ -532,9 +550,14 @@ class BullyNode:
                 self._actions.append(Shutdown(conn.id))
             else:
                 self._write(conn, msg(now) if callable(msg) else msg, now)
+        if conn.purpose == "leader" and self.leader is not None:
+            k = self.book.get(self.leader.id)
+            if k is not None and k.peer.address == self.leader.address:
+                k.heard = now  # it lives: its entry is not a stranger's to take
         if conn.purpose == "text":  # written: reported, then closed
             self._events.append(TextSent(self._texts.pop(conn.id)))
             self._close(conn)
+            self._next_text(conn.remote, now)
         elif conn.close_when_up:
             self._close(conn)  # a one-message send
         elif conn.purpose == "newtime" and self._new_times:
@@ -719,6 +742,19 @@ class BullyNode:
             self.stats["dropped_answer_rate"] += 1
         return ok
 
+    def _take_text_token(self, host: str, now: float) -> bool:
+        """May one more Text from `host` be shown? A token bucket per source host."""
+        cfg = self.config
+        tokens, at = self._text_buckets.pop(host, (float(cfg.text_burst), now))
+        tokens = min(cfg.text_burst, tokens + (now - at) * cfg.text_rate)
+        ok = tokens >= 1
+        self._text_buckets[host] = (tokens - 1 if ok else tokens, now)
+        while len(self._text_buckets) > cfg.max_answer_hosts:
+            self._text_buckets.popitem(last=False)
+        if not ok:
+            self.stats["dropped_text_rate"] += 1
+        return ok
+
     def _untell(self, peer_id: int) -> None:
         """The ID changed hands (or left): every member is to hear of it again."""
         for m in self.members.values():
@@ -735,7 +771,11 @@ class BullyNode:
         return held[0] != address
 
     def _free_id(self, host: str, now: float, address: Address) -> int | None:
-        if sum(1 for m in self.members.values() if m.peer.host == host) >= \
+        # A host's dropped peers' IDs (quarantined) count toward its share, but the one it
+        # would get back.
+        held = sum(1 for i, (a, until) in self._quarantine.items()
+                   if a[0] == host and a != address and now < until)
+        if sum(1 for m in self.members.values() if m.peer.host == host) + held >= \
                 self.config.max_ids_per_host:
             return None
         for i, (held, _until) in list(self._quarantine.items()):
@@ -773,7 +813,7 @@ class BullyNode:
         self.leader = leader or Peer(self.leader_address[0], self.leader_address[1], 0)
         for p in msg.peers:
             if p.id != self.id and p.id != 0:
-                self._learn(p, now, first_hand=p is leader)
+                self._learn(p, now, first_hand=p is leader, vouched=True)
                 if p is not leader and len(self.neighbours) < self.config.max_peers:
                     self.neighbours[p.id] = p  # reported by Joined, not PeersChanged
         self._events.append(Joined(self.id, self.leader, self.peers()))
@@ -819,6 +859,10 @@ class BullyNode:
         return [self.members[i].peer for i in chosen]
 
     def _on_node_response(self, conn: _Conn, msg: Message, now: float) -> None:  # 4
+        if not conn.outgoing or conn.purpose not in ("ask", "askleader", "probe"):
+            # Only the answer to our own NodeRequest: an unasked peer list is not believed.
+            self.stats["dropped_unexpected"] += 1
+            return
         from_leader = self.leader_address is not None and conn.outgoing and \
             conn.remote == self.leader_address
         news = any(p.id != self.id and p.id != 0 and (
@@ -826,7 +870,8 @@ class BullyNode:
             for p in msg.peers)
         for p in msg.peers:
             if p.id != self.id and p.id != 0:
-                self._learn(p, now, first_hand=False)
+                if not self._learn(p, now, first_hand=False, vouched=from_leader):
+                    continue
                 if len(self.neighbours) < self.config.max_peers and not (
                         self.leader is not None and p.address == self.leader.address):
                     self._add_neighbour(p)
@@ -902,8 +947,8 @@ class BullyNode:
             return
         self._remember(key, now)
         searcher = msg.peer
+        known = self.book.get(msg.source_id)
         if msg.destination_id == self.id and self.id != 0:  # 2.1: answer the searcher
-            known = self.book.get(msg.source_id)
             direct = searcher.host == conn.remote[0]
             vouched = known is not None and known.peer.address == searcher.address
             # Forwarded by a peer we know, for a searcher we have not heard of yet (a new
@@ -919,6 +964,12 @@ class BullyNode:
                     direct or self._answer_ok(searcher.host, now)):
                 self._send_to(searcher.address, self._msg("IAmFound", search_id=msg.search_id),
                               now)
+            return
+        if not (searcher.host == conn.remote[0] or (
+                known is not None and known.peer.address == searcher.address)):
+            # 2.2 for a searcher that neither sent it nor is known at that address: forwarded,
+            # it would aim others' answers at whatever address it names.
+            self.stats["search_not_forwarded_unverified"] += 1
             return
         if not self._take_token(now):  # 2.2: forward, at a bounded rate
             self.stats["search_not_forwarded_rate"] += 1
@@ -984,7 +1035,12 @@ class BullyNode:
             self._send_text(msg.peer, s.text, now)
 
     def _on_text(self, conn: _Conn, msg: Message, now: float) -> None:  # 8
-        self._learn(msg.peer, now, first_hand=True)
+        if not self._learn(msg.peer, now, first_hand=True) and msg.peer.id in self.book and \
+                self.book[msg.peer.id].peer.address != msg.peer.address:
+            self.stats["dropped_id_conflict"] += 1  # another holds that ID: not believed
+            return
+        if not self._take_text_token(conn.remote[0], now):
+            return
         self._events.append(TextReceived(msg.peer, msg.text))
 
     def _are_you_alive_naming_us(self, conn: _Conn, now: float) -> None:
@@ -1039,8 +1095,9 @@ class BullyNode:
                 self._last_asked_election = now
                 self._start_election(f"ID {new.id} claimed the lead", now)
             return
-        if self.leader is not None and new.id < self.leader.id and self.election is None and \
-                self._dead_leader is None and not self.is_leader:
+        if self.leader is not None and self.election is None and self._dead_leader is None and \
+                not self.is_leader and (new.id < self.leader.id or (
+                    new.id == self.leader.id and new.address != self.leader.address)):
             # Either elections overlapped (a lower ID announced after a higher one won) or our
             # leader just died and the news of it is still on its way to us. Ask the leader
             # now: if it answers, the claim is ignored; if not, we follow the claim.
@@ -1094,7 +1151,8 @@ class BullyNode:
             self.stats["dropped_not_leader"] += 1
             return
         delta = msg.time_ms / 1000 - self.clock.read(now)
-        if abs(delta) > self.config.max_correction:
+        if abs(delta) > self.config.max_correction or \
+                abs(self.clock.offset(now) + delta) > self.config.max_correction:
             # A wild value (a broken leader, or a Java leader sending a relative time) never
             # moves our clock by more than the sanity bound.
             self.stats["dropped_wild_time"] += 1
@@ -1105,25 +1163,32 @@ class BullyNode:
 
     # ---- address book and neighbours ----------------------------------------------------
 
-    def _learn(self, peer: Peer, now: float, first_hand: bool) -> None:
-        """Remember where an ID lives. A first-hand claim never displaces a live entry at
-        another address (the first owner keeps its ID); hearsay never displaces first-hand."""
+    def _learn(self, peer: Peer, now: float, first_hand: bool, vouched: bool = False) -> bool:
+        """Remember where an ID lives; whether it is believed. A first-hand claim (the peer's
+        own message, or our leader naming it: `vouched`) never displaces a live first-hand
+        entry at another address (the first owner keeps its ID); hearsay never displaces one,
+        nor refreshes it."""
         if not self._valid_id(peer.id) or peer.id == self.id or peer.port == 0:
-            return
+            return False
+        first_hand = first_hand or vouched
         k = self.book.get(peer.id)
         if k is not None and k.peer.address != peer.address:
             live = now - k.heard < self.config.peer_timeout
             if (k.first_hand and live) or not first_hand:
                 self.stats["id_conflict"] += 1
-                return
+                return False
+        if k is not None and k.peer.address == peer.address and not first_hand:
+            self.book.move_to_end(peer.id)
+            return True
         if k is None and len(self.book) >= self.config.max_book:
             protect = set(self.neighbours) | ({self.leader.id} if self.leader else set())
             victim = next((i for i in self.book if i not in protect), None)
             if victim is None:
-                return
+                return False
             del self.book[victim]
         self.book[peer.id] = _Known(peer, now, first_hand or (k is not None and k.first_hand))
         self.book.move_to_end(peer.id)
+        return True
 
     def _add_neighbour(self, p: Peer) -> None:
         if p.id in self.neighbours or p.id == self.id or p.id == 0:
@@ -1195,6 +1260,9 @@ class BullyNode:
 
     def _leader_alive(self, now: float) -> None:
         """The leader answered or a probe's connection held: it lives."""
+        k = self.book.get(self.leader.id) if self.leader is not None else None
+        if k is not None and k.peer.address == self.leader.address:
+            k.heard = now
         self._leader_probe = None
         self._pending_claim = None  # a lower claim stays ignored
         c = self._conns.get(self._probe_conn) if self._probe_conn is not None else None
@@ -1421,11 +1489,28 @@ class BullyNode:
             self._events.append(TextFailed(destination_id, "too many searches under way"))
 
     def _send_text(self, p: Peer, data: bytes, now: float) -> None:
+        busy = sum(1 for c in self._conns.values() if c.purpose == "text" and c.remote == p.address)
+        if busy >= self.config.texts_per_destination:
+            # The receiver holds at most 16 connections per host: the rest wait their turn.
+            if sum(map(len, self._text_queue.values())) >= self.config.max_queued_texts:
+                self._events.append(TextFailed(p.id, "too many texts waiting to be sent"))
+                return
+            self._text_queue.setdefault(p.address, deque()).append((p, data))
+            return
         conn = self._send_to(p.address, self._msg("Text", data=data), now, "text", p.id)
         if conn is None:
             self._events.append(TextFailed(p.id, "too many connections open"))
             return
         self._texts[conn.id] = p
+
+    def _next_text(self, address: Address, now: float) -> None:
+        """A Text connection to address is done: the next waiting Text goes."""
+        waiting = self._text_queue.get(address)
+        if waiting:
+            p, data = waiting.popleft()
+            if not waiting:
+                del self._text_queue[address]
+            self._send_text(p, data, now)
 
     # ---- time ---------------------------------------------------------------------------
 
@@ -1509,8 +1594,12 @@ class BullyNode:
                      self._connect(s.peers[i].peer.address, "newtime", now, i).id)
             for i, e in est.items()]
         delta_self = average
-        stepped = self.clock.correct(delta_self, now)
-        self._events.append(ClockAdjusted(delta_self, stepped, self.clock.target))
+        if abs(self.clock.offset(now) + delta_self) > cfg.max_correction and not cfg.rtt_blind:
+            # Rounds that each move us a little must not add up past the bound either.
+            self.stats["sync_own_correction_refused"] += 1
+        else:
+            stepped = self.clock.correct(delta_self, now)
+            self._events.append(ClockAdjusted(delta_self, stepped, self.clock.target))
         # Reported once every peer has been sent its new time.
         self._sync_done = SyncDone(
             {i: round(v, 6) for i, v in {**measured, **offsets}.items()}, average,
@@ -1675,6 +1764,7 @@ class BullyNode:
             p = self._texts.pop(conn.id)
             self._events.append(TextFailed(p.id, "timed out connecting" if timed_out
                                            else "the connection was refused"))
+            self._next_text(conn.remote, now)
         if conn.id == self._leader_conn:
             self._leader_conn = None
             if not idle and not conn.up and self.leader is not None:

@@ -373,8 +373,10 @@ class Node:
         conn = None if self._closed or not peer else \
             self.core.accept((peer[0], peer[1]), self._now(), local=local and local[:2])
         if conn is None:
+            # Closed, not reset: a reset reads as a dead process to a peer whose heartbeat
+            # this was (it would hold an election while we live).
             stream.detached = True
-            stream.transport.abort()
+            stream.transport.close()
             if not self._closed:
                 self._process_events()
             return
