@@ -87,3 +87,21 @@ def test_bad_arguments_are_one_line(copy, args, env, message):
                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stderr) == (2, f"tools/run test: {message}\n")
     assert not (copy / "child.pid").exists()  # no pass started
+
+
+def test_help_is_the_runners_own_and_starts_no_pass(copy):
+    res = subprocess.run([sys.executable, "tools/testsuite.py", "--help"], cwd=copy,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith("usage: bash tools/run test")
+    assert "--workers" in res.stdout and "PELOTARI_TEST_WORKERS" in res.stdout
+    assert not (copy / "child.pid").exists()
+
+
+def test_arguments_that_match_no_test_in_any_pass_are_a_failure(copy):
+    (copy / "pytest.py").write_text(
+        'print("============ 12 deselected in 0.01s ============")\nraise SystemExit(5)\n')
+    res = subprocess.run([sys.executable, "tools/testsuite.py", "--workers", "1", "-k", "nope"],
+                         cwd=copy, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    assert res.stdout.splitlines()[-1] == \
+        "tools/run test: no test ran in any pass (pytest's arguments matched none)"

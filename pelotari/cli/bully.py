@@ -69,9 +69,10 @@ def _node_options(fn):
                      help="Seconds between heartbeats to the leader (at most 60)."),
         click.option("--peer-timeout", type=FiniteRange(0, min_open=True), default=None,
                      metavar="SECONDS",
-                     help="As leader, drop a peer whose heartbeat stopped this long ago: more "
-                          "than 60 (the protocol's peers heartbeat once a minute). [default: 65, "
-                          "or 3.2 x --heartbeat if longer]"),
+                     help="As leader, drop a peer whose heartbeat stopped this long ago. Keep it "
+                          "over 60 when any peer may heartbeat once a minute, as the protocol "
+                          "allows (Java clients: 20-50 s). [default: 65, or 3.2 x --heartbeat if "
+                          "longer]"),
         click.option("--sync-interval", type=FiniteRange(0), default=None,
                      metavar="SECONDS",
                      help="As leader, synchronise clocks this often (0: only by `sync`). "
@@ -88,7 +89,8 @@ def _node_options(fn):
                      help="No clock sync moves a clock further: a peer further off is left out "
                           "of the leader's round, and a new time from the leader that would "
                           "move ours further is refused (a wild or relative value)."),
-        click.option("--clock-offset", type=FiniteRange(), default=0.0, show_default=True,
+        click.option("--clock-offset", type=FiniteRange(-86400.0 * 366, 86400.0 * 366),
+                     default=0.0, show_default=True,
                      metavar="SECONDS",
                      help="Start the logical clock this far from the system clock. For demos "
                           "and the sync benchmark: `sync` then brings it back in line."),
@@ -112,7 +114,10 @@ def _config(heartbeat, peer_timeout, sync_interval, election_step, max_connectio
             election_step=election_step, max_connections=max_connections,
             max_correction=max_correction)
     except ValueError as exc:
-        raise click.UsageError(str(exc).replace("_", "-")) from None
+        text = str(exc)
+        for name in ("peer_timeout", "heartbeat", "max_correction"):
+            text = text.replace(name, "--" + name.replace("_", "-"))
+        raise click.UsageError(text.replace("_", "-")) from None
 
 
 START_HELP = """Found a network and lead it.
