@@ -67,6 +67,7 @@ class Streams:
     def __init__(self):
         self.known = set()  # (protocol module name, frozenset of both ends)
         self.pending = {}  # (module name, src, sport, dst, dport) -> (next seq, bytes, pkt)
+        self.holds = 0  # segments whose bytes were held (all or a part) for a later one
 
     def claims(self, module, pkt, layer, data) -> bool:
         """Whether this connection is the line protocol's (its first payload was recognised)."""
@@ -91,6 +92,7 @@ class Streams:
         tail = module.unfinished(before + data)
         if tail:
             self.pending[flow] = ((layer.seq + len(data)) % (1 << 32), tail, pkt)
+            self.holds += 1
         return before + data, len(before)
 
     def ended(self, module, pkt, layer):
@@ -261,10 +263,16 @@ class Inspection:
         self.follower = GapFollower()
         self.counts: Dict[str, int] = {}
         self.rows = 0
+        self.claimed = False
 
     def read(self, pkt) -> List[dict]:
-        """The packet's rows (none: not pelotari's), counted and followed."""
-        return self._count(rows(pkt, self.ports, self.streams))
+        """The packet's rows (none: not pelotari's), counted and followed. `claimed` says
+        whether the packet was pelotari's: it gave rows, or bytes held for a later one's (a
+        capture written with -w keeps it, so that it reads the same again)."""
+        held = self.streams.holds
+        out = self._count(rows(pkt, self.ports, self.streams))
+        self.claimed = bool(out) or self.streams.holds != held
+        return out
 
     def finish(self) -> List[dict]:
         """Rows of the messages the capture ended in the middle of (cut short)."""

@@ -482,6 +482,11 @@ def test_inspect_shows_a_message_written_over_several_segments_as_one_row(tmp_pa
     assert rows[-1]["reason"] == "Truncated: 3 bytes; IAmAlive needs 10"
     assert summary["summary"]["counts"] == {"NodeRequest": 2, "NodeResponse": 1,
                                             "MALFORMED": 1}
+    # What -w writes reads the same again: the held segments are written too.
+    again = run("inspect", str(tmp_path / "split.pcap"), "--json", "-w", str(tmp_path / "w.pcap"))
+    assert again.returncode == 0, again.stderr
+    res = run("inspect", str(tmp_path / "w.pcap"), "--json")
+    assert [json.loads(line) for line in res.stdout.splitlines()][:-1] == rows
 
 
 def test_describe_of_bytes_and_a_struct_check():

@@ -240,7 +240,7 @@ def inspect(pcap, interface, bpf, ports, count, timeout, as_json, follow_gaps, o
 
     def handle(pkt):
         found = inspection.read(pkt)
-        if writer and found:
+        if writer and inspection.claimed:
             writer.write(pkt)
         show(found)
 
