@@ -550,10 +550,8 @@ class BullyNode:
                 self._actions.append(Shutdown(conn.id))
             else:
                 self._write(conn, msg(now) if callable(msg) else msg, now)
-        if conn.purpose == "leader" and self.leader is not None:
-            k = self.book.get(self.leader.id)
-            if k is not None and k.peer.address == self.leader.address:
-                k.heard = now  # it lives: its entry is not a stranger's to take
+        if conn.purpose == "leader":
+            self._heard_leader(now)
         if conn.purpose == "text":  # written: reported, then closed
             self._events.append(TextSent(self._texts.pop(conn.id)))
             self._close(conn)
@@ -729,30 +727,29 @@ class BullyNode:
         return 1 <= peer_id <= self.config.max_id
 
     def _answer_ok(self, host: str, now: float) -> bool:
-        """May a message from `host` make us open a new connection (an answer)? A token
-        bucket per source host; the least recently used hosts are forgotten past the limit."""
+        """May a message from `host` make us open a new connection (an answer)?"""
         cfg = self.config
-        tokens, at = self._answer_buckets.pop(host, (float(cfg.answer_burst), now))
-        tokens = min(cfg.answer_burst, tokens + (now - at) * cfg.answer_rate)
-        ok = tokens >= 1
-        self._answer_buckets[host] = (tokens - 1 if ok else tokens, now)
-        while len(self._answer_buckets) > cfg.max_answer_hosts:
-            self._answer_buckets.popitem(last=False)
-        if not ok:
-            self.stats["dropped_answer_rate"] += 1
-        return ok
+        return self._per_host(self._answer_buckets, host, cfg.answer_burst, cfg.answer_rate,
+                              now, "dropped_answer_rate")
 
     def _take_text_token(self, host: str, now: float) -> bool:
-        """May one more Text from `host` be shown? A token bucket per source host."""
+        """May one more Text from `host` be shown?"""
         cfg = self.config
-        tokens, at = self._text_buckets.pop(host, (float(cfg.text_burst), now))
-        tokens = min(cfg.text_burst, tokens + (now - at) * cfg.text_rate)
+        return self._per_host(self._text_buckets, host, cfg.text_burst, cfg.text_rate, now,
+                              "dropped_text_rate")
+
+    def _per_host(self, buckets: OrderedDict, host: str, burst: int, rate: float, now: float,
+                  dropped: str) -> bool:
+        """A token bucket per host (its use counted under `dropped` when empty); past
+        max_answer_hosts hosts, the least recently used are forgotten."""
+        tokens, at = buckets.pop(host, (float(burst), now))
+        tokens = min(burst, tokens + (now - at) * rate)
         ok = tokens >= 1
-        self._text_buckets[host] = (tokens - 1 if ok else tokens, now)
-        while len(self._text_buckets) > cfg.max_answer_hosts:
-            self._text_buckets.popitem(last=False)
+        buckets[host] = (tokens - 1 if ok else tokens, now)
+        while len(buckets) > self.config.max_answer_hosts:
+            buckets.popitem(last=False)
         if not ok:
-            self.stats["dropped_text_rate"] += 1
+            self.stats[dropped] += 1
         return ok
 
     def _untell(self, peer_id: int) -> None:
@@ -1258,11 +1255,15 @@ class BullyNode:
         self._probe_conn = c.id
         self._leader_probe = now + self.config.connect_timeout + self.config.reply_timeout
 
-    def _leader_alive(self, now: float) -> None:
-        """The leader answered or a probe's connection held: it lives."""
+    def _heard_leader(self, now: float) -> None:
+        """Our leader lives: its book entry is fresh (not a stranger's to take)."""
         k = self.book.get(self.leader.id) if self.leader is not None else None
         if k is not None and k.peer.address == self.leader.address:
             k.heard = now
+
+    def _leader_alive(self, now: float) -> None:
+        """The leader answered or a probe's connection held: it lives."""
+        self._heard_leader(now)
         self._leader_probe = None
         self._pending_claim = None  # a lower claim stays ignored
         c = self._conns.get(self._probe_conn) if self._probe_conn is not None else None
