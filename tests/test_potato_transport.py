@@ -551,7 +551,10 @@ def test_close_leaves_nothing_behind(kind):
         for node in nodes:
             await node.close()
             await node.close()  # twice is harmless
-        await asyncio.sleep(0.05)
+        for _ in range(2000):  # until the closes have run (20 s at most)
+            if not asyncio.all_tasks() - tasks and not open_files() - fds:
+                break
+            await asyncio.sleep(0.01)
         assert asyncio.all_tasks() - tasks == set()
         assert open_files() - fds == set()
         assert threading.active_count() == threads
