@@ -16,6 +16,7 @@ from pelotari.bully.core import (
     NotFound,
     PeerLeft,
     Send,
+    Shutdown,
     SyncDone,
     TextFailed,
     TextReceived,
@@ -177,6 +178,18 @@ def test_search_floods_once_per_node_and_the_destination_answers_the_searcher():
     forwarded = sum(c.stats["searches_forwarded"] for c in nodes(sim))
     assert forwarded <= len(nodes(sim))  # each node forwards a search at most once
     assert sum(c.sent["IAmFound"] for c in nodes(sim)) == 1
+
+
+def test_a_founding_leader_finds_its_members_by_search():
+    sim = network(3)
+    lead = sim.nodes[LEADER].core
+    lead.neighbours.clear()  # as under Java members, which never send a NodeRequest
+    sids = {}
+    for k in (1, 2, 3):
+        sim.do(LEADER, lambda c, now, k=k: sids.setdefault(k, c.search(k, now)))
+    sim.run(sim.now + 0.5)
+    assert sorted(e.peer.id for e in sim.events(LEADER, Found)) == [1, 2, 3]
+    assert not sim.events(LEADER, NotFound)
 
 
 def test_search_for_an_absent_id_ends_not_found():
@@ -627,6 +640,56 @@ def test_manual_election_while_the_leader_lives_ends_at_once():
     assert all(c.election is None for c in nodes(sim)) and agreed(sim, 25)
     assert len(sim.events(host(1), ElectionStarted)) == 1
     assert not sim.events(LEADER, ElectionStarted)  # asked, it only answers and announces
+
+
+def test_a_burst_of_searches_opens_at_most_max_outgoing_per_host_to_one_host():
+    n, hb = joined_peer()
+    n.neighbours[2] = Peer("10.0.0.2", 3333, 2)
+    for dest in range(3, 23):  # 20 searches: each to the neighbour and to the leader
+        n.search(dest, 0.01)
+    conns = [a for a in n.actions() if isinstance(a, Connect) and a.address[0] == "10.0.0.2"]
+    assert len(conns) == n.config.max_outgoing_per_host == 8
+    assert n.stats["sends_paced"] >= 12  # (and those to the leader beyond its room)
+    for a in conns:  # each written, then half-closed: a pelotari peer closes at the EOF
+        n.connection_made(a.conn, ("10.0.0.1", 41000 + a.conn), 0.02)
+    acts = n.actions()
+    assert [type(a) for a in acts if getattr(a, "conn", None) == conns[0].conn] == [
+        Send, Shutdown]
+    for a in conns[:3]:
+        n.connection_lost(a.conn, 0.03)
+    assert n.get_timer() <= 0.03  # room again: due at once
+    n.handle_timer(0.03)
+    more = [a for a in n.actions() if isinstance(a, Connect) and a.address[0] == "10.0.0.2"]
+    assert len(more) == 3
+    # The searches that waited count their time from when they went.
+    assert all(s.deadline >= 0.03 + n.config.search_timeout - 1e-9
+               for s in n._searches.values() if s.destination in (11, 12, 13))
+
+
+def test_a_refused_peer_leaves_the_book_and_is_not_a_neighbour_again():
+    n, hb = joined_peer()
+    for k in (2, 3):
+        n._learn(Peer(f"10.0.0.{k}", 3333, k), 0.01, first_hand=True)
+        n._add_neighbour(Peer(f"10.0.0.{k}", 3333, k))
+    n.search(7, 0.02)
+    (to2,) = [a for a in n.actions() if isinstance(a, Connect) and a.address[0] == "10.0.0.2"]
+    n.connection_lost(to2.conn, 0.03)  # refused: nothing listens there
+    assert 2 not in n.known() and 2 not in n.neighbours and 3 in n.neighbours
+    n._drop_neighbour(3, 0.04)  # the refill from the book does not bring it back
+    assert 2 not in n.neighbours and n.stats["unreachable_forgotten"] == 1
+
+
+def test_a_hand_sync_restarts_the_periodic_rounds_count():
+    sim = network(2)
+    lead = sim.nodes[LEADER].core
+    due = lead._next_sync
+    sim.run(due - 5.0)
+    sim.do(LEADER, lambda c, now: c.start_sync(now))
+    rounds = lead.stats["sync_rounds"]
+    sim.run(due + 5.0)  # the old due time passes: no second round so soon
+    assert lead.stats["sync_rounds"] == rounds
+    sim.run(sim.now + lead.config.sync_interval)
+    assert lead.stats["sync_rounds"] == rounds + 1
 
 
 def joined_peer():

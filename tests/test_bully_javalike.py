@@ -108,6 +108,12 @@ def test_pelotari_peers_under_a_java_leader_stay_whole_then_elect_the_highest(fa
     high = max(a.id, b.id)
     assert sim.run_until(lambda: a.leader.id == b.leader.id == high, sim.now + 30)
     assert [e.me for e in sim.events(host(1) if a.id == high else host(2), NewLeader)] == [True]
+    # An election that searches every higher ID (VSP2P's leader never answers a NodeRequest,
+    # so the book is never known whole) does not run into the other peer's host limit.
+    assert a.stats["connections_refused_host_limit"] == b.stats[
+        "connections_refused_host_limit"] == 0
+    if family == "vsp2p":
+        assert a.stats["sends_paced"] + b.stats["sends_paced"] > 0
 
 
 def test_a_java_leaders_new_time_never_moves_a_clock_past_the_bound():

@@ -111,6 +111,13 @@ def test_leader_and_three_peers_ids_search_and_text(bully):
     # A search for an ID nobody has: not found; bad commands are one error line each.
     assert a.ask("search 24", "not_found", 5)["id"] == 24
     assert "not an ID" in a.ask("search x", "error")["message"]
+    # IDs past the seed's 25: no answer naming one would be believed, so none is asked for.
+    assert "within 1..25" in a.ask("search 100", "error")["message"]
+    # A leader's peers line names its members (it may have no neighbours at all).
+    members = leader.ask("peers", "peers")["members"]
+    assert sorted(m["id"] for m in members) == sorted(ids)
+    # An election while the leader lives ends with it, and says so.
+    assert a.ask("elect", "leader_kept", 5)["leader"]["id"] == 25
     assert "unknown command" in a.ask("frobnicate", "error")["message"]
     assert all(p.proc.poll() is None for p in (leader, a, b, c))
 

@@ -73,6 +73,9 @@ class Config:
     sync_gap: float = 0.001  # new times are sent this far apart
     lost_probe: float = 10.0  # a leader we lost (a partition, a crash) is asked this often...
     max_outgoing: int = 128  # our connections under way or open at once
+    # ... to one host: half what a pelotari receiver takes from a host (16), so a burst (an
+    # election's searches) waits its turn here instead of being refused there
+    max_outgoing_per_host: int = 8
     answer_burst: int = 16  # answers on new connections (IAmLeader, IAmFound) per source
     answer_rate: float = 4.0  # host: a token bucket
     max_answer_hosts: int = 256  # source hosts whose buckets are kept
@@ -123,6 +126,7 @@ class Config:
         for name in ("max_peers", "max_searches", "forward_burst", "max_own_searches",
                      "text_burst", "texts_per_destination", "max_queued_texts",
                      "sync_probes", "sync_parallel", "max_connections", "max_outgoing",
+                     "max_outgoing_per_host",
                      "answer_burst", "max_answer_hosts", "max_connections_per_host",
                      "max_ids_per_host", "max_book"):
             if getattr(self, name) < 1:
@@ -262,6 +266,13 @@ class NewLeader:
 
 
 @dataclass(frozen=True)
+class LeaderKept:
+    """An election ended with the leader we had."""
+
+    leader: Peer
+
+
+@dataclass(frozen=True)
 class SyncDone:
     """(Leader) a sync round ended: each clock's offset from ours (seconds), the average
     everybody was moved to, the clocks left out of it (outliers: still told their time), those
@@ -318,6 +329,7 @@ class _Conn:
     close_when_up: bool = False
     messages: int = 0  # whole messages received on it
     relay: tuple[int, Address] | None = None  # a forwarded search: (SearchID, the searcher)
+    search: int = 0  # our own search's SearchID, on a connection that carries it
     held: bool = False  # a member's heartbeat connection it half-closed: kept open
 
     def lingers(self) -> bool:
@@ -446,6 +458,8 @@ class BullyNode:
         self._answer_buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._text_buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._text_queue: dict[Address, deque[tuple[Peer, bytes]]] = {}  # texts waiting
+        # Connections not opened yet: their host has max_outgoing_per_host of ours already
+        self._waiting: OrderedDict[str, deque[_Conn]] = OrderedDict()
         self._no_shows: dict[int, float] = {}  # answered AreYouAlive, never led: until then
         self._last_asked_election = float("-inf")
         self._join_refused = False
@@ -605,12 +619,49 @@ class BullyNode:
             self.stats["dropped_truncated"] += 1
         self._lost(conn, now, reset=reset)
 
-    def _connect(self, address: Address, purpose: str, now: float, peer_id: int = 0) -> _Conn:
+    def _connect(self, address: Address, purpose: str, now: float, peer_id: int = 0,
+                 paced: bool = False) -> _Conn:
         conn = _Conn(next(self._ids), (address[0], int(address[1])), True, purpose, now,
                      Framer(self.config.max_text), peer_id=peer_id, last_message=now)
+        if paced and (address[0] in self._waiting or self._busy(address[0]) >=
+                      self.config.max_outgoing_per_host):
+            # Opened when one of ours to that host ends (handle_timer): written and closed
+            # as if it were open (its messages wait in conn.queued).
+            self._waiting.setdefault(address[0], deque()).append(conn)
+            self.stats["sends_paced"] += 1
+            return conn
         self._conns[conn.id] = conn
         self._actions.append(Connect(conn.id, conn.remote))
         return conn
+
+    def _busy(self, host: str) -> int:
+        return sum(1 for c in self._conns.values() if c.outgoing and c.remote[0] == host)
+
+    def _open_waiting(self, now: float) -> None:
+        """Paced connections whose host has room now are opened, oldest first."""
+        for host in list(self._waiting):
+            waiting, room = self._waiting[host], \
+                self.config.max_outgoing_per_host - self._busy(host)
+            while waiting and room > 0:
+                conn = waiting.popleft()
+                room -= 1
+                conn.opened = conn.last_message = now
+                s = self._searches.get(conn.search) if conn.search else None
+                if s is not None:  # its time counts from when it goes
+                    s.deadline = max(s.deadline, now + self.config.search_timeout)
+                self._conns[conn.id] = conn
+                self._actions.append(Connect(conn.id, conn.remote))
+            if not waiting:
+                del self._waiting[host]
+
+    def _room_waiting(self) -> float | None:
+        """When the oldest paced connection whose host has room was asked for (due now)."""
+        if not self._waiting:
+            return None
+        busy = Counter(c.remote[0] for c in self._conns.values() if c.outgoing)
+        due = [w[0].opened for h, w in self._waiting.items()
+               if busy[h] < self.config.max_outgoing_per_host]
+        return min(due) if due else None
 
     def _write(self, conn: _Conn, msg: Message, now: float) -> None:
         if not conn.up:
@@ -646,10 +697,18 @@ class BullyNode:
             # oldest makes room.
             self.stats["outgoing_lingering_closed"] += 1
             self._close(min(waiting, key=lambda c: c.last_message))
-        conn = self._connect(address, purpose, now, peer_id)
+        if sum(map(len, self._waiting.values())) >= self.config.max_outgoing:
+            self.stats["dropped_outgoing_limit"] += 1
+            return None
+        flood = purpose in ("search", "forward")  # bursts (an election searches ~20 IDs)
+        conn = self._connect(address, purpose, now, peer_id, paced=flood)
         self._write(conn, msg, now)
         if purpose == "send":
             self._close(conn, flush=True)
+        elif flood:
+            # Half-closed once written: a pelotari peer closes at the EOF (its slot, and ours,
+            # free at once); VSP2P's answer on this connection still reaches us.
+            conn.queued.append(_SHUTDOWN)
         return conn
 
     def _close(self, conn: _Conn, flush: bool = True) -> None:
@@ -1315,6 +1374,8 @@ class BullyNode:
             self._searches.pop(sid, None)
         if old is not None and old.address == new.address and old.id == new.id:
             self.leader = new
+            if e is not None:
+                self._events.append(LeaderKept(new))
             return
         if old is not None and old.id > new.id and old.id != self.id and old.port:
             # Replaced by a lower ID: it may only be cut off from us. Asked now and then.
@@ -1429,6 +1490,10 @@ class BullyNode:
         if e.phase == "backoff":
             self._ask_higher(now)
         elif e.phase == "asking":  # nobody higher answered: we lead
+            later = [self._searches[i].deadline for i in e.searches if i in self._searches]
+            if later and max(later) > now:  # searches still waiting their turn (paced)
+                e.deadline = max(later)
+                return
             self._become_leader(now, announce=True)
         else:  # a higher ID answered but never announced itself: again, without it
             self.election = None
@@ -1443,11 +1508,16 @@ class BullyNode:
         """Flood a NodeSearch for an ID; its search ID (a Found or NotFound event follows)."""
         if self.id == 0:
             raise NotJoined("not joined yet")
-        if not 1 <= destination_id <= 0xFFFF and not self._leader_is(destination_id):
-            raise ValueError("an ID is within 1..65535 (0: only a leader whose ID is 0)")
+        self._check_destination(destination_id)
         if destination_id == self.id:
             raise ValueError(f"{destination_id} is our own ID")
         return self._search(destination_id, now)
+
+    def _check_destination(self, peer_id: int) -> None:
+        if not self._valid_id(peer_id) and not self._leader_is(peer_id):
+            # (an answer naming another ID would not be believed)
+            raise ValueError(f"an ID is within 1..{self.config.max_id} (0: only a leader "
+                             "whose ID is 0)")
 
     def _leader_is(self, peer_id: int) -> bool:
         return self.leader is not None and self.leader.id == peer_id
@@ -1463,12 +1533,23 @@ class BullyNode:
         self._remember((self.id, sid), now)
         msg = Message(6, Peer(self.host, self.port), source_id=self.id, search_id=sid,
                       destination_id=destination)
-        targets = list(self.neighbours.values())
-        if self.leader is not None and not self.is_leader and \
-                self.leader.id not in self.neighbours:
-            targets.append(self.leader)
-        for p in targets:
-            self._send_to(p.address, msg, now, "search", p.id)  # kept a moment: see _on_found
+        targets = {p.id: p for p in self.neighbours.values()}
+        if self.leader is not None and not self.is_leader:
+            targets.setdefault(self.leader.id, self.leader)
+        if self.is_leader:
+            # A leader's neighbours need not link everybody (a founding leader has none); it
+            # knows every member, as when it forwards a search.
+            for i, m in self.members.items():
+                targets.setdefault(i, m.peer)
+        k = self.book.get(destination)
+        if k is not None:  # known: asked too (it answers if it lives there)
+            targets.setdefault(destination, k.peer)
+        for p in targets.values():
+            c = self._send_to(p.address, msg, now, "search", p.id)  # kept a moment: _on_found
+            if c is not None:
+                c.search = sid
+        if not targets:
+            self.stats["search_nobody_to_ask"] += 1
         return sid
 
     def text(self, destination_id: int, data: bytes, now: float) -> None:
@@ -1477,8 +1558,7 @@ class BullyNode:
             raise NotJoined("not joined yet")
         if destination_id == self.id:
             raise ValueError(f"{destination_id} is our own ID")
-        if not 1 <= destination_id <= 0xFFFF and not self._leader_is(destination_id):
-            raise ValueError("an ID is within 1..65535 (0: only a leader whose ID is 0)")
+        self._check_destination(destination_id)
         if len(data) > self.config.max_text:
             raise ValueError(f"a text is at most {self.config.max_text} bytes")
         k = self.book.get(destination_id)
@@ -1522,6 +1602,8 @@ class BullyNode:
         if self.sync is not None:
             return
         peers = {i: _SyncPeer(m.peer) for i, m in self.members.items()}
+        if self._next_sync is not None:  # the periodic round counts from this one
+            self._next_sync = now + self.config.sync_interval
         self.sync = _Sync(now + self.config.sync_timeout, peers)
         self.stats["sync_rounds"] += 1
         self._sync_next(now)
@@ -1681,6 +1763,7 @@ class BullyNode:
                        else c.last_message + (cfg.linger if c.lingers() else cfg.idle_timeout))
         if self._new_times:
             due.append(self._new_time_due)
+        due.append(self._room_waiting())
         due = [d for d in due if d is not None]
         return min(due) if due else None
 
@@ -1749,10 +1832,13 @@ class BullyNode:
                 self._lost(c, now, timed_out=True)
             elif c.up and now >= c.last_message + (cfg.linger if c.lingers()
                                                    else cfg.idle_timeout):
-                self.stats["connections_idle_closed"] += 1
+                self.stats["connections_linger_closed" if c.lingers()
+                           else "connections_idle_closed"] += 1
                 self._close(c)
                 self._conns.pop(c.id, None)
                 self._lost(c, now, idle=True)
+        if self._waiting:
+            self._open_waiting(now)
         # Last: what ran above may have just given us a leader to greet (_follow).
         if self._next_heartbeat is not None and now >= self._next_heartbeat and \
                 self.leader is not None and not self.is_leader:
@@ -1823,7 +1909,14 @@ class BullyNode:
                     self._sync_next(now)
             return
         if conn.outgoing and not conn.up and conn.peer_id:
-            # A peer we wrote to is gone: it is no neighbour of ours.
+            # A peer we wrote to is gone: it is no neighbour of ours, and, refused (nobody
+            # listens there), not where that ID lives (a neighbour refilled from the book
+            # would be it again).
+            k = self.book.get(conn.peer_id)
+            if not timed_out and k is not None and k.peer.address == conn.remote and not (
+                    self.leader is not None and self.leader.id == conn.peer_id):
+                del self.book[conn.peer_id]
+                self.stats["unreachable_forgotten"] += 1
             self._drop_neighbour(conn.peer_id, now)
 
     # ---- output -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pelotari.bully.wire import DEFAULT_PORT as PORT  # the wire table (no async
 SYNC_INTERVAL = 60.0  # Config.sync_interval's default (not imported here: --help stays fast)
 
 COMMANDS = """\
-peers            neighbours, every node known, and who leads
+peers            who leads, its members (leader) or neighbours, every node known
 search ID        find the node with that ID ("found" or "not found" follows)
 text ID MESSAGE  send MESSAGE (the rest of the line) to the node with that ID
 elect            start a bully election
@@ -89,6 +89,12 @@ def _node_options(fn):
                      help="No clock sync moves a clock further: a peer further off is left out "
                           "of the leader's round, and a new time from the leader that would "
                           "move ours further is refused (a wild or relative value)."),
+        click.option("--outlier-bound", type=FiniteRange(0, min_open=True), default=1.0,
+                     show_default=True, metavar="SECONDS",
+                     help="As leader, average only the clocks this close to its own; the "
+                          "others are told the time without pulling anybody. A clock that "
+                          "ticks in whole seconds (P2P-Client's) can pull the group by a third "
+                          "of a second a round at 1; 0.5 leaves it out."),
         click.option("--clock-offset", type=FiniteRange(-86400.0 * 366, 86400.0 * 366),
                      default=0.0, show_default=True,
                      metavar="SECONDS",
@@ -104,7 +110,7 @@ def _node_options(fn):
 
 
 def _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections,
-            max_correction):
+            max_correction, outlier_bound=1.0):
     from pelotari.bully.core import Config
 
     try:
@@ -112,7 +118,7 @@ def _config(heartbeat, peer_timeout, sync_interval, election_step, max_connectio
             heartbeat, peer_timeout,
             sync_interval=SYNC_INTERVAL if sync_interval is None else sync_interval,
             election_step=election_step, max_connections=max_connections,
-            max_correction=max_correction)
+            max_correction=max_correction, outlier_bound=outlier_bound)
     except ValueError as exc:
         text = str(exc)
         for name in ("peer_timeout", "heartbeat", "max_correction"):
@@ -149,9 +155,9 @@ Commands on stdin, one per line:
                                 "lowest first.")
 @_node_options
 def start(bind, node_id, heartbeat, peer_timeout, sync_interval, election_step,
-          max_connections, max_correction, clock_offset, as_json, metrics):
+          max_connections, max_correction, outlier_bound, clock_offset, as_json, metrics):
     config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections,
-                     max_correction)
+                     max_correction, outlier_bound)
     _serve(bind, None, node_id, config, clock_offset, as_json, metrics)
 
 
@@ -163,9 +169,9 @@ def start(bind, node_id, heartbeat, peer_timeout, sync_interval, election_step,
                    "one each: --bind 127.0.0.1:3334, ...")
 @_node_options
 def join(leader, bind, heartbeat, peer_timeout, sync_interval, election_step, max_connections,
-         max_correction, clock_offset, as_json, metrics):
+         max_correction, outlier_bound, clock_offset, as_json, metrics):
     config = _config(heartbeat, peer_timeout, sync_interval, election_step, max_connections,
-                     max_correction)
+                     max_correction, outlier_bound)
     _serve(bind, leader, None, config, clock_offset, as_json, metrics)
 
 
@@ -233,11 +239,17 @@ def _describe(ev, node):
         who = "this node" if ev.me else _name(ev.leader)
         return ("new_leader", f"new leader: {who} (ID {ev.leader.id})",
                 {"leader": _peer(ev.leader), "me": ev.me})
+    if isinstance(ev, c.LeaderKept):
+        return ("leader_kept", f"election over: {_name(ev.leader)} still leads",
+                {"leader": _peer(ev.leader)})
     if isinstance(ev, c.SyncDone):
-        offsets = " ".join(f"{i}:{v:+.6f}" for i, v in sorted(ev.offsets.items()))
+        # A clock left alone is not shown among the offsets (VSP2P's random times are not one)
+        offsets = " ".join(f"{i}:{v:+.6f}" for i, v in sorted(ev.offsets.items())
+                           if i not in ev.left_out)
         return ("sync_done",
-                (f"sync done: offsets (s, from the leader's clock) {offsets}; everybody moved "
-                 f"to {ev.average:+.6f}; outliers: {', '.join(map(str, ev.outliers)) or 'none'}; "
+                (f"sync done: offsets (s, from the leader's clock) {offsets}; the clocks "
+                 f"answering moved to {ev.average:+.6f} (outliers too; not those left alone); "
+                 f"outliers: {', '.join(map(str, ev.outliers)) or 'none'}; "
                  f"unanswered: {', '.join(map(str, ev.unanswered)) or 'none'}; left alone: "
                  f"{', '.join(f'{i} ({why})' for i, why in ev.left_out.items()) or 'none'}"),
                 {"offsets": {str(i): v for i, v in sorted(ev.offsets.items())},
@@ -261,7 +273,8 @@ def _peers_fields(node):
     core = node.core
     return {"id": core.id or None, "leader": _peer(core.leader) if core.leader else None,
             "is_leader": core.is_leader, "peers": [_peer(p) for p in core.peers()],
-            "known": [_peer(p) for p in core.known().values()]}
+            "known": [_peer(p) for p in core.known().values()],
+            "members": [_peer(m.peer) for _, m in sorted(core.members.items())]}
 
 
 async def _run(bind, leader, node_id, config, clock_offset, as_json, metrics=None):
@@ -344,8 +357,14 @@ async def _node(bind, leader, node_id, config, clock_offset, as_json, out, metri
                 me = f"ID {f['id']}" if f["id"] else "not joined yet"
                 lead = "this node" if f["is_leader"] else (
                     _name(node.core.leader) if node.core.leader else "none")
-                emit("peers", f"{me}; leader: {lead}; neighbours: "
-                             f"{_names(node.core.peers())}; known "
+                # (a leader's members, not its neighbours: Java members never ask for nodes,
+                # so a leader's neighbour list can be empty while it leads many)
+                near = (f"members ({len(node.core.members)}): "
+                        f"{_names(m.peer for _, m in sorted(node.core.members.items()))}"
+                        if f["is_leader"] else f"neighbours: {_names(node.core.peers())}")
+                if not f["is_leader"]:
+                    del f["members"]
+                emit("peers", f"{me}; leader: {lead}; {near}; known "
                              f"({len(f['known'])}): {_names(node.core.known().values())}", **f)
             elif name == "search" and len(words) == 2:
                 sid = node.search(_id(words[1]))
