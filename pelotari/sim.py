@@ -12,13 +12,17 @@ Nodes are known by their address, (host, port). A datagram to the simulator's br
 reaches every other node listening on that port (as `255.255.255.255` or a LAN's `x.y.z.255`
 would). Streams (`reliable=True` links) deliver in order and never lose: TCP's view.
 
-A core may instead speak TCP connections (the bully core's interface):
+A core may speak TCP connections (the bully core's interface), instead or as well:
 
     accept(remote, now, local) -> conn | None    connection_made(conn, local, now)
     data_received(conn, data, now)        connection_lost(conn, now)
     actions() -> [Connect(conn, address) | Send(conn, data) | Shutdown(conn) | Close(conn)]
     eof_received(conn, now) -> keep (optional: a half-close; without it, or False, the other
     end closes too)
+
+A node may be reached at more than its address (`add(..., also=[other addresses])`: a cluster
+member has a datagram port and a bully port): connections to those come to the same core,
+with `local` naming the address connected to.
 
 A connect takes one link delay there and one back; bytes on a connection arrive in order; a
 close reaches the other end after the bytes sent before it. kill() ends a process as a kernel
@@ -77,6 +81,10 @@ class SimNode:
     def streams(self) -> bool:
         return hasattr(self.core, "actions")
 
+    @property
+    def datagrams(self) -> bool:
+        return hasattr(self.core, "datagrams_to_send")
+
 
 class Simulator:
     """The network and the clock. Deterministic for a given seed and sequence of calls."""
@@ -89,6 +97,7 @@ class Simulator:
         self.default = default or LinkSpec()
         self.broadcast_host = broadcast_host
         self.nodes: dict[Address, SimNode] = {}
+        self._also: dict[Address, Address] = {}  # another address of a node -> its address
         self.links: dict[tuple[str, str], LinkSpec] = {}
         self.stats = Stats()
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
@@ -105,10 +114,13 @@ class Simulator:
     # ---- building ---------------------------------------------------------------------------
 
     def add(self, address: Address, make_core: Callable[[float], Any],
-            listens: tuple[int, ...] = ()) -> SimNode:
-        """Add a node: make_core(now) builds its core; it also hears broadcasts to `listens`."""
+            listens: tuple[int, ...] = (), also: tuple[Address, ...] = ()) -> SimNode:
+        """Add a node: make_core(now) builds its core; it also hears broadcasts to `listens`,
+        and connections to the addresses `also` reach it too."""
         node = SimNode(address, make_core(self.now), set(listens))
         self.nodes[address] = node
+        for a in also:
+            self._also[(a[0], int(a[1]))] = address
         self._pump(node)
         return node
 
@@ -138,7 +150,8 @@ class Simulator:
         node.crashed = node.killed = True
         for (a, conn), (b, other) in list(self._pairs.items()):
             if a == address:
-                del self._pairs[(a, conn)]
+                if self._pairs.pop((a, conn), None) is None:
+                    continue  # (its other end, on this node too: connected to itself)
                 self._pairs.pop((b, other), None)
                 self._dead_ends.add((b, other))
                 self._later(address, b, lambda b=b, o=other: self._lost(b, o))
@@ -148,7 +161,9 @@ class Simulator:
         node = self.nodes[address]
         node.crashed = node.killed = False
         for key in [k for k in self._pairs if k[0] == address]:
-            self._pairs.pop(self._pairs.pop(key), None)
+            other = self._pairs.pop(key, None)  # (gone already: connected to itself)
+            if other is not None:
+                self._pairs.pop(other, None)
         # The new core numbers its connections afresh: forget the old one's.
         self._closed = {k for k in self._closed if k[0] != address}
         self._stream_clock = {k: v for k, v in self._stream_clock.items() if k[0] != address}
@@ -204,7 +219,7 @@ class Simulator:
         if node.streams:
             for action in core.actions():
                 self._stream_action(node, action)
-        else:
+        if node.datagrams:
             for data, dst in core.datagrams_to_send():
                 self._send(node.address, (dst[0], int(dst[1])), bytes(data))
         while (ev := core.next_event()) is not None:
@@ -321,6 +336,8 @@ class Simulator:
             raise TypeError(f"unknown action {action!r}")
 
     def _syn(self, src: Address, conn: int, dst: Address) -> None:
+        local = dst
+        dst = self._also.get(dst, dst)
         target = self.nodes.get(dst)
         if not self._reachable(src[0], dst[0]) or (
                 target is not None and target.crashed and not target.killed):
@@ -331,7 +348,7 @@ class Simulator:
             self._later(dst, src, lambda: self._lost(src, conn))  # RST: refused
             return
         remote = (src[0], next(self._ephemeral))
-        theirs = target.core.accept(remote, self.now, dst)
+        theirs = target.core.accept(remote, self.now, local)
         self._pump(target)
         if theirs is None:
             self.stats.refused += 1

@@ -410,14 +410,15 @@ class BullyNode:
 
     def __init__(self, host: str, port: int, now: float, *, leader: Address | None = None,
                  node_id: int | None = None, config: Config | None = None,
-                 system: Callable[[], float] = time.time, clock_offset: float = 0.0):
+                 system: Callable[[], float] = time.time, clock_offset: float = 0.0,
+                 conn_base: int = 0):
         self.config = cfg = config or Config()
         self.host, self.port = host, port
         self.clock = clk.LogicalClock(now, system, clock_offset, cfg.max_slew, cfg.step_threshold)
         self.stats: Counter = Counter()  # drops by reason, and what happened
         self.sent: Counter = Counter()  # messages sent, by name
         self._conns: dict[int, _Conn] = {}
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(conn_base + 1)  # (a successor node numbers past ours)
         self._actions: list[object] = []
         self._events: deque[object] = deque()
         self.book: OrderedDict[int, _Known] = OrderedDict()  # peers by ID, least recent first
