@@ -241,6 +241,7 @@ class Node:
                 actions = core.actions()
                 for action in actions:
                     self._act(action)
+                self._send_datagrams()
                 ev = core.next_event()
                 if ev is not None:
                     deliver(self.on_event, ev, log)  # (a handler's bug must not stop the timer)
@@ -254,6 +255,9 @@ class Node:
         if not_before is not None and when is not None:
             when = max(when, self._now() + not_before)
         self._timer.arm(when)
+
+    def _send_datagrams(self) -> None:
+        """A core that also speaks datagrams (a subclass's) sends them here."""
 
     def _act(self, action) -> None:
         if isinstance(action, Send):

@@ -1,0 +1,99 @@
+"""The cluster member's asyncio adapter (pelotari.fyrehose.cluster_node) on real sockets on
+127.0.0.x: one active, a failover when it dies, stored state, no position issued twice."""
+import asyncio
+import json
+import random
+
+import pytest
+
+from pelotari.bully.node import BindError
+from pelotari.fyrehose.cluster import BecameActive, Config
+from pelotari.fyrehose.cluster_node import ClusterNode, MemoryPlane, StateFile
+
+HOSTS = ["127.0.0.61", "127.0.0.62", "127.0.0.63"]
+
+
+async def start_cluster(tmp_path, attempts=20):
+    """Three members on HOSTS, sharing one bully port and one cluster port (found free)."""
+    for _ in range(attempts):
+        bport = random.randrange(20000, 60000)
+        cport = bport + 1
+        nodes, events = [], {h: [] for h in HOSTS}
+        try:
+            for i, h in enumerate(HOSTS):
+                peers = [(o, cport) for o in HOSTS if o != h]
+                nodes.append(await ClusterNode.start(
+                    h, bport, cluster_port=cport, peers=peers, plane=MemoryPlane(),
+                    config=Config(cluster_size=3), state_path=str(tmp_path / f"{h}.json"),
+                    bully_leader=None if i == 0 else (HOSTS[0], bport),
+                    on_event=events[h].append))
+            return nodes, events
+        except BindError:
+            for n in nodes:
+                await n.close()
+    raise RuntimeError("no free port pair")
+
+
+async def wait_for(predicate, timeout):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
+
+
+def actives(nodes):
+    return [n for n in nodes if not n._closed and n.plane.until > 0 and
+            n.core.may_issue(n._now()) is not None]
+
+
+@pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)
+def test_a_killed_active_is_replaced_and_no_position_is_issued_twice(tmp_path):
+    async def main():
+        nodes, events = await start_cluster(tmp_path)
+        try:
+            assert await wait_for(lambda: len(actives(nodes)) == 1, 20)
+            issued = []
+
+            async def publish():
+                while True:
+                    for n in actives(nodes):
+                        issued.extend(n.plane.advance(20))
+                    await asyncio.sleep(0.002)
+            task = asyncio.create_task(publish())
+            assert await wait_for(lambda: len(issued) > 2000, 20)
+            (old,) = actives(nodes)
+            before = max(issued)
+            old.kill()
+            killed = asyncio.get_running_loop().time()
+            alive = [n for n in nodes if n is not old]
+            assert await wait_for(lambda: len(actives(alive)) == 1, 20)
+            print(f"failover {1000 * (asyncio.get_running_loop().time() - killed):.1f} ms")
+            (new,) = actives(alive)
+            (won,) = [e for e in events[new.host] if isinstance(e, BecameActive)]
+            assert won.first > before
+            count = len(issued)
+            assert await wait_for(lambda: len(issued) > count + 2000, 20)
+            task.cancel()
+            assert len(issued) == len(set(issued))  # no position twice
+            # The state each member stored says what it promised and confirmed.
+            stored = StateFile(str(tmp_path / f"{new.host}.json")).load()
+            assert stored.promised == won.epoch and stored.reserved >= max(issued)
+            other = next(n for n in alive if n is not new)
+            raw = json.loads((tmp_path / f"{other.host}.json").read_text())
+            assert raw["promised"] == won.epoch
+        finally:
+            for n in nodes:
+                await n.close()
+
+    asyncio.run(main())
+
+
+def test_a_broken_state_file_is_one_clear_error(tmp_path):
+    bad = tmp_path / "state.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not a cluster state file"):
+        StateFile(str(bad)).load()
+    assert StateFile(str(tmp_path / "none.json")).load() is None
