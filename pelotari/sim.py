@@ -325,6 +325,9 @@ class Simulator:
             other = self._pairs.get(key)
             if other is not None:
                 self._later(node.address, other[0], lambda: self._eof(key, other), ordered=key)
+        elif kind == "Continue":  # messages left unread: handled next, before more arrive
+            self.call_at(self.now, lambda: self._segment(
+                self._pairs.get(key, (node.address, 0))[0], key, b""))
         elif kind == "Close":
             self._closed.add(key)
             self._dead_ends.discard(key)

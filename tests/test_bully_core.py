@@ -8,6 +8,7 @@ from pelotari.bully.core import (
     Close,
     Config,
     Connect,
+    Continue,
     ElectionStarted,
     Found,
     Joined,
@@ -1007,3 +1008,87 @@ def test_texts_from_one_host_are_rate_bounded():
     while (e := n.next_event()) is not None:
         shown += isinstance(e, TextReceived)
     assert shown == n.config.text_burst and n.stats["dropped_text_rate"] == 200 - shown
+
+
+# ---- a stranger's review (issue 28): each finding's regression ------------------------------
+
+def test_a_host_whose_ports_never_read_holds_back_only_searches_to_itself():
+    n, hb = joined_peer()
+    stranger = "10.0.0.66"
+    for port in range(7000, 7004):  # four IDs on ports that accept and never read
+        n.neighbours[60 + port - 7000] = Peer(stranger, port, 0)
+    for k in range(60):  # our own searches, each to every neighbour
+        n.search(3 + k % 20, 0.01 + k * 0.001)
+    n.actions()
+    waiting = len(n._waiting.get(stranger, ()))
+    assert waiting == n.config.max_waiting_per_host and n.stats["dropped_paced_backlog"] > 0
+    # Nothing else waits behind them: an AreYouAlive to a real peer goes at once.
+    n._learn(Peer("10.0.0.2", 3333, 2), 0.1, first_hand=True)
+    n._send_to(("10.0.0.2", 3333), n._msg("AreYouAlive"), 0.1, "elect", 2)
+    assert any(isinstance(a, Connect) and a.address == ("10.0.0.2", 3333) for a in n.actions())
+    n.text(2, b"still goes", 0.1)
+    assert any(isinstance(a, Connect) and a.address == ("10.0.0.2", 3333) for a in n.actions())
+
+
+def test_one_host_naming_every_id_cannot_make_the_network_full():
+    lead = BullyNode(*LEADER, 0.0, config=FAST)
+    lead.actions()
+    for i in range(1, 25):  # a Text naming each ID, from one host: each a first-hand claim
+        c = lead.accept(("10.0.0.61", 50000 + i), 0.1)
+        lead.data_received(c, encode(Message(8, Peer("10.0.0.61", 7000 + i, i), data=b"x")),
+                           0.1)
+    joiner = lead.accept(("10.0.0.55", 40000), 0.2)
+    lead.data_received(joiner, encode(Message(1, Peer("10.0.0.55", 3333))), 0.2)
+    (answer,) = [a for a in lead.actions() if isinstance(a, Send) and a.conn == joiner]
+    assert wire.decode(answer.data).id != 0  # an ID, not "the network is full"
+
+
+def test_a_flood_on_one_connection_is_handled_a_read_at_a_time():
+    n = fresh()
+    c = n.accept(("10.0.0.7", 50000), 0.0)
+    one = encode(Message(6, Peer("10.0.0.7", 3333), source_id=7, search_id=1, destination_id=9))
+    n.data_received(c, one * 1000, 0.0)
+    assert n.stats["received_NodeSearch"] == n.config.max_messages_per_read
+    rounds = 1
+    while Continue(c) in n.actions():  # the adapter calls again, reading nothing meanwhile
+        n.data_received(c, b"", 0.0)
+        rounds += 1
+    assert n.stats["received_NodeSearch"] == 1000 and rounds == -(-1000 // 64)
+
+
+def test_a_request_on_our_own_connection_is_not_answered():
+    n, hb = joined_peer()
+    n.neighbours[2] = Peer("10.0.0.2", 3333, 2)
+    n.search(7, 0.01)
+    (conn,) = [a for a in n.actions() if isinstance(a, Connect) and a.address[0] == "10.0.0.2"]
+    n.connection_made(conn.conn, ("10.0.0.1", 41000), 0.02)
+    n.actions()
+    for tag in (3, 1, 11):  # NodeRequest, Entry, TellMeYourTime on our half-closed search
+        n.data_received(conn.conn, encode(Message(tag, Peer("10.0.0.2", 3333, 2))), 0.03)
+    assert not [a for a in n.actions() if isinstance(a, Send)]
+    assert n.stats["dropped_request_on_own_connection"] == 3
+
+
+def test_a_search_waiting_its_turn_is_not_given_up_before_it_goes():
+    n, hb = joined_peer()
+    n.neighbours[2] = Peer("10.0.0.2", 3333, 2)  # accepts, never closes: its slots stay taken
+    for dest in range(3, 23):
+        n.search(dest, 0.01)
+    for a in n.actions():
+        if isinstance(a, Connect):
+            n.connection_made(a.conn, ("10.0.0.1", 42000 + a.conn), 0.02)
+    n.handle_timer(0.01 + n.config.search_timeout + 0.001)
+    gone = [e for e in events_of(n) if isinstance(e, NotFound)]
+    waiting = {c.search for q in n._waiting.values() for c in q}
+    assert waiting and not {e.search_id for e in gone} & waiting
+
+
+def test_a_found_naming_an_id_we_know_elsewhere_is_not_believed():
+    n, hb = joined_peer()
+    n._learn(Peer("10.0.0.2", 3333, 2), 0.01, first_hand=True)
+    sid = n.search(2, 0.01)
+    n.actions()
+    c = n.accept(("10.0.0.62", 50000), 0.02)
+    n.data_received(c, encode(Message(7, Peer("10.0.0.62", 7000, 2), search_id=sid)), 0.02)
+    assert not [e for e in events_of(n) if isinstance(e, Found)]
+    assert n.stats["dropped_id_conflict"] == 1 and n.known()[2].address == ("10.0.0.2", 3333)

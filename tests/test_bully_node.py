@@ -267,6 +267,7 @@ def run(*args):
 @pytest.mark.parametrize("args,needle", [
     (["start", "--heartbeat", "61"], "at most 60"),
     (["join", "127.0.0.1", "--heartbeat", "0"], "--heartbeat"),
+    (["join", "127.0.0.1", "--heartbeat", "0.001"], "0.1<=x"),  # (1,000 connections a second)
     (["start", "--heartbeat", "5", "--peer-timeout", "4"], "peer-timeout must be longer"),
     (["start", "--id", "26"], "--id"),
     (["join", "127.0.0.1:notaport"], "bad port"),
@@ -580,3 +581,33 @@ async def wait_until(predicate, timeout=5.0):
             return
         await asyncio.sleep(0.01)
     raise AssertionError("timed out")
+
+
+def test_a_flooding_connection_is_read_a_piece_at_a_time_and_others_still_served():
+    """20,000 NodeSearch in one write: the node handles them max_messages_per_read at a time
+    (reading that connection paused meanwhile), every one counted, and answers another
+    connection's NodeRequest in between."""
+    async def scenario():
+        node = await Node.start("127.0.0.71", 0)
+        try:
+            one = wire.encode(Message(6, Peer("127.0.0.72", 3333), source_id=7, search_id=1,
+                                      destination_id=9))
+            _, flood = await asyncio.open_connection("127.0.0.71", node.port,
+                                                     local_addr=("127.0.0.72", 0))
+            flood.write(one * 20000)
+            reader, asker = await asyncio.open_connection("127.0.0.71", node.port,
+                                                          local_addr=("127.0.0.73", 0))
+            asker.write(wire.encode(Message(3, Peer("127.0.0.73", 3333, 5))))
+            answer = await asyncio.wait_for(reader.read(4096), 30)
+            assert answer and answer[0] == 4  # NodeResponse
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while node.core.stats["received_NodeSearch"] < 20000 and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            flood.close()
+            asker.close()
+            return node.core.stats["received_NodeSearch"]
+        finally:
+            await node.close()
+
+    assert asyncio.run(scenario()) == 20000

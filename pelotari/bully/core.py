@@ -76,6 +76,8 @@ class Config:
     # ... to one host: half what a pelotari receiver takes from a host (16), so a burst (an
     # election's searches) waits its turn here instead of being refused there
     max_outgoing_per_host: int = 8
+    max_waiting_per_host: int = 32  # ... and at most this many waiting their turn per host
+    max_messages_per_read: int = 64  # messages handled per data_received (then Continue)
     answer_burst: int = 16  # answers on new connections (IAmLeader, IAmFound) per source
     answer_rate: float = 4.0  # host: a token bucket
     max_answer_hosts: int = 256  # source hosts whose buckets are kept
@@ -126,7 +128,7 @@ class Config:
         for name in ("max_peers", "max_searches", "forward_burst", "max_own_searches",
                      "text_burst", "texts_per_destination", "max_queued_texts",
                      "sync_probes", "sync_parallel", "max_connections", "max_outgoing",
-                     "max_outgoing_per_host",
+                     "max_outgoing_per_host", "max_waiting_per_host", "max_messages_per_read",
                      "answer_burst", "max_answer_hosts", "max_connections_per_host",
                      "max_ids_per_host", "max_book"):
             if getattr(self, name) < 1:
@@ -167,6 +169,15 @@ class Close:
 @dataclass(frozen=True)
 class Shutdown:
     """Flush what was sent on conn, then half-close it (send EOF); it is still read."""
+
+    conn: int
+
+
+@dataclass(frozen=True)
+class Continue:
+    """conn holds whole messages not handled yet (max_messages_per_read): call
+    data_received(conn, b"", now) again soon, reading nothing more from it meanwhile (other
+    connections and timers go first: a flood on one connection cannot stall the node)."""
 
     conn: int
 
@@ -582,7 +593,7 @@ class BullyNode:
         if conn is None:
             return
         try:
-            messages = conn.framer.feed(data)
+            messages = conn.framer.feed(data, self.config.max_messages_per_read)
         except BullyError as e:
             self.stats[f"dropped_{e.reason}"] += 1
             self._close(conn)
@@ -599,6 +610,12 @@ class BullyNode:
             self._dispatch(conn, msg, now)
             if conn.id not in self._conns:
                 return
+        try:
+            more = conn.framer.ready
+        except BullyError:
+            more = True  # (the next call counts it and closes)
+        if more:
+            self._actions.append(Continue(conn.id))
 
     def eof_received(self, conn_id: int, now: float) -> bool:
         """The other end will send no more. True: keep our side open (a pelotari peer
@@ -698,10 +715,13 @@ class BullyNode:
             # oldest makes room.
             self.stats["outgoing_lingering_closed"] += 1
             self._close(min(waiting, key=lambda c: c.last_message))
-        if sum(map(len, self._waiting.values())) >= self.config.max_outgoing:
-            self.stats["dropped_outgoing_limit"] += 1
-            return None
         flood = purpose in ("search", "forward")  # bursts (an election searches ~20 IDs)
+        if flood and (len(self._waiting.get(address[0], ())) >= self.config.max_waiting_per_host
+                      or sum(map(len, self._waiting.values())) >= self.config.max_outgoing):
+            # A host that does not take them as fast as they come (or a stranger's ports
+            # that never read) holds back only searches to itself: nothing else waits here.
+            self.stats["dropped_paced_backlog"] += 1
+            return None
         conn = self._connect(address, purpose, now, peer_id, paced=flood)
         self._write(conn, msg, now)
         if purpose == "send":
@@ -726,6 +746,13 @@ class BullyNode:
 
     def _dispatch(self, conn: _Conn, msg: Message, now: float) -> None:
         tag = msg.tag
+        if conn.outgoing and (tag in (1, 3, 6, 8, 11, 13) or (
+                tag == 9 and conn.purpose not in ("elect", "lostprobe"))):
+            # Our own connections carry answers (2, 4, 5, 7, 10, 12, peerbox's echoed 9): a
+            # request on one is not answered (it would make us send more than we were sent,
+            # on a connection we may have half-closed).
+            self.stats["dropped_request_on_own_connection"] += 1
+            return
         if tag == 9 and msg.peer.port == self.port and msg.peer.id == self.id and self.id != 0:
             self._are_you_alive_naming_us(conn, now)
             return
@@ -842,10 +869,17 @@ class BullyNode:
                 return i  # a dropped peer joining again gets its own ID back
         # Never an ID its holder may still use: a member's, a dropped peer's (quarantined), or
         # one we heard first-hand lately (a peer that joined another leader).
+        # (Claims heard first-hand count at most max_ids_per_host per host: one host naming
+        # every ID in Texts would otherwise make the network full.)
+        claims: dict[str, list[int]] = {}
+        for i, k in reversed(self.book.items()):
+            if k.first_hand and now - k.heard < self.config.peer_timeout:
+                mine = claims.setdefault(k.peer.host, [])
+                if len(mine) < self.config.max_ids_per_host:
+                    mine.append(i)
         taken = set(self.members) | {self.id} | {
             i for i in list(self._quarantine) if self._quarantined(i, address, now)} | {
-            i for i, k in self.book.items()
-            if k.first_hand and now - k.heard < self.config.peer_timeout}
+            i for ids in claims.values() for i in ids}
         # IDs below ours first, so the leader stays the highest (as bully wants).
         for candidate in list(range(1, self.id)) + list(range(self.id + 1,
                                                               self.config.max_id + 1)):
@@ -1077,6 +1111,13 @@ class BullyNode:
                 k.peer.host for k in self.book.values()} | (
                 {self.leader.host} if self.leader is not None else set())):
             self.stats["dropped_unexpected"] += 1
+            return
+        k = self.book.get(msg.peer.id)
+        if k is not None and k.peer.address != msg.peer.address and k.first_hand and \
+                now - k.heard < self.config.peer_timeout:
+            # That ID lives elsewhere (we heard it there first-hand, lately): the answer is
+            # not believed (search IDs are easy to guess).
+            self.stats["dropped_id_conflict"] += 1
             return
         del self._searches[msg.search_id]
         self._learn(msg.peer, now, first_hand=not relayed)
@@ -1793,8 +1834,13 @@ class BullyNode:
             self._election_timer(now)
         if self._next_lost_probe is not None and now >= self._next_lost_probe:
             self._probe_lost(now)
+        if self._waiting:
+            self._open_waiting(now)
+        waiting = {c.search for q in self._waiting.values() for c in q if c.search}
         for sid, s in list(self._searches.items()):
-            if now >= s.deadline:
+            if now >= s.deadline and sid in waiting:
+                s.deadline = now + cfg.search_timeout  # not gone yet: it counts from then
+            elif now >= s.deadline:
                 del self._searches[sid]
                 if s.for_election:
                     if self.election is not None:

@@ -26,7 +26,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from pelotari.adapter import CoreTimer, deliver
-from pelotari.bully.core import Address, BullyNode, Close, Config, Connect, Send, Shutdown
+from pelotari.bully.core import (Address, BullyNode, Close, Config, Connect, Continue, Send,
+                                 Shutdown)
 from pelotari.bully.wire import DEFAULT_PORT
 
 log = logging.getLogger("pelotari.bully")
@@ -67,6 +68,7 @@ class _Stream(asyncio.Protocol):
         self.conn = conn
         self.transport: asyncio.Transport | None = None
         self.detached = False  # the core is done with it (closed, refused, aborted)
+        self.shut = False  # our side half-closed: nothing more is written
 
     def connection_made(self, transport):
         self.transport = transport
@@ -119,6 +121,7 @@ class Node:
         self._held: dict[int, list[bytes]] = {}  # bytes sent before the connection was up
         self._timer = CoreTimer(self._loop, self._on_timer, self._offset, lazy=True)
         self._flushing: set[_Stream] = set()  # closed by the core, still writing
+        self._paused: set[int] = set()  # connections with messages the core has not handled
         self._pumping = False
         self._closed = False
 
@@ -262,7 +265,9 @@ class Node:
     def _act(self, action) -> None:
         if isinstance(action, Send):
             stream = self._streams.get(action.conn)
-            if stream is not None:
+            if stream is not None and stream.shut:
+                self.stats["sends_after_shutdown"] += 1  # (the core should not: counted)
+            elif stream is not None:
                 stream.transport.write(action.data)
                 if stream.transport.get_write_buffer_size() > self.write_limit:
                     self._overflow(action.conn, stream=stream)
@@ -276,8 +281,15 @@ class Node:
             self._pending[action.conn] = task
         elif isinstance(action, Shutdown):
             stream = self._streams.get(action.conn)
-            if stream is not None and stream.transport.can_write_eof():
+            if stream is not None and not stream.shut and stream.transport.can_write_eof():
+                stream.shut = True
                 stream.transport.write_eof()  # after what was written
+        elif isinstance(action, Continue):
+            stream = self._streams.get(action.conn)
+            if stream is not None and action.conn not in self._paused:
+                self._paused.add(action.conn)
+                stream.transport.pause_reading()
+                self._loop.call_soon(self._continue, stream)
         elif isinstance(action, Close):
             stream = self._streams.pop(action.conn, None)
             if stream is not None:
@@ -395,6 +407,19 @@ class Node:
             self.core.data_received(stream.conn, data, self._now())
         finally:
             self._process_events()
+
+    def _continue(self, stream: _Stream) -> None:
+        """The core's held messages, a read's worth at a time (other work runs between)."""
+        self._paused.discard(stream.conn)
+        if self._closed or self._streams.get(stream.conn) is not stream:
+            return
+        try:
+            self.core.data_received(stream.conn, b"", self._now())
+        finally:
+            self._process_events()
+        if stream.conn not in self._paused and self._streams.get(stream.conn) is stream \
+                and not stream.transport.is_closing():
+            stream.transport.resume_reading()
 
     def _eof(self, stream: _Stream) -> bool:
         if self._closed or self._streams.get(stream.conn) is not stream:

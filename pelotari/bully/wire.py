@@ -255,16 +255,28 @@ class Framer:
         """Bytes of an incomplete message held."""
         return len(self._buf)
 
-    def feed(self, data) -> List[Message]:
-        """Messages completed by data, in order."""
+    def feed(self, data, limit: int | None = None) -> List[Message]:
+        """Messages completed by data, in order: at most `limit` (the rest stay held: feed
+        b"" for them; `ready` says whether one is)."""
         self._buf += data
         out = []
-        while True:
-            size = message_size(self._buf, self.max_text)
-            if size is None or len(self._buf) < size:
-                return out
-            out.append(_parse(bytes(self._buf[:size])))
-            del self._buf[:size]
+        at, buf = 0, self._buf
+        try:
+            while limit is None or len(out) < limit:
+                size = message_size(buf[at:at + 64], self.max_text)  # (every header fits)
+                if size is None or len(buf) - at < size:
+                    break
+                out.append(_parse(bytes(buf[at:at + size])))
+                at += size
+        finally:
+            del buf[:at]  # once: a read of many small messages is not quadratic
+        return out
+
+    @property
+    def ready(self) -> bool:
+        """Whether a whole message is held (feed(b"") returns it)."""
+        size = message_size(self._buf, self.max_text)
+        return size is not None and len(self._buf) >= size
 
 
 def entry(host: str, port: int) -> Message:

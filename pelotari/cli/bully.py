@@ -64,9 +64,11 @@ def _heartbeat(ctx, param, value):
 
 def _node_options(fn):
     options = [
-        click.option("--heartbeat", type=FiniteRange(0, min_open=True), default=5.0,
+        click.option("--heartbeat", type=FiniteRange(0.1), default=5.0,
                      show_default=True, callback=_heartbeat, metavar="SECONDS",
-                     help="Seconds between heartbeats to the leader (at most 60)."),
+                     help="Seconds between heartbeats to the leader (0.1 to 60; each opens "
+                          "two connections: leaders that never close one, as peerbox and VSP2P "
+                          "do, keep them all: 20 is peerbox's own)."),
         click.option("--peer-timeout", type=FiniteRange(0, min_open=True), default=None,
                      metavar="SECONDS",
                      help="As leader, drop a peer whose heartbeat stopped this long ago. Keep it "
