@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Cython codec for the six fyrehose packet types (big-endian, byte-exact to the seed).
+"""Cython codec for the fyrehose packet types: the seed's six and the backbone-cluster
+extension's QUERY and INFO (big-endian, byte-exact to the seed and to docs/protocols/fyrehose.md).
 
 Buffers other than bytes (read) and bytearray (written) are held as typed memoryviews
 (`const uint8_t[::1]`), released when they go out of scope; bytes and bytearray are read in place,
@@ -12,13 +13,14 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from fastpath.wire cimport get_u16, get_u32, get_u48, put_u16, put_u32, put_u48, ReadBuffer, rb_at
+from fastpath.wire cimport (get_u16, get_u32, get_u48, get_u64, put_u16, put_u32, put_u48,
+                            put_u64, ReadBuffer, rb_at)
 
 import socket
 
 from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, OversizePacket,
                              TruncatedPacket, UnknownPacketType)
-from fastpath.packets import Deliver, Forward, Keepalive, KeepaliveAck, Push, Request
+from fastpath.packets import Deliver, Forward, Info, Keepalive, KeepaliveAck, Push, Query, Request
 from fastpath.packets import DEFAULT_PACK_LIMIT as _PY_DEFAULT_PACK_LIMIT
 from fastpath.packets import FIXED_SIZES as _PY_FIXED_SIZES
 
@@ -55,6 +57,8 @@ cdef int classify(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) noexcept 
         return -FAULT_LENGTH_MISMATCH
     if ((ptype == T_REQUEST or ptype == T_FORWARD)
             and get_u48(p + OFF_FROM_SEQ) > get_u48(p + OFF_TO_SEQ)):
+        return -FAULT_INVALID_FIELD
+    if ptype == T_INFO and p[OFF_INFO_COUNT] > MAX_MEMBERS:
         return -FAULT_INVALID_FIELD
     return ptype
 
@@ -97,6 +101,8 @@ cdef int raise_fault(int fault, const uint8_t* p, Py_ssize_t n, Py_ssize_t max_d
         raise LengthMismatch(f"0x{p[0]:x} packet is fixed-size; datagram has {n} bytes")
     if fault == FAULT_UNKNOWN_TYPE:
         raise UnknownPacketType(f"unknown packet type 0x{p[0]:02x}")
+    if fault == FAULT_INVALID_FIELD and p[0] == T_INFO:
+        raise InvalidField(f"COUNT {p[OFF_INFO_COUNT]} is more than the {MAX_MEMBERS} member slots")
     if fault == FAULT_INVALID_FIELD:
         raise InvalidField(
             f"FROM_SEQ {get_u48(p + OFF_FROM_SEQ)} is after TO_SEQ {get_u48(p + OFF_TO_SEQ)}")
@@ -140,6 +146,18 @@ cdef uint16_t _port(value) except? 0xffff:
     if not 0 <= value <= 0xffff:
         raise InvalidField(f"PORT {value} is outside 0..65535")
     return <uint16_t>value
+
+
+cdef uint64_t _u64(value, str field) except? 0xffffffffffffffff:
+    if not 0 <= value <= 0xffffffffffffffff:
+        raise InvalidField(f"{field} {value} does not fit in 64 bits")
+    return <uint64_t>value
+
+
+cdef uint8_t _u8(value, str field) except? 0xff:
+    if not 0 <= value <= 0xff:
+        raise InvalidField(f"{field} {value} does not fit in 8 bits")
+    return <uint8_t>value
 
 
 @cython.final
@@ -312,6 +330,71 @@ def encode_keepalive_ack(token):
     return bytes(out)
 
 
+def encode_query_into(buf, Py_ssize_t offset, token):
+    """Write a QUERY (cluster extension; PADDING zeroed) into buf at offset; return its size."""
+    cdef uint8_t t[TOKEN_SIZE]
+    _copy_token(token, t)
+    cdef _Writer w = _Writer(buf, offset, QUERY_SIZE)
+    memset(w.out, 0, QUERY_SIZE)
+    w.out[0] = T_QUERY
+    memcpy(w.out + OFF_QUERY_TOKEN, t, TOKEN_SIZE)
+    return QUERY_SIZE
+
+
+def encode_query(token):
+    """Return a QUERY datagram (cluster extension): 64 bytes, PADDING zeroed."""
+    out = bytearray(QUERY_SIZE)
+    encode_query_into(out, 0, token)
+    return bytes(out)
+
+
+def encode_info_into(buf, Py_ssize_t offset, token, epoch, addr, port, flags, members=()):
+    """Write an INFO (cluster extension; `members` ((addr, port), ...), at most 5; unused slots
+    and PADDING zeroed) into buf at offset; return its size."""
+    cdef uint8_t t[TOKEN_SIZE]
+    cdef uint8_t slots[MAX_MEMBERS * MEMBER_SIZE]
+    cdef uint64_t e
+    cdef uint32_t a
+    cdef uint16_t pt
+    cdef uint8_t fl, count
+    cdef Py_ssize_t k
+    _copy_token(token, t)
+    e = _u64(epoch, "EPOCH")
+    a = _addr_u32(addr)
+    pt = _port(port)
+    fl = _u8(flags, "FLAGS")
+    members = tuple(members)
+    if len(members) > MAX_MEMBERS:
+        raise InvalidField(f"INFO lists at most {MAX_MEMBERS} members, got {len(members)}")
+    count = <uint8_t>len(members)
+    memset(slots, 0, MAX_MEMBERS * MEMBER_SIZE)
+    for k, member in enumerate(members):
+        try:
+            member_addr, member_port = member
+        except (TypeError, ValueError):
+            raise InvalidField(f"a member is (addr, port), not {member!r}") from None
+        put_u32(slots + k * MEMBER_SIZE, _addr_u32(member_addr))
+        put_u16(slots + k * MEMBER_SIZE + 4, _port(member_port))
+    cdef _Writer w = _Writer(buf, offset, INFO_SIZE)
+    w.out[0] = T_INFO
+    memcpy(w.out + OFF_INFO_TOKEN, t, TOKEN_SIZE)
+    put_u64(w.out + OFF_INFO_EPOCH, e)
+    put_u32(w.out + OFF_INFO_ADDR, a)
+    put_u16(w.out + OFF_INFO_PORT, pt)
+    w.out[OFF_INFO_FLAGS] = fl
+    w.out[OFF_INFO_COUNT] = count
+    memcpy(w.out + OFF_INFO_MEMBERS, slots, MAX_MEMBERS * MEMBER_SIZE)
+    memset(w.out + OFF_INFO_PADDING, 0, INFO_SIZE - OFF_INFO_PADDING)
+    return INFO_SIZE
+
+
+def encode_info(token, epoch, addr, port, flags, members=()):
+    """Return an INFO datagram (cluster extension): 64 bytes, whatever the member count."""
+    out = bytearray(INFO_SIZE)
+    encode_info_into(out, 0, token, epoch, addr, port, flags, members)
+    return bytes(out)
+
+
 def encode(packet, Py_ssize_t max_data=MAX_DATA):
     """Encode any decoded packet back to its datagram."""
     cls = type(packet)
@@ -327,6 +410,11 @@ def encode(packet, Py_ssize_t max_data=MAX_DATA):
         return encode_keepalive(packet.addr, packet.port, packet.flags, packet.token)
     if cls is KeepaliveAck:
         return encode_keepalive_ack(packet.token)
+    if cls is Query:
+        return encode_query(packet.token)
+    if cls is Info:
+        return encode_info(packet.token, packet.epoch, packet.addr, packet.port, packet.flags,
+                           packet.members)
     raise TypeError(f"not a fyrehose packet: {packet!r}")
 
 
@@ -372,9 +460,29 @@ def decode(data, Py_ssize_t max_data=MAX_DATA):
             get_u48(rb_at(&rb, OFF_FLAGS, 6)),
             PyBytes_FromStringAndSize(<const char*>rb_at(&rb, OFF_KEEPALIVE_TOKEN, TOKEN_SIZE),
                                       TOKEN_SIZE)))
+    if rc == T_QUERY:
+        return tuple.__new__(Query, (
+            PyBytes_FromStringAndSize(<const char*>rb_at(&rb, OFF_QUERY_TOKEN, TOKEN_SIZE),
+                                      TOKEN_SIZE),))
+    if rc == T_INFO:
+        return _decode_info(&rb)
     return tuple.__new__(KeepaliveAck, (
         PyBytes_FromStringAndSize(<const char*>rb_at(&rb, OFF_KEEPALIVE_ACK_TOKEN, TOKEN_SIZE),
                                   TOKEN_SIZE),))
+
+
+cdef object _decode_info(const ReadBuffer* rb):
+    """An INFO that classify() accepted: COUNT member slots read, the rest ignored."""
+    cdef Py_ssize_t k, count = rb_at(rb, OFF_INFO_COUNT, 1)[0]
+    cdef const uint8_t* slot
+    members = []
+    for k in range(count):
+        slot = rb_at(rb, OFF_INFO_MEMBERS + k * MEMBER_SIZE, MEMBER_SIZE)
+        members.append((_addr_str(get_u32(slot)), get_u16(slot + 4)))
+    return tuple.__new__(Info, (
+        PyBytes_FromStringAndSize(<const char*>rb_at(rb, OFF_INFO_TOKEN, TOKEN_SIZE), TOKEN_SIZE),
+        get_u64(rb_at(rb, OFF_INFO_EPOCH, 8)), _addr_str(get_u32(rb_at(rb, OFF_INFO_ADDR, 4))),
+        get_u16(rb_at(rb, OFF_INFO_PORT, 2)), rb_at(rb, OFF_INFO_FLAGS, 1)[0], tuple(members)))
 
 
 cdef Py_ssize_t _frame_count(const uint8_t* p, Py_ssize_t n, Py_ssize_t max_data) except -1:

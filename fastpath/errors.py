@@ -20,7 +20,7 @@ class LengthMismatch(CodecError):
 
 
 class UnknownPacketType(CodecError):
-    """The first byte is not one of the six packet types."""
+    """The first byte is not a packet type of the wire table (fastpath/packets.py)."""
 
     reason = "unknown_type"
 
@@ -32,7 +32,7 @@ class OversizePacket(CodecError):
 
 
 class InvalidField(CodecError):
-    """A field value outside its range (FROM_SEQ > TO_SEQ, port > 65535, ...)."""
+    """A field value outside its range (FROM_SEQ > TO_SEQ, port > 65535, INFO COUNT > 5, ...)."""
 
     reason = "invalid_field"
 

@@ -9,6 +9,8 @@ cdef enum:
     T_FORWARD = 0x08
     T_KEEPALIVE = 0x10
     T_KEEPALIVE_ACK = 0x20
+    T_QUERY = 0x40
+    T_INFO = 0x80
 
 # sizes and limits
 cdef enum:
@@ -19,6 +21,10 @@ cdef enum:
     TOKEN_SIZE = 16
     MAX_DATA = 65498
     MAX_DATAGRAM = 65507
+    QUERY_SIZE = 64
+    INFO_SIZE = 64
+    MEMBER_SIZE = 6
+    MAX_MEMBERS = 5
 
 # field offsets
 cdef enum:
@@ -32,6 +38,16 @@ cdef enum:
     OFF_FLAGS = 7
     OFF_KEEPALIVE_TOKEN = 13
     OFF_KEEPALIVE_ACK_TOKEN = 1
+    OFF_QUERY_TOKEN = 1
+    OFF_QUERY_PADDING = 17
+    OFF_INFO_TOKEN = 1
+    OFF_INFO_EPOCH = 17
+    OFF_INFO_ADDR = 25
+    OFF_INFO_PORT = 29
+    OFF_INFO_FLAGS = 31
+    OFF_INFO_COUNT = 32
+    OFF_INFO_MEMBERS = 33
+    OFF_INFO_PADDING = 63
 
 # KEEPALIVE FLAGS and the packing extension
 cdef enum:
@@ -41,6 +57,12 @@ cdef enum:
     PACK_LIMIT_SHIFT = 16
     DEFAULT_PACK_LIMIT = 1472
     DEFAULT_PORT = 2323
+
+# the backbone-cluster extension: KEEPALIVE's CLUSTER, INFO FLAGS
+cdef enum:
+    F_CLUSTER = 8
+    F_INFO_NO_QUORUM = 1
+    F_INFO_ACTIVE = 2
 
 # backbone drop reasons (drops[] indexes)
 cdef enum:

@@ -15,6 +15,11 @@ REQUEST = 0x04
 FORWARD = 0x08
 KEEPALIVE = 0x10
 KEEPALIVE_ACK = 0x20
+# Backbone-cluster extension (opt-in; docs/protocols/fyrehose.md): a client asks any cluster
+# member for the cluster's state (QUERY) and is told (INFO). A backbone without --cluster never
+# sends them and counts a received one as unexpected_type.
+QUERY = 0x40
+INFO = 0x80
 
 
 class PacketType(NamedTuple):
@@ -24,6 +29,7 @@ class PacketType(NamedTuple):
     name: str
     layout: Tuple[Tuple[str, int], ...]  # (field, bytes), big-endian, in wire order
     data: bool = False  # DATA (LENGTH bytes) follows the layout
+    extension: bool = False  # not the seed's: an opt-in extension's (plain seed peers never send it)
 
     @property
     def size(self) -> int:
@@ -48,6 +54,10 @@ TABLE: Tuple[PacketType, ...] = (
     PacketType(FORWARD, "FORWARD", _RANGE),
     PacketType(KEEPALIVE, "KEEPALIVE", (("addr", 4), ("port", 2), ("flags", 6), ("token", 16))),
     PacketType(KEEPALIVE_ACK, "KEEPALIVE-ACK", (("token", 16),)),
+    # Both exactly 64 bytes: an INFO answering a QUERY is never larger than it (anti-amplification).
+    PacketType(QUERY, "QUERY", (("token", 16), ("padding", 47)), extension=True),
+    PacketType(INFO, "INFO", (("token", 16), ("epoch", 8), ("addr", 4), ("port", 2), ("flags", 1),
+                              ("count", 1), ("members", 30), ("padding", 1)), extension=True),
 )
 BY_CODE = {t.code: t for t in TABLE}
 PACKET_TYPES = tuple(BY_CODE)
@@ -61,7 +71,9 @@ NOJOURNAL = 0x2
 # Packing extension (docs/protocols/fyrehose.md): 0x4 says "send me packed DELIVERs", and bits
 # 16..31 carry the largest packed datagram the client accepts (0 = DEFAULT_PACK_LIMIT).
 PACKED = 0x4
-FLAG_NAMES = ("NOSUBSCRIBE", "NOJOURNAL", "PACKED")  # bit 0, 1, 2
+# Backbone-cluster extension: "this client follows a cluster" (a reserved bit a seed backbone ignores).
+CLUSTER = 0x8
+FLAG_NAMES = ("NOSUBSCRIBE", "NOJOURNAL", "PACKED", "CLUSTER")  # bit 0, 1, 2, 3
 PACK_LIMIT_SHIFT = 16
 DEFAULT_PACK_LIMIT = 1472  # a 1,500-byte Ethernet MTU minus the IPv4 and UDP headers
 
@@ -70,6 +82,17 @@ RANGE_SIZE = BY_CODE[REQUEST].size  # 19: type(1) ADDR(4) PORT(2) FROM_SEQ(6) TO
 KEEPALIVE_SIZE = BY_CODE[KEEPALIVE].size  # 29: type(1) ADDR(4) PORT(2) FLAGS(6) TOKEN(16)
 KEEPALIVE_ACK_SIZE = BY_CODE[KEEPALIVE_ACK].size  # 17: type(1) TOKEN(16)
 TOKEN_SIZE = dict(BY_CODE[KEEPALIVE_ACK].layout)["token"]
+QUERY_SIZE = BY_CODE[QUERY].size  # 64: type(1) TOKEN(16) PADDING(47)
+INFO_SIZE = BY_CODE[INFO].size  # 64: type(1) TOKEN(16) EPOCH(8) ADDR(4) PORT(2) FLAGS(1) COUNT(1)
+#                                      MEMBERS(30) PADDING(1)
+MEMBER_SIZE = 6  # one INFO member slot: addr(4) port(2)
+MAX_MEMBERS = dict(BY_CODE[INFO].layout)["members"] // MEMBER_SIZE  # 5 slots; COUNT > 5 is invalid
+# INFO FLAGS: the sender's side has no active (no quorum); the sender is the active. Other bits
+# are reserved: sent as 0, ignored on receipt.
+INFO_NO_QUORUM = 0x1
+INFO_ACTIVE = 0x2
+INFO_FLAG_NAMES = ("NO_QUORUM", "ACTIVE")  # bit 0, 1
+MAX_EPOCH = (1 << 64) - 1
 
 # 65,535 (IPv4 total length) - 20 (IP header) - 8 (UDP header) = 65,507 bytes of UDP payload,
 # minus the 9-byte header. The seed's 65,526 does not fit an IPv4 datagram.
@@ -81,17 +104,24 @@ MAX_FLAGS = (1 << 48) - 1
 
 
 def _offsets():
-    """OFF_<FIELD> for a field at one offset in every layout naming it, else OFF_<TYPE>_<FIELD>."""
+    """OFF_<FIELD> for a field at one offset in every seed layout naming it, else
+    OFF_<TYPE>_<FIELD>; an extension's fields are always OFF_<TYPE>_<FIELD>, so adding one never
+    renames a seed constant (INFO's ADDR is OFF_INFO_ADDR; OFF_ADDR stays the seed types')."""
     seen = {}
     for t in TABLE:
-        for field, _ in t.layout:
-            seen.setdefault(field, {})[t.name.replace("-", "_")] = t.offset(field)
+        if not t.extension:
+            for field, _ in t.layout:
+                seen.setdefault(field, {})[t.name.replace("-", "_")] = t.offset(field)
     out = {}
     for field, at in seen.items():
         if len(set(at.values())) == 1:
             out[f"OFF_{field.upper()}"] = next(iter(at.values()))
         else:
             out.update((f"OFF_{name}_{field.upper()}", o) for name, o in at.items())
+    for t in TABLE:
+        if t.extension:
+            out.update((f"OFF_{t.name.replace('-', '_')}_{field.upper()}", t.offset(field))
+                       for field, _ in t.layout)
     return out
 
 
@@ -103,7 +133,8 @@ OFFSETS = _offsets()  # e.g. OFF_SEQUENCE = 3, OFF_KEEPALIVE_TOKEN = 13
 # returns (codec.pxd FAULT_*), so a fault indexes the counters directly.
 DROP_REASONS = (
     "truncated", "length_mismatch", "unknown_type", "oversize", "invalid_field",
-    "unexpected_type",         # a type the backbone never receives (DELIVER, FORWARD, ACK)
+    "unexpected_type",         # a type the backbone never receives (DELIVER, FORWARD, ACK, INFO;
+                               # QUERY at a backbone that is no cluster member)
     "foreign_address",         # KEEPALIVE/REQUEST naming an address:port other than its source
     "request_too_large",       # REQUEST of more than max_request_range sequences
     "no_journal_peer",         # REQUEST with no live journaling subscriber to FORWARD to
@@ -123,12 +154,15 @@ def cython_constants() -> str:
         ("packet types", [(f"T_{t.name.replace('-', '_')}", f"0x{t.code:02x}") for t in TABLE]),
         ("sizes and limits", [(n, globals()[n]) for n in (
             "HEADER_SIZE", "RANGE_SIZE", "KEEPALIVE_SIZE", "KEEPALIVE_ACK_SIZE", "TOKEN_SIZE",
-            "MAX_DATA", "MAX_DATAGRAM")]),
+            "MAX_DATA", "MAX_DATAGRAM", "QUERY_SIZE", "INFO_SIZE", "MEMBER_SIZE", "MAX_MEMBERS")]),
         ("field offsets", list(OFFSETS.items())),
         ("KEEPALIVE FLAGS and the packing extension", [
             ("F_NOSUBSCRIBE", NOSUBSCRIBE), ("F_NOJOURNAL", NOJOURNAL), ("F_PACKED", PACKED),
             ("PACK_LIMIT_SHIFT", PACK_LIMIT_SHIFT), ("DEFAULT_PACK_LIMIT", DEFAULT_PACK_LIMIT),
             ("DEFAULT_PORT", DEFAULT_PORT)]),
+        ("the backbone-cluster extension: KEEPALIVE's CLUSTER, INFO FLAGS", [
+            ("F_CLUSTER", CLUSTER), ("F_INFO_NO_QUORUM", INFO_NO_QUORUM),
+            ("F_INFO_ACTIVE", INFO_ACTIVE)]),
         ("backbone drop reasons (drops[] indexes)",
          [(f"DROP_{name.upper()}", i) for i, name in enumerate(DROP_REASONS, 1)]
          + [("N_DROPS", len(DROP_REASONS) + 1)]),
@@ -186,6 +220,24 @@ class KeepaliveAck(NamedTuple):
     token: bytes
 
 
+class Query(NamedTuple):
+    """0x40 QUERY (cluster extension): ask a cluster member for an INFO, with a TOKEN to echo."""
+
+    token: bytes
+
+
+class Info(NamedTuple):
+    """0x80 INFO (cluster extension): a member tells a client the epoch, the active's address and
+    the members' ((addr, port), ...); TOKEN is the QUERY's, or zeros when sent unasked."""
+
+    token: bytes
+    epoch: int
+    addr: str  # the active backbone's data address; 0.0.0.0 = none known
+    port: int
+    flags: int  # INFO_NO_QUORUM, INFO_ACTIVE (other bits reserved: carried, not rejected)
+    members: Tuple[Tuple[str, int], ...]  # at most MAX_MEMBERS; COUNT on the wire is its length
+
+
 def packed_flags(limit=DEFAULT_PACK_LIMIT):
     """KEEPALIVE FLAGS bits asking for packed DELIVERs of at most `limit` bytes per datagram."""
     if not HEADER_SIZE <= limit <= MAX_DATAGRAM:
@@ -200,4 +252,4 @@ def pack_limit(flags):
     return (flags >> PACK_LIMIT_SHIFT) & 0xFFFF or DEFAULT_PACK_LIMIT
 
 
-Packet = Union[Deliver, Push, Request, Forward, Keepalive, KeepaliveAck]
+Packet = Union[Deliver, Push, Request, Forward, Keepalive, KeepaliveAck, Query, Info]

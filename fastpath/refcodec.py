@@ -5,9 +5,10 @@ import struct
 from fastpath.errors import (BufferTooSmall, InvalidField, LengthMismatch, OversizePacket,
                              TruncatedPacket, UnknownPacketType)
 from fastpath.packets import (BY_CODE, DEFAULT_PACK_LIMIT, DELIVER, FIXED_SIZES, FORWARD,
-                              HEADER_SIZE, KEEPALIVE, KEEPALIVE_ACK, MAX_DATA, MAX_DATAGRAM,
-                              MAX_SEQUENCE, PUSH, REQUEST, TOKEN_SIZE, Deliver, Forward,
-                              Keepalive, KeepaliveAck, Push, Request)
+                              HEADER_SIZE, INFO, INFO_SIZE, KEEPALIVE, KEEPALIVE_ACK, MAX_DATA,
+                              MAX_DATAGRAM, MAX_EPOCH, MAX_MEMBERS, MAX_SEQUENCE, MEMBER_SIZE, PUSH,
+                              QUERY, QUERY_SIZE, REQUEST, TOKEN_SIZE, Deliver, Forward, Info,
+                              Keepalive, KeepaliveAck, Push, Query, Request)
 
 
 def _fields(code):
@@ -18,6 +19,7 @@ def _fields(code):
 
 # REQUEST and FORWARD share a layout; so do DELIVER and PUSH (SEQUENCE or UNUSED).
 _DATA, _RANGE, _KEEPALIVE, _ACK = (_fields(c) for c in (DELIVER, REQUEST, KEEPALIVE, KEEPALIVE_ACK))
+_QUERY, _INFO = _fields(QUERY), _fields(INFO)  # the backbone-cluster extension
 
 
 def _u48(value, field):
@@ -30,6 +32,18 @@ def _port(value):
     if not 0 <= value <= 0xFFFF:
         raise InvalidField(f"PORT {value} is outside 0..65535")
     return value
+
+
+def _u64(value, field):
+    if not 0 <= value <= MAX_EPOCH:
+        raise InvalidField(f"{field} {value} does not fit in 64 bits")
+    return value.to_bytes(8, "big")
+
+
+def _u8(value, field):
+    if not 0 <= value <= 0xFF:
+        raise InvalidField(f"{field} {value} does not fit in 8 bits")
+    return bytes([value])
 
 
 def _addr(addr):
@@ -106,6 +120,30 @@ def encode_keepalive_ack(token):
     return bytes([KEEPALIVE_ACK]) + _token(token)
 
 
+def encode_query(token):
+    """Return a QUERY datagram (cluster extension): 64 bytes, PADDING zeroed."""
+    return (bytes([QUERY]) + _token(token)).ljust(QUERY_SIZE, b"\0")
+
+
+def encode_info(token, epoch, addr, port, flags, members=()):
+    """Return an INFO datagram (cluster extension): 64 bytes, whatever the member count."""
+    token, epoch = _token(token), _u64(epoch, "EPOCH")
+    packed_addr, port, flags = _addr(addr), _port(port), _u8(flags, "FLAGS")
+    members = tuple(members)
+    if len(members) > MAX_MEMBERS:
+        raise InvalidField(f"INFO lists at most {MAX_MEMBERS} members, got {len(members)}")
+    slots = b""
+    for member in members:
+        try:
+            member_addr, member_port = member
+        except (TypeError, ValueError):
+            raise InvalidField(f"a member is (addr, port), not {member!r}") from None
+        slots += _addr(member_addr) + struct.pack(">H", _port(member_port))
+    out = (bytes([INFO]) + token + epoch + packed_addr + struct.pack(">H", port) + flags
+           + bytes([len(members)]) + slots.ljust(MAX_MEMBERS * MEMBER_SIZE, b"\0"))
+    return out.ljust(INFO_SIZE, b"\0")
+
+
 def encode_deliver_into(buf, offset, sequence, data, max_data=MAX_DATA):
     """Write a DELIVER into buf at offset; return the number of bytes written."""
     return _place(buf, offset, encode_deliver(sequence, data, max_data))
@@ -136,6 +174,17 @@ def encode_keepalive_ack_into(buf, offset, token):
     return _place(buf, offset, encode_keepalive_ack(token))
 
 
+def encode_query_into(buf, offset, token):
+    """Write a QUERY (cluster extension; PADDING zeroed) into buf at offset; return its size."""
+    return _place(buf, offset, encode_query(token))
+
+
+def encode_info_into(buf, offset, token, epoch, addr, port, flags, members=()):
+    """Write an INFO (cluster extension; `members` ((addr, port), ...), at most 5; unused slots
+    and PADDING zeroed) into buf at offset; return its size."""
+    return _place(buf, offset, encode_info(token, epoch, addr, port, flags, members))
+
+
 def encode(packet, max_data=MAX_DATA):
     """Encode any decoded packet back to its datagram."""
     cls = type(packet)
@@ -151,6 +200,11 @@ def encode(packet, max_data=MAX_DATA):
         return encode_keepalive(packet.addr, packet.port, packet.flags, packet.token)
     if cls is KeepaliveAck:
         return encode_keepalive_ack(packet.token)
+    if cls is Query:
+        return encode_query(packet.token)
+    if cls is Info:
+        return encode_info(packet.token, packet.epoch, packet.addr, packet.port, packet.flags,
+                           packet.members)
     raise TypeError(f"not a fyrehose packet: {packet!r}")
 
 
@@ -180,6 +234,9 @@ def _validate(view, max_data):
         hi = int.from_bytes(view[_RANGE["to_seq"]], "big")
         if lo > hi:
             raise InvalidField(f"FROM_SEQ {lo} is after TO_SEQ {hi}")
+    if ptype == INFO and view[_INFO["count"].start] > MAX_MEMBERS:
+        raise InvalidField(
+            f"COUNT {view[_INFO['count'].start]} is more than the {MAX_MEMBERS} member slots")
     return ptype
 
 
@@ -207,7 +264,22 @@ def decode(data, max_data=MAX_DATA):
                          int.from_bytes(view[_KEEPALIVE["port"]], "big"),
                          int.from_bytes(view[_KEEPALIVE["flags"]], "big"),
                          bytes(view[_KEEPALIVE["token"]]))
+    if ptype == QUERY:
+        return Query(bytes(view[_QUERY["token"]]))
+    if ptype == INFO:
+        return _decode_info(view)
     return KeepaliveAck(bytes(view[_ACK["token"]]))
+
+
+def _decode_info(view):
+    """An INFO that _validate() accepted: COUNT member slots read, the rest ignored."""
+    first = _INFO["members"].start
+    slots = [view[first + k * MEMBER_SIZE:first + (k + 1) * MEMBER_SIZE]
+             for k in range(view[_INFO["count"].start])]
+    return Info(bytes(view[_INFO["token"]]), int.from_bytes(view[_INFO["epoch"]], "big"),
+                socket.inet_ntoa(view[_INFO["addr"]]), int.from_bytes(view[_INFO["port"]], "big"),
+                view[_INFO["flags"].start],
+                tuple((socket.inet_ntoa(slot[:4]), int.from_bytes(slot[4:], "big")) for slot in slots))
 
 
 def decode_pack(data, max_data=MAX_DATA):

@@ -19,6 +19,10 @@ cdef inline uint64_t get_u48(const uint8_t* p) noexcept nogil:
             | (<uint64_t>p[3] << 16) | (<uint64_t>p[4] << 8) | <uint64_t>p[5])
 
 
+cdef inline uint64_t get_u64(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>get_u32(p) << 32) | <uint64_t>get_u32(p + 4)
+
+
 cdef inline void put_u16(uint8_t* p, uint16_t v) noexcept nogil:
     p[0] = <uint8_t>(v >> 8)
     p[1] = <uint8_t>v
@@ -38,6 +42,11 @@ cdef inline void put_u48(uint8_t* p, uint64_t v) noexcept nogil:
     p[3] = <uint8_t>(v >> 16)
     p[4] = <uint8_t>(v >> 8)
     p[5] = <uint8_t>v
+
+
+cdef inline void put_u64(uint8_t* p, uint64_t v) noexcept nogil:
+    put_u32(p, <uint32_t>(v >> 32))
+    put_u32(p + 4, <uint32_t>v)
 
 
 cdef struct ReadBuffer:

@@ -127,6 +127,14 @@ CORPUS = [
     (b"\x01\x00\x01\x00\x00\x00\x00\x00\x01x", "unexpected_type"),   # a DELIVER sent to the backbone
     (b"\x08" + b"\x00" * 18, "unexpected_type"),                     # a FORWARD
     (b"\x20" + b"\x00" * 16, "unexpected_type"),                     # a KEEPALIVE-ACK
+    # The cluster extension's QUERY and INFO: a backbone that is no cluster member answers
+    # nothing and counts them as it counts DELIVER, FORWARD and ACK (docs/protocols/fyrehose.md).
+    (b"\x40" + b"q" * 16 + b"\x00" * 47, "unexpected_type"),         # a QUERY
+    (b"\x80" + b"\x00" * 31 + b"\x01" + b"\x7f\x00\x00\x01\x09\x13" + b"\x00" * 25,
+     "unexpected_type"),                                              # an INFO
+    (b"\x40" + b"\x00" * 62, "truncated"),                            # a QUERY one byte short
+    (b"\x80" + b"\x00" * 64, "length_mismatch"),                      # an INFO one byte long
+    (b"\x80" + b"\x00" * 31 + b"\x06" + b"\x00" * 31, "invalid_field"),  # INFO with COUNT 6
 ]
 
 

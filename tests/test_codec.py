@@ -3,8 +3,8 @@ import pytest
 
 from fastpath.errors import (BufferTooSmall, CodecError, InvalidField, LengthMismatch,
                              OversizePacket, TruncatedPacket, UnknownPacketType)
-from fastpath.packets import (MAX_DATA, MAX_SEQUENCE, Deliver, Forward, Keepalive, KeepaliveAck,
-                              Push, Request)
+from fastpath.packets import (INFO_ACTIVE, INFO_NO_QUORUM, MAX_DATA, MAX_EPOCH, MAX_SEQUENCE,
+                              Deliver, Forward, Info, Keepalive, KeepaliveAck, Push, Query, Request)
 
 TOKEN = bytes(range(16))
 
@@ -21,6 +21,18 @@ VECTORS = [
     (Keepalive("0.0.0.0", 0, 0x3, TOKEN),
      b"\x10" b"\x00\x00\x00\x00" b"\x00\x00" b"\x00\x00\x00\x00\x00\x03" + TOKEN),
     (KeepaliveAck(TOKEN), b"\x20" + TOKEN),
+    # The backbone-cluster extension (docs/protocols/fyrehose.md), both exactly 64 bytes.
+    (Query(TOKEN), b"\x40" + TOKEN + b"\x00" * 47),
+    (Info(TOKEN, 0x0102030405060708, "10.0.0.1", 2323, INFO_ACTIVE,
+          (("10.0.0.1", 2323), ("10.0.0.2", 2323), ("192.168.1.9", 65535))),
+     b"\x80" + TOKEN + b"\x01\x02\x03\x04\x05\x06\x07\x08"  # TOKEN, EPOCH
+     b"\x0a\x00\x00\x01" b"\x09\x13" b"\x02" b"\x03"  # ADDR, PORT, FLAGS (ACTIVE), COUNT
+     b"\x0a\x00\x00\x01\x09\x13" b"\x0a\x00\x00\x02\x09\x13" b"\xc0\xa8\x01\x09\xff\xff"
+     + b"\x00" * 12  # two empty slots
+     + b"\x00"),  # PADDING
+    (Info(bytes(16), MAX_EPOCH, "0.0.0.0", 0, INFO_NO_QUORUM, ()),  # unasked, no active known
+     b"\x80" + b"\x00" * 16 + b"\xff" * 8 + b"\x00\x00\x00\x00" b"\x00\x00" b"\x01" b"\x00"
+     + b"\x00" * 30 + b"\x00"),
 ]
 
 
@@ -38,6 +50,11 @@ def test_typed_encoders_match_vectors(codec):
     assert codec.encode_forward("127.0.0.1", 65535, 0, MAX_SEQUENCE) == VECTORS[3][1]
     assert codec.encode_keepalive("", 0, 3, TOKEN) == VECTORS[4][1]
     assert codec.encode_keepalive_ack(TOKEN) == VECTORS[5][1]
+    assert codec.encode_query(TOKEN) == VECTORS[6][1]
+    assert codec.encode_info(TOKEN, 0x0102030405060708, "10.0.0.1", 2323, INFO_ACTIVE,
+                             [("10.0.0.1", 2323), ("10.0.0.2", 2323), ("192.168.1.9", 65535)]) \
+        == VECTORS[7][1]
+    assert codec.encode_info(bytes(16), MAX_EPOCH, "", 0, INFO_NO_QUORUM) == VECTORS[8][1]
 
 
 def test_decode_does_not_copy_data(codec):
@@ -59,6 +76,18 @@ def test_encode_into_writes_at_offset(codec):
     assert codec.encode_forward_into(buf, 0, "1.2.3.4", 1, 2, 3) == 19
     assert codec.encode_keepalive_into(buf, 0, "1.2.3.4", 1, 2, TOKEN) == 29
     assert codec.encode_push_into(buf, 0, b"") == 9
+    big = bytearray(b"\xee" * 70)
+    assert codec.encode_query_into(big, 3, TOKEN) == 64 and bytes(big[3:67]) == VECTORS[6][1]
+    assert big[:3] == b"\xee" * 3 and big[67:] == b"\xee" * 3  # PADDING written as zeros
+    big[:] = b"\xee" * 70
+    info = VECTORS[7][0]
+    assert codec.encode_info_into(big, 6, info.token, info.epoch, info.addr, info.port,
+                                  info.flags, info.members) == 64
+    assert bytes(big[6:]) == VECTORS[7][1] and big[:6] == b"\xee" * 6  # empty slots zeroed
+    with pytest.raises(BufferTooSmall):
+        codec.encode_query_into(bytearray(64), 1, TOKEN)
+    with pytest.raises(BufferTooSmall):
+        codec.encode_info_into(bytearray(63), 0, TOKEN, 0, "", 0, 0)
 
 
 def test_encode_into_rejects_small_buffer_at_and_past_limit(codec):
@@ -151,7 +180,14 @@ MALFORMED = [
     (b"\x20" + b"\x00" * 17, LengthMismatch, "a KEEPALIVE-ACK with a trailing byte"),
     (b"\x00" + b"\x00" * 28, UnknownPacketType, "type 0x00"),
     (b"\x03" + b"\x00" * 8, UnknownPacketType, "type 0x03 (DELIVER|PUSH bits)"),
-    (b"\x40" + b"\x00" * 16, UnknownPacketType, "type 0x40 (the next unused bit)"),
+    (b"\x41" + b"\x00" * 63, UnknownPacketType, "type 0x41 (QUERY|DELIVER bits)"),
+    (b"\x40" + b"\x00" * 16, TruncatedPacket, "a QUERY of TOKEN alone"),
+    (b"\x40" + b"\x00" * 62, TruncatedPacket, "a QUERY one byte short"),
+    (b"\x40" + b"\x00" * 64, LengthMismatch, "a QUERY with a trailing byte"),
+    (b"\x80" + b"\x00" * 62, TruncatedPacket, "an INFO one byte short"),
+    (b"\x80" + b"\x00" * 64, LengthMismatch, "an INFO with a trailing byte"),
+    (b"\x80" + b"\x00" * 31 + b"\x06" + b"\x00" * 31, InvalidField, "an INFO whose COUNT is 6"),
+    (b"\x80" + b"\x00" * 31 + b"\xff" + b"\x00" * 31, InvalidField, "an INFO whose COUNT is 255"),
     (b"\xff", UnknownPacketType, "a lone 0xff"),
     (b"GET / HTTP/1.1\r\n\r\n", UnknownPacketType, "an HTTP request"),
     (b"\x01\xff\xe3" + b"\x00" * 6 + b"x" * (MAX_DATA + 1), OversizePacket,
@@ -195,6 +231,91 @@ def test_push_unused_field_is_sent_as_zero_and_ignored_on_receipt(codec):
 
 def test_keepalive_reserved_flag_bits_are_carried_not_rejected(codec):
     assert codec.decode(codec.encode_keepalive("", 0, 0x4 | 0x2, TOKEN)).flags == 0x6
+
+
+# ---- the backbone-cluster extension: QUERY, INFO, KEEPALIVE's CLUSTER -------------------------
+
+def test_the_cluster_flag_is_keepalive_bit_3_named_after_packed():
+    from fastpath.packets import CLUSTER, FLAG_NAMES, PACKED
+
+    assert CLUSTER == 0x8 and FLAG_NAMES.index("CLUSTER") == 3 and FLAG_NAMES[2] == "PACKED"
+    assert CLUSTER & PACKED == 0
+
+
+def test_cluster_flag_travels_in_a_keepalive(codec):
+    from fastpath.packets import CLUSTER, NOJOURNAL, packed_flags
+
+    wire = codec.encode_keepalive("", 0, CLUSTER | NOJOURNAL, TOKEN)
+    assert wire[7:13] == b"\x00\x00\x00\x00\x00\x0a"
+    flags = CLUSTER | packed_flags(1472)
+    assert codec.decode(codec.encode_keepalive("", 0, flags, TOKEN)).flags == flags
+
+
+def test_query_and_info_are_exactly_64_bytes_so_an_answer_is_never_larger(codec):
+    from fastpath.packets import INFO_SIZE, QUERY_SIZE
+
+    assert QUERY_SIZE == INFO_SIZE == 64
+    assert len(codec.encode_query(TOKEN)) == 64
+    for n in range(6):
+        assert len(codec.encode_info(TOKEN, 1, "10.0.0.1", 1, 0, [("10.0.0.9", 9)] * n)) == 64
+
+
+def test_info_field_limits(codec):
+    five = [(f"10.0.0.{k}", 2323 + k) for k in range(1, 6)]
+    at_limits = Info(b"\xff" * 16, MAX_EPOCH, "255.255.255.255", 65535, 0xFF,
+                     tuple(five))
+    wire = codec.encode(at_limits)
+    assert wire[32] == 5 and wire[33:63] == b"".join(
+        bytes([10, 0, 0, k]) + (2323 + k).to_bytes(2, "big") for k in range(1, 6))
+    assert codec.decode(wire) == at_limits  # reserved FLAGS bits are carried, not rejected
+    for bad in (
+        lambda: codec.encode_info(TOKEN, MAX_EPOCH + 1, "", 0, 0),
+        lambda: codec.encode_info(TOKEN, -1, "", 0, 0),
+        lambda: codec.encode_info(TOKEN, 0, "", 0, 0x100),
+        lambda: codec.encode_info(TOKEN, 0, "", 65536, 0),
+        lambda: codec.encode_info(TOKEN, 0, "nowhere", 0, 0),
+        lambda: codec.encode_info(TOKEN, 0, "", 0, 0, five + [("10.0.0.6", 1)]),  # one past
+        lambda: codec.encode_info(TOKEN, 0, "", 0, 0, [("10.0.0.1", 65536)]),
+        lambda: codec.encode_info(TOKEN, 0, "", 0, 0, [("not-an-address", 1)]),
+        lambda: codec.encode_info(TOKEN, 0, "", 0, 0, [("10.0.0.1", 1, 2)]),
+        lambda: codec.encode_info(TOKEN, 0, "", 0, 0, ["10.0.0.1"]),
+        lambda: codec.encode_info(b"short", 0, "", 0, 0),
+        lambda: codec.encode_query(b"x" * 17),
+    ):
+        with pytest.raises(InvalidField):
+            bad()
+
+
+def test_query_padding_and_info_slots_past_count_are_ignored_on_receipt(codec):
+    query = b"\x40" + TOKEN + b"\xa5" * 47
+    assert codec.decode(query) == Query(TOKEN)
+    assert codec.encode(codec.decode(query)) == VECTORS[6][1]  # sent again as zeros
+    info = bytearray(VECTORS[7][1])
+    info[33 + 3 * 6:] = b"\xa5" * 13  # the two slots past COUNT 3, and PADDING
+    assert codec.decode(bytes(info)) == VECTORS[7][0]
+
+
+def test_the_wire_table_rows_of_the_extension():
+    from fastpath.packets import BY_CODE, INFO, MAX_MEMBERS, OFFSETS, QUERY
+
+    assert BY_CODE[QUERY].extension and BY_CODE[INFO].extension
+    assert not any(BY_CODE[c].extension for c in (0x01, 0x02, 0x04, 0x08, 0x10, 0x20))
+    assert [(f, BY_CODE[INFO].offset(f)) for f, _ in BY_CODE[INFO].layout] == [
+        ("token", 1), ("epoch", 17), ("addr", 25), ("port", 29), ("flags", 31), ("count", 32),
+        ("members", 33), ("padding", 63)]
+    assert BY_CODE[QUERY].offset("padding") == 17 and MAX_MEMBERS == 5
+    # An extension's fields never rename the seed's constants (the Cython cores use these).
+    assert (OFFSETS["OFF_ADDR"], OFFSETS["OFF_PORT"], OFFSETS["OFF_FLAGS"]) == (1, 5, 7)
+    assert OFFSETS["OFF_KEEPALIVE_ACK_TOKEN"] == 1 and OFFSETS["OFF_INFO_ADDR"] == 25
+
+
+def test_both_codecs_have_the_same_public_names():
+    from conftest import CODECS
+
+    if len(CODECS) < 2:
+        pytest.skip("compares the compiled codec with the reference: the Cython build only")
+    names = [{n for n in dir(impl) if n.startswith(("encode", "decode"))} for impl in CODECS.values()]
+    assert names[0] == names[1] and {"encode_query", "encode_info_into"} <= names[0]
 
 
 def test_pack_pushes_fills_each_datagram_up_to_the_limit_and_not_one_byte_past(codec):

@@ -12,9 +12,10 @@ from fastpath import refcodec as wire  # noqa: E402
 from pelotari import craft as crafting  # noqa: E402
 from pelotari.layers import bully, potato  # noqa: E402
 from pelotari.layers.fyrehose import (  # noqa: E402
-    FyrehoseDeliver, FyrehoseKeepalive, FyrehoseKeepaliveAck, FyrehoseRequest)
+    FyrehoseDeliver, FyrehoseInfo, FyrehoseKeepalive, FyrehoseKeepaliveAck, FyrehoseRequest)
 
 MAX48 = (1 << 48) - 1
+MAX64 = (1 << 64) - 1
 
 
 @pytest.mark.parametrize("cls,name,text,want", [
@@ -25,6 +26,9 @@ MAX48 = (1 << 48) - 1
     (FyrehoseDeliver, "data", "hi", b"hi"),
     (FyrehoseKeepalive, "flags", "nosubscribe,nojournal", "NOSUBSCRIBE+NOJOURNAL"),
     (FyrehoseKeepalive, "flags", "3", 3),
+    (FyrehoseKeepalive, "flags", "cluster+packed", "CLUSTER+PACKED"),
+    (FyrehoseInfo, "flags", "no_quorum", "NO_QUORUM"),
+    (FyrehoseInfo, "epoch", str(MAX64), MAX64),  # a 64-bit field at its limit
 ])
 def test_field_values_convert_up_to_the_limit(cls, name, text, want):
     assert crafting.field_value(cls, name, text) == want
@@ -39,6 +43,11 @@ def test_field_values_convert_up_to_the_limit(cls, name, text, want):
     (FyrehoseKeepalive, "flags", "BOGUS", "unknown flag 'BOGUS'"),
     (FyrehoseKeepalive, "sequence", "1", "FyrehoseKeepalive has no field 'sequence'"),
     (FyrehoseRequest, "to_seq", "ten", "to_seq: 'ten' is not a number"),
+    (FyrehoseInfo, "epoch", str(MAX64 + 1), f"outside 0..{MAX64}"),  # one past
+    (FyrehoseInfo, "flags", "PACKED", "unknown flag 'PACKED'"),  # KEEPALIVE's, not INFO's
+    (FyrehoseInfo, "members", ",".join(["10.0.0.1:2323"] * 6), "6 members; INFO holds 5"),
+    (FyrehoseInfo, "members", "10.0.0.1", "not ADDR:PORT"),
+    (FyrehoseInfo, "members", "10.0.0.1:65536", "not ADDR:PORT"),
 ])
 def test_bad_field_values_are_craft_errors(cls, name, text, needle):
     with pytest.raises(crafting.CraftError, match=needle) as caught:
@@ -52,6 +61,18 @@ def test_craft_builds_the_reference_codecs_bytes_and_the_last_text_of_a_field_wi
                                                 ("to_seq", "9")])
     assert crafted.wire == wire.encode_request("10.0.0.1", 2323, 5, 9)
     assert crafted.transport == "udp" and not crafted.lines and crafted.notes == ()
+
+
+def test_craft_builds_the_cluster_extensions_query_and_info():
+    token = "hex:" + bytes(range(16)).hex()
+    assert crafting.craft("query", fields=[("token", token)]).wire == wire.encode_query(
+        bytes(range(16)))
+    crafted = crafting.craft("info", fields=[
+        ("token", token), ("epoch", "9"), ("addr", "10.0.0.1"), ("port", "2323"),
+        ("flags", "ACTIVE"), ("members", "10.0.0.1:2323,10.0.0.2:2324")])
+    assert crafted.wire == wire.encode_info(bytes(range(16)), 9, "10.0.0.1", 2323, 0x2,
+                                            [("10.0.0.1", 2323), ("10.0.0.2", 2324)])
+    assert crafting.craft("fyrehose.info").wire == wire.encode_info(bytes(16), 0, "", 0, 0)
 
 
 def test_a_packed_deliver_counts_its_sequence_up_across_the_48_bit_wrap():

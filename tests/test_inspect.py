@@ -90,3 +90,25 @@ def test_an_inspection_reads_rows_counts_them_and_follows_gaps():
         "gaps": [{"src": "127.0.0.1:2323", "dst": "127.0.0.2:40000",
                   "missing": [[TOP - 1, TOP - 1], [1, 1]]}]}
     assert rows(IP() / UDP(sport=1, dport=2) / b"x", inspection.ports) == []
+
+
+def test_inspect_shows_a_row_for_query_and_for_info_with_their_fields():
+    pytest.importorskip("scapy")
+    from scapy.layers.inet import IP, UDP
+
+    from pelotari import layers as registry
+
+    modules = registry.load()
+    inspection = Inspection(modules, bind_ports(modules, []))
+    token = bytes(range(16))
+    query = IP(src="127.0.0.2", dst="127.0.0.1") / UDP(sport=40000, dport=2323) / \
+        wire.encode_query(token)
+    info = IP(src="127.0.0.1", dst="127.0.0.2") / UDP(sport=2323, dport=40000) / \
+        wire.encode_info(token, 9, "10.0.0.1", 2323, 0x2, [("10.0.0.1", 2323), ("10.0.0.2", 2323)])
+    (q,), (i,) = inspection.read(query), inspection.read(info)
+    assert (q["type"], q["token"], q["length"], q["src"]) == (
+        "QUERY", token.hex(), 64, "127.0.0.2:40000")
+    assert (i["type"], i["epoch"], i["active"], i["flags"], i["members"], i["length"]) == (
+        "INFO", 9, "10.0.0.1:2323", ["ACTIVE"], ["10.0.0.1:2323", "10.0.0.2:2323"], 64)
+    assert "epoch=9" in i["summary"] and "members=10.0.0.1:2323,10.0.0.2:2323" in i["summary"]
+    assert inspection.summary()["counts"] == {"QUERY": 1, "INFO": 1}

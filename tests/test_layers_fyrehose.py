@@ -10,7 +10,7 @@ from scapy.all import IP, UDP, raw  # noqa: E402
 
 from pelotari.fyrehose import codec  # noqa: E402
 from fastpath.errors import LengthMismatch  # noqa: E402
-from fastpath.packets import Deliver, Forward, Keepalive, Push, Request  # noqa: E402
+from fastpath.packets import Deliver, Forward, Info, Keepalive, Push, Query, Request  # noqa: E402
 from pelotari.layers import fyrehose as fl  # noqa: E402
 
 from test_codec import MALFORMED, VECTORS  # noqa: E402
@@ -30,15 +30,22 @@ def to_scapy(packet):
     if kind is Keepalive:
         return fl.FyrehoseKeepalive(addr=packet.addr, port=packet.port, flags=packet.flags,
                                     token=packet.token)
+    if kind is Query:
+        return fl.FyrehoseQuery(token=packet.token)
+    if kind is Info:
+        return fl.FyrehoseInfo(token=packet.token, epoch=packet.epoch, addr=packet.addr,
+                               port=packet.port, flags=packet.flags, members=list(packet.members))
     return fl.FyrehoseKeepaliveAck(token=packet.token)
 
 
 def fields(layer):
     """A scapy packet's field values (defaults included), as the codec would report them."""
     f = {fd.name: layer.getfieldval(fd.name) for fd in layer.fields_desc
-         if fd.name not in ("type", "length", "unused")}
+         if fd.name not in ("type", "length", "unused", "count", "padding")}
     if "flags" in f:
         f["flags"] = int(f["flags"])
+    if "members" in f:
+        f["members"] = [(m.addr, m.port) for m in f["members"]]
     return f
 
 
@@ -185,3 +192,90 @@ def test_layer_types_fields_and_sizes_come_from_the_wire_table():
         assert names == ["type"] + [n for n, _ in row.layout] + (["data"] if row.data else [])
         assert len(raw(cls())) == row.size, row.name
         assert raw(cls())[0] == code
+
+
+# ---- the backbone-cluster extension: QUERY, INFO, KEEPALIVE's CLUSTER ------------------------
+
+INFO_WIRE = (b"\x80" + bytes(range(16)) + b"\x00\x00\x00\x00\x00\x00\x00\x07"
+             + b"\x0a\x00\x00\x01\x09\x13" + b"\x02" + b"\x02"
+             + b"\x0a\x00\x00\x01\x09\x13" + b"\x0a\x00\x00\x02\x09\x14" + b"\x00" * 18 + b"\x00")
+
+
+def test_info_builds_from_members_given_any_way_and_dissects_to_the_exact_bytes():
+    built = fl.FyrehoseInfo(token=bytes(range(16)), epoch=7, addr="10.0.0.1", port=2323,
+                            flags="ACTIVE",
+                            members=[fl.FyrehoseMember(addr="10.0.0.1", port=2323),
+                                     "10.0.0.2:2324"])
+    assert raw(built) == INFO_WIRE  # COUNT computed: 2
+    assert raw(fl.FyrehoseInfo(token=bytes(range(16)), epoch=7, addr="10.0.0.1", port=2323,
+                               flags=2, members=[("10.0.0.1", 2323), ("10.0.0.2", 2324)])) \
+        == INFO_WIRE
+    got = fl.Fyrehose(INFO_WIRE)
+    assert type(got) is fl.FyrehoseInfo and raw(got) == INFO_WIRE
+    assert (got.epoch, got.addr, got.port, int(got.flags), got.count) == (7, "10.0.0.1", 2323, 2, 2)
+    assert [(m.addr, m.port) for m in got.members] == [("10.0.0.1", 2323), ("10.0.0.2", 2324)]
+    assert got.summary() == ("fyrehose INFO epoch=7 active=10.0.0.1:2323 flags=ACTIVE "
+                             "members=10.0.0.1:2323,10.0.0.2:2324 token=" + bytes(range(16)).hex())
+    assert codec.decode(INFO_WIRE) == Info(bytes(range(16)), 7, "10.0.0.1", 2323, 2,
+                                           (("10.0.0.1", 2323), ("10.0.0.2", 2324)))
+
+
+def test_query_builds_and_dissects_the_exact_bytes():
+    wire = b"\x40" + b"t" * 16 + b"\x00" * 47
+    assert raw(fl.FyrehoseQuery(token=b"t" * 16)) == wire
+    got = fl.Fyrehose(wire)
+    assert type(got) is fl.FyrehoseQuery and got.token == b"t" * 16 and raw(got) == wire
+    assert got.summary() == "fyrehose QUERY token=" + (b"t" * 16).hex()
+    odd = b"\x40" + b"t" * 16 + b"\x01" * 47  # PADDING is ignored on receipt: still a QUERY
+    got = fl.Fyrehose(odd)
+    assert type(got) is fl.FyrehoseQuery and raw(got) == odd
+    assert got.sprintf("%padding%") == "47 bytes, not all zero (ignored)"
+
+
+def test_an_unasked_info_with_no_quorum_and_no_members():
+    wire = codec.encode_info(bytes(16), 3, "", 0, 0x1)
+    got = fl.Fyrehose(wire)
+    assert got.members == [] and got.count == 0 and raw(got) == wire
+    assert got.summary() == ("fyrehose INFO epoch=3 active=0.0.0.0:0 flags=NO_QUORUM "
+                             "members=none token=unasked")
+    assert raw(fl.FyrehoseInfo(epoch=3, flags="NO_QUORUM")) == wire
+
+
+def test_an_info_past_five_members_is_malformed_and_cannot_be_built_by_accident():
+    bad = INFO_WIRE[:32] + b"\x06" + INFO_WIRE[33:]
+    pkt = fl.Fyrehose(bad)
+    assert isinstance(pkt, fl.FyrehoseMalformed) and "InvalidField" in pkt.summary()
+    assert "COUNT 6" in pkt.summary()
+    with pytest.raises(ValueError, match="6 members"):
+        raw(fl.FyrehoseInfo(members=["10.0.0.1:1"] * 6))
+    with pytest.raises(ValueError, match="not ADDR:PORT"):
+        fl.FyrehoseInfo(members=["10.0.0.1"])
+    lie = raw(fl.FyrehoseInfo(count=6))  # crafting a lie on purpose: the codec refuses it
+    assert lie[32] == 6 and isinstance(fl.Fyrehose(lie), fl.FyrehoseMalformed)
+
+
+def test_an_info_rebuilds_its_ignored_bytes_as_they_came():
+    odd = bytearray(INFO_WIRE)
+    odd[33 + 2 * 6:] = b"\xa5" * 19  # the slots past COUNT and PADDING: ignored on receipt
+    got = fl.Fyrehose(bytes(odd))
+    assert type(got) is fl.FyrehoseInfo and len(got.members) == 2 and raw(got) == bytes(odd)
+
+
+def test_describe_gives_query_and_info_rows_with_their_fields():
+    assert fl.describe(fl.Fyrehose(codec.encode_query(b"q" * 16))) == {
+        "protocol": "fyrehose", "type": "QUERY", "token": (b"q" * 16).hex(),
+        "summary": "fyrehose QUERY token=" + (b"q" * 16).hex()}
+    row = fl.describe(fl.Fyrehose(INFO_WIRE))
+    assert {k: v for k, v in row.items() if k != "summary"} == {
+        "protocol": "fyrehose", "type": "INFO", "token": bytes(range(16)).hex(), "epoch": 7,
+        "active": "10.0.0.1:2323", "flags": ["ACTIVE"],
+        "members": ["10.0.0.1:2323", "10.0.0.2:2324"]}
+
+
+def test_keepalive_flags_name_the_cluster_bit_and_info_flags_their_own():
+    from fastpath.packets import CLUSTER
+
+    ka = fl.FyrehoseKeepalive(flags=CLUSTER | 0x2, token=b"t" * 16)
+    assert ka.sprintf("%flags%") == "NOJOURNAL+CLUSTER"
+    assert raw(ka) == codec.encode_keepalive("", 0, CLUSTER | 0x2, b"t" * 16)
+    assert fl.FyrehoseInfo(flags=3).sprintf("%flags%") == "NO_QUORUM+ACTIVE"

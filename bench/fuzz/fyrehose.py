@@ -8,7 +8,8 @@ from bench.fuzz.common import Script, Target, check, framed, mutate, tick
 from fastpath import refcodec
 from fastpath.errors import CodecError
 from fastpath.implementation import compiled
-from fastpath.packets import MAX_DATA, Deliver, Forward, Push
+from fastpath.packets import (BY_CODE, MAX_DATA, MEMBER_SIZE, Deliver, Forward, Info, Push,
+                              Query)
 from pelotari.fyrehose import backbone_core
 from pelotari.fyrehose.core import ClientConfig, ClientCore
 from pelotari.fyrehose.events import Lost, Message, Resync
@@ -18,7 +19,8 @@ TOKEN = bytes(range(16))
 
 
 def codec_seeds():
-    """The seed's test vectors (tests/test_codec.py), a packed DELIVER and a packed PUSH."""
+    """The seed's test vectors (tests/test_codec.py), the cluster extension's QUERY and INFO, a
+    packed DELIVER and a packed PUSH."""
     c = refcodec
     yield c.encode_deliver(0x010203040506, b"hi")
     yield c.encode_push(b"abc")
@@ -26,6 +28,8 @@ def codec_seeds():
     yield c.encode_forward("127.0.0.1", 65535, 0, (1 << 48) - 1)
     yield c.encode_keepalive("0.0.0.0", 0, 3, TOKEN)
     yield c.encode_keepalive_ack(TOKEN)
+    yield c.encode_query(TOKEN)
+    yield c.encode_info(TOKEN, 7, "10.0.0.1", 2323, 0x2, [("10.0.0.1", 2323), ("10.0.0.2", 2323)])
     yield c.encode_pack([Deliver(7, b"a"), Deliver(8, b""), Deliver(9, b"xyz")])
     yield c.encode_pack([Push(b"p"), Push(b"qq")])
 
@@ -46,11 +50,17 @@ def _outcome(call, *args):
 
 
 def canonical(frames, data: bytes) -> bytes:
-    """data with every PUSH frame's UNUSED field zeroed (ignored on receipt; fyrehose.md)."""
+    """data with the bytes ignored on receipt zeroed (fyrehose.md): every PUSH frame's UNUSED
+    field, a QUERY's or INFO's PADDING and an INFO's member slots past COUNT."""
     out, off = bytearray(data), 0
     for frame in frames:
         if type(frame) is Push:
             out[off + 3:off + 9] = bytes(6)
+        elif type(frame) in (Query, Info):
+            row = BY_CODE[data[0]]
+            unused = (row.offset("padding") if type(frame) is Query
+                      else row.offset("members") + len(frame.members) * MEMBER_SIZE)
+            out[unused:] = bytes(len(out) - unused)
         off += len(refcodec.encode(frame)) if type(frame) in (Push, Deliver) else len(data)
     return bytes(out)
 
@@ -86,7 +96,7 @@ def _decode_all(codec, data: bytes, max_data: int):
 
 def codec_input(data: bytes) -> None:
     """Every entry point returns or raises CodecError; what is accepted re-encodes to the same
-    bytes (PUSH's UNUSED field zeroed); the compiled codec and the reference agree (value or error class) on every input."""
+    bytes (those ignored on receipt zeroed: PUSH's UNUSED, QUERY/INFO padding); the compiled codec and the reference agree (value or error class) on every input."""
     for max_data in (MAX_DATA, len(data) // 2):
         results = [_decode_all(c, data, max_data) for c in CODECS]
         check(all(r == results[0] for r in results), "the compiled codec and the reference differ")

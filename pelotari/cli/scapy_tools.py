@@ -47,13 +47,15 @@ def _show_answer(where, answer):
 @click.option("--data", help="DATA (DELIVER, PUSH): text, or hex:... for bytes.")
 @click.option("--length", help="Force LENGTH (default: computed from DATA, or a bully Text's msg; "
                                 "set it to craft a lie).")
-@click.option("--addr", help="ADDR (REQUEST, FORWARD, KEEPALIVE).")
+@click.option("--addr", help="ADDR (REQUEST, FORWARD, KEEPALIVE; INFO: the active's).")
 @click.option("--port", "port", help="PORT field (REQUEST, FORWARD, KEEPALIVE; 0: the sender's; "
-                                     "bully: the port of the message's ip).")
+                                     "INFO: the active's; bully: the port of the message's ip).")
 @click.option("--from-seq", "from_seq", help="FROM_SEQ (REQUEST, FORWARD).")
 @click.option("--to-seq", "to_seq", help="TO_SEQ (REQUEST, FORWARD).")
-@click.option("--flags", help="FLAGS (KEEPALIVE): NOSUBSCRIBE, NOJOURNAL (joined with + or ,) or a number.")
-@click.option("--token", help="TOKEN (KEEPALIVE, KEEPALIVE-ACK): 16 bytes of text or hex:<32 digits>.")
+@click.option("--flags", help="FLAGS (KEEPALIVE: NOSUBSCRIBE, NOJOURNAL, PACKED, CLUSTER; INFO: "
+                              "NO_QUORUM, ACTIVE; joined with + or ,) or a number.")
+@click.option("--token", help="TOKEN (KEEPALIVE, KEEPALIVE-ACK, QUERY, INFO): 16 bytes of text or "
+                              "hex:<32 digits>.")
 @click.option("-F", "--field", "fields", multiple=True, metavar="NAME=VALUE",
               help="Set any field of TYPE by its name (repeatable); for every protocol's layers.")
 @click.option("--send", "target", type=_Target(None), default=None,
@@ -108,6 +110,9 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
       pelotari craft request --from-seq 5 --to-seq 9 --hexdump    just show the bytes
       pelotari craft push --data abc --length 99 --send ...       a LENGTH that lies
       pelotari craft push --data abc --pack 3 --send ...          three PUSHes, one datagram
+      pelotari craft query --send 127.0.0.1:2323 --wait 1         ask a cluster member for INFO
+      pelotari craft info -F epoch=3 --addr 10.0.0.1 --port 2323 --flags ACTIVE \
+          -F members=10.0.0.1:2323,10.0.0.2:2323 --hexdump       an INFO (COUNT computed)
       pelotari craft NodeRequest -F ip=127.0.0.1 -F port=3334 -F id=2 \\
           --send 127.0.0.1:3333 --wait 2                          bully over TCP; prints the answer
       pelotari craft NodeResponse -F peers=2@127.0.0.2:3334,3@127.0.0.3:3335 --hexdump

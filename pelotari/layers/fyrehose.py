@@ -6,7 +6,9 @@
 """
 fyrehose: a sequenced UDP pub/sub backbone (pelotari, docs/protocols/fyrehose.md).
 
-Six packet types, big-endian; the first byte is the type. Field names are the seed's.
+The seed's six packet types and the backbone-cluster extension's QUERY and INFO (opt-in),
+big-endian; the first byte is the type. Field names are the seed's (and the extension's, as
+docs/protocols/fyrehose.md writes them).
 
     >>> from pelotari.layers.fyrehose import FyrehoseKeepalive
     >>> raw(FyrehoseKeepalive(token=b"0123456789abcdef"))
@@ -17,33 +19,136 @@ packing extension: several DELIVER or several PUSH frames back to back) dissects
 frames, and is built the same way:
 
     >>> raw(FyrehosePush(data=b"a") / FyrehosePush(data=b"b"))
+
+An INFO's members are a list of FyrehoseMember (addr, port), given as such, as (addr, port)
+pairs or as "addr:port"; COUNT is computed on build unless given:
+
+    >>> raw(FyrehoseInfo(epoch=3, addr="10.0.0.1", port=2323, flags="ACTIVE",
+    ...                  members=[("10.0.0.1", 2323), "10.0.0.2:2323"]))
 """
 
-from scapy.fields import (BitField, ByteEnumField, FlagsField, IPField, ShortField,
-                          StrFixedLenField, StrLenField)
+import socket
+
+from scapy.fields import (BitField, ByteEnumField, ByteField, FlagsField, IPField,
+                          PacketListField, ShortField, StrFixedLenField, StrLenField)
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, Raw, bind_layers
 
 from fastpath import refcodec
 from fastpath.errors import CodecError
 from fastpath.packets import (BY_CODE, DEFAULT_PORT, DELIVER, FLAG_NAMES, FORWARD, HEADER_SIZE,
-                              KEEPALIVE, KEEPALIVE_ACK, PUSH, REQUEST, TYPE_NAMES)
+                              INFO, INFO_FLAG_NAMES, KEEPALIVE, KEEPALIVE_ACK, MAX_MEMBERS, PUSH,
+                              QUERY, REQUEST, TYPE_NAMES)
 
 DEFAULT_PORTS = (DEFAULT_PORT,)
 TYPES = TYPE_NAMES
 
 
-def _field(name, width):
-    """The scapy field for one (name, bytes) of the wire table's layouts."""
+class FyrehoseMember(Packet):
+    """One INFO member slot: a cluster member's data address (addr, port)."""
+
+    name = "fyrehose member"
+    fields_desc = [IPField("addr", "0.0.0.0"), ShortField("port", 0)]
+
+    def extract_padding(self, s):
+        return b"", s
+
+    def mysummary(self):
+        return f"{self.addr}:{self.port}"
+
+
+def parse_member(text: str) -> FyrehoseMember:
+    """'ADDR:PORT' as an INFO member slot."""
+    host, sep, port = text.strip().rpartition(":")
+    try:
+        socket.inet_aton(host)
+        if not sep or host.count(".") != 3 or not 0 <= int(port) <= 0xFFFF:
+            raise ValueError
+    except (OSError, ValueError):
+        raise ValueError(f"{text.strip()!r} is not ADDR:PORT (e.g. 10.0.0.1:2323)") from None
+    return FyrehoseMember(addr=host, port=int(port))
+
+
+class MembersField(PacketListField):
+    """INFO's MEMBERS: 5 slots of addr(4) port(2), of which COUNT are members. Built from
+    FyrehoseMember, (addr, port) or "addr:port" items, the slots past them zeroed; dissected as
+    COUNT members (a receiver ignores the slots past COUNT; a dissected packet left unchanged
+    still builds its bytes as they came, scapy keeping them)."""
+
+    __slots__ = ["width"]
+
+    def __init__(self, name, width):
+        super().__init__(name, [], FyrehoseMember,
+                         count_from=lambda pkt: min(pkt.count or 0, MAX_MEMBERS))
+        self.width = width
+
+    def any2i(self, pkt, x):
+        items = x if isinstance(x, (list, tuple)) and not (
+            len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], int)) else [x]
+        out = []
+        for item in items:
+            if isinstance(item, str):
+                item = parse_member(item)
+            elif isinstance(item, tuple):
+                item = FyrehoseMember(addr=item[0], port=item[1])
+            out.append(item)
+        return super().any2i(pkt, out)
+
+    def getfield(self, pkt, s):
+        _, members = super().getfield(pkt, s[:self.width])
+        return s[self.width:], members
+
+    def addfield(self, pkt, s, val):
+        val = list(val or [])
+        if len(val) > MAX_MEMBERS:
+            raise ValueError(f"{len(val)} members; INFO holds {MAX_MEMBERS} slots")
+        return s + b"".join(bytes(m) for m in val).ljust(self.width, b"\0")
+
+    def i2repr(self, pkt, x):
+        return ", ".join(m.mysummary() for m in x or []) or "(none)"
+
+    @staticmethod
+    def from_cli(text: str):
+        """'ADDR:PORT,ADDR:PORT,...' (up to five; empty: none) for `pelotari craft`."""
+        members = [parse_member(part) for part in text.split(",") if part.strip()]
+        if len(members) > MAX_MEMBERS:
+            raise ValueError(f"{len(members)} members; INFO holds {MAX_MEMBERS} slots")
+        return members
+
+
+class ZeroPadField(StrFixedLenField):
+    """QUERY's and INFO's PADDING: sent as zeros, ignored on receipt."""
+
+    def __init__(self, name, width):
+        super().__init__(name, b"\0" * width, width)
+
+    def i2repr(self, pkt, x):
+        x = bytes(x or b"")
+        size = f"{len(x)} byte{'s' * (len(x) != 1)}"
+        return f"{size}, zero" if not any(x) else f"{size}, not all zero (ignored)"
+
+
+def _flag_names(names, bits):
+    return list(names) + [f"bit{i}" for i in range(len(names), bits)]
+
+
+def _field(code, name, width):
+    """The scapy field for one (name, bytes) of the wire table's layout of `code`."""
     if name == "addr":
         return IPField(name, "0.0.0.0")
     if name in ("length", "port"):
         return ShortField(name, None if name == "length" else 0)
     if name == "flags":
-        return FlagsField(name, 0, width * 8, list(FLAG_NAMES)
-                          + [f"bit{i}" for i in range(len(FLAG_NAMES), width * 8)])
+        names = INFO_FLAG_NAMES if code == INFO else FLAG_NAMES
+        return FlagsField(name, 0, width * 8, _flag_names(names, width * 8))
     if name == "token":
         return StrFixedLenField(name, b"\0" * width, width)
+    if name == "count":  # INFO's member count: computed on build unless given
+        return ByteField(name, None)
+    if name == "members":
+        return MembersField(name, width)
+    if name == "padding":
+        return ZeroPadField(name, width)
     return BitField(name, 0, width * 8)
 
 
@@ -51,7 +156,7 @@ def _fields(code):
     """fields_desc of a packet type, from its row of the wire table (fastpath/packets.py)."""
     row = BY_CODE[code]
     data = [StrLenField("data", b"", length_from=lambda p: p.length)] if row.data else []
-    return [ByteEnumField("type", code, TYPES)] + [_field(*f) for f in row.layout] + data
+    return [ByteEnumField("type", code, TYPES)] + [_field(code, *f) for f in row.layout] + data
 
 
 class _Fyrehose(Packet):
@@ -141,6 +246,35 @@ class FyrehoseKeepaliveAck(_Fyrehose):
         return "fyrehose KEEPALIVE-ACK token=" + self.token.hex()
 
 
+class FyrehoseQuery(_Fyrehose):
+    """0x40 QUERY (cluster extension): ask any cluster member for an INFO; TOKEN to echo."""
+
+    name = "fyrehose QUERY"
+    fields_desc = _fields(QUERY)
+
+    def mysummary(self):
+        return "fyrehose QUERY token=" + self.token.hex()
+
+
+class FyrehoseInfo(_Fyrehose):
+    """0x80 INFO (cluster extension): epoch, the active's address, FLAGS and the members."""
+
+    name = "fyrehose INFO"
+    fields_desc = _fields(INFO)
+
+    def post_build(self, pkt, pay):
+        if self.count is None:  # COUNT: the members listed
+            at = BY_CODE[INFO].offset("count")
+            pkt = pkt[:at] + bytes([len(self.members or [])]) + pkt[at + 1:]
+        return pkt + pay
+
+    def mysummary(self):
+        token = "unasked" if not any(self.token) else self.token.hex()
+        members = ",".join(m.mysummary() for m in self.members) or "none"
+        return (f"fyrehose INFO epoch={self.epoch} active={self.addr}:{self.port} "
+                f"flags={self.sprintf('%flags%') or 0} members={members} token={token}")
+
+
 class FyrehoseMalformed(Packet):
     """A datagram on a fyrehose port that is not a valid fyrehose packet."""
 
@@ -163,7 +297,7 @@ class FyrehoseMalformed(Packet):
 # What `pelotari craft TYPE` can build.
 CRAFT = {"deliver": FyrehoseDeliver, "push": FyrehosePush, "request": FyrehoseRequest,
          "forward": FyrehoseForward, "keepalive": FyrehoseKeepalive,
-         "keepalive-ack": FyrehoseKeepaliveAck}
+         "keepalive-ack": FyrehoseKeepaliveAck, "query": FyrehoseQuery, "info": FyrehoseInfo}
 
 CLASSES = {cls.fields_desc[0].default: cls for cls in CRAFT.values()}  # type byte -> class
 assert set(CLASSES) == set(BY_CODE), "a packet type of the wire table has no layer class"
@@ -248,6 +382,12 @@ def describe(layer):
         row["sequence"] = layer.sequence
     elif isinstance(layer, (FyrehoseRequest, FyrehoseForward)):
         row.update(from_seq=layer.from_seq, to_seq=layer.to_seq)
+    elif isinstance(layer, FyrehoseQuery):
+        row["token"] = layer.token.hex()
+    elif isinstance(layer, FyrehoseInfo):
+        row.update(token=layer.token.hex(), epoch=layer.epoch, active=f"{layer.addr}:{layer.port}",
+                   flags=[n for bit, n in enumerate(INFO_FLAG_NAMES) if int(layer.flags) >> bit & 1],
+                   members=[m.mysummary() for m in layer.members])
     row["summary"] = layer.summary()
     return row
 
