@@ -42,7 +42,7 @@ cdef struct Counters:
     uint64_t drops[N_DROPS]
 
 cdef struct Slot:
-    uint8_t scratch[32]   # ACK type byte or FORWARD for this datagram
+    uint8_t scratch[64]   # ACK type byte, FORWARD or INFO for this datagram
     iovec iov[2]
 
 cdef struct Pack:
@@ -97,6 +97,12 @@ cdef class BackboneCore:
     cdef Pack* packs
     cdef int npacks
     cdef Py_ssize_t packs_limit  # the limit `packs` was built for; 0 = not built
+    # Backbone-cluster extension (off unless gate() / set_info() are called)
+    cdef bint gated              # sequence only up to limit_seq, only while now < until_ns
+    cdef uint64_t limit_seq
+    cdef int64_t until_ns
+    cdef bint has_info           # QUERY is answered with `info` (its TOKEN the QUERY's)
+    cdef uint8_t info[64]
 
     cdef void receive_batch(self, int count, int64_t now) noexcept nogil
     cdef void count_batch(self, int count) noexcept nogil
@@ -106,6 +112,8 @@ cdef class BackboneCore:
     cdef void collect(self) noexcept
     cdef void handle(self, int i, int64_t now) noexcept nogil
     cdef void on_push(self, uint8_t* p, Py_ssize_t n, Py_ssize_t count, int64_t now) noexcept nogil
+    cdef bint closed(self, Py_ssize_t count, int64_t now) noexcept nogil
+    cdef void on_query(self, int i, const uint8_t* p) noexcept nogil
     cdef void on_keepalive(self, int i, const uint8_t* p, int64_t now) noexcept nogil
     cdef void on_request(self, int i, const uint8_t* p, int64_t now) noexcept nogil
     cdef bint resolve_addr(self, int i, const uint8_t* p, uint32_t* addr, uint32_t* port) noexcept nogil

@@ -25,7 +25,8 @@ from fastpath.codec cimport (classify, count_frames, T_DELIVER, T_PUSH, T_REQUES
                              DROP_REQUEST_TOO_LARGE, DROP_NO_JOURNAL_PEER, DROP_TABLE_FULL,
                              DROP_ZERO_PORT, DROP_REQUEST_NOT_SUBSCRIBED, DROP_REPAIR_BUDGET,
                              DROP_ADDRESS_LIMIT, DROP_PACK_NOT_SIGNED_ON,
-                             DROP_PACK_TOO_MANY_FRAMES)
+                             DROP_PACK_TOO_MANY_FRAMES, DROP_NOT_ACTIVE, T_QUERY, T_INFO,
+                             INFO_SIZE, OFF_INFO_TOKEN, OFF_QUERY_TOKEN)
 from fastpath.csocket cimport (sockaddr_in, AF_INET, htons, htonl, ntohs, ntohl, cmsghdr,
                                CMSG_SPACE, CMSG_LEN, CMSG_DATA, SOL_UDP, UDP_SEGMENT, SOL_SOCKET,
                                SO_RCVTIMEO, setsockopt, timeval, mmsghdr, MSG_TRUNC)
@@ -191,6 +192,54 @@ cdef class BackboneCore:
         """SEQUENCE the next PUSH will get."""
         return self.next_seq
 
+    def gate(self, uint64_t limit, int64_t until_ns):
+        """(Cluster member) sequence only up to SEQUENCE `limit` (mod 2^48) and only while
+        now < `until_ns`; else PUSH, KEEPALIVE and REQUEST are dropped (`not_active`)."""
+        # (Plain stores the loop thread reads per datagram: each is one aligned word.)
+        self.until_ns = until_ns
+        self.limit_seq = limit & SEQ_MASK
+        self.gated = True
+
+    def set_next_sequence(self, uint64_t sequence):
+        """(Cluster member, gated closed) the SEQUENCE the next PUSH gets: a new epoch's first."""
+        if sequence > SEQ_MASK:
+            raise ValueError("sequence must fit in 48 bits")
+        self.next_seq = sequence
+
+    def set_info(self, info):
+        """(Cluster member) the 64-byte INFO a QUERY is answered with (TOKEN replaced by the
+        QUERY's); None: QUERY is unexpected (a lone backbone)."""
+        cdef const uint8_t[::1] view
+        if info is None:
+            self.has_info = False
+            return
+        view = bytes(info)
+        if view.shape[0] != INFO_SIZE:
+            raise ValueError(f"an INFO is {INFO_SIZE} bytes")
+        self.has_info = False  # (the loop never answers with half of an old one and a new one)
+        memcpy(self.info, &view[0], INFO_SIZE)
+        self.has_info = True
+
+    cdef bint closed(self, Py_ssize_t count, int64_t now) noexcept nogil:
+        """Whether the gate refuses `count` more sequences now (never, ungated)."""
+        cdef uint64_t avail
+        if not self.gated:
+            return False
+        if now >= self.until_ns:
+            return True
+        avail = (self.limit_seq - self.next_seq + 1) & SEQ_MASK
+        return avail >= (<uint64_t>1 << 47) or <uint64_t>count > avail
+
+    cdef void on_query(self, int i, const uint8_t* p) noexcept nogil:
+        # As large as the QUERY: never more bytes out than in.
+        cdef Slot* slot = &self.slots[i]
+        memcpy(slot.scratch, self.info, INFO_SIZE)
+        slot.scratch[0] = T_INFO
+        memcpy(slot.scratch + OFF_INFO_TOKEN, p + OFF_QUERY_TOKEN, TOKEN_SIZE)
+        slot.iov[0].iov_base = slot.scratch
+        slot.iov[0].iov_len = INFO_SIZE
+        self.queue(&self.rx.addrs[i], slot.iov, 1)
+
     cdef void receive_batch(self, int count, int64_t now) noexcept nogil:
         """Handle the first `count` receive slots, all received at `now`, and flush the sends
         they set off (every queued send points into the slots, which the next batch reuses)."""
@@ -234,7 +283,10 @@ cdef class BackboneCore:
             return
         t = classify(p, n, self.max_data)
         if t == T_PUSH:
-            self.on_push(p, n, 1, now)
+            if self.closed(1, now):
+                self.c.drops[DROP_NOT_ACTIVE] += 1
+            else:
+                self.on_push(p, n, 1, now)
         elif t == -FAULT_LENGTH_MISMATCH and p[0] == T_PUSH and self.packing:
             # Packing extension: several PUSH frames back to back, or a malformed PUSH.
             count = count_frames(p, n, self.max_data)
@@ -244,11 +296,17 @@ cdef class BackboneCore:
                 self.c.drops[DROP_PACK_TOO_MANY_FRAMES] += 1
             elif not self.packer(i, now):
                 self.c.drops[DROP_PACK_NOT_SIGNED_ON] += 1
+            elif self.closed(count, now):
+                self.c.drops[DROP_NOT_ACTIVE] += 1
             else:
                 self.c.packs_in += 1
                 self.on_push(p, n, count, now)
         elif t < 0:
             self.c.drops[-t] += 1
+        elif t == T_QUERY and self.has_info:
+            self.on_query(i, p)
+        elif (t == T_KEEPALIVE or t == T_REQUEST) and self.gated and now >= self.until_ns:
+            self.c.drops[DROP_NOT_ACTIVE] += 1
         elif t == T_KEEPALIVE:
             self.on_keepalive(i, p, now)
         elif t == T_REQUEST:

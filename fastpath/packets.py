@@ -145,6 +145,8 @@ DROP_REASONS = (
     "address_limit",           # new client from a host already holding max_per_address entries
     "pack_not_signed_on",      # packed PUSH from a source that is no live PACKED client
     "pack_too_many_frames",    # packed PUSH of more than max_pack_frames frames
+    "not_active",              # (cluster member) PUSH, KEEPALIVE or REQUEST while it may not
+                               # sequence: a standby, or its lease or reservation ran out
 )
 
 

@@ -417,7 +417,15 @@ def test_the_twin_sends_what_the_compiled_core_sends_byte_for_byte(seed):
     cores = [COMPILED.BackboneCore(**options), backbone_core.BackboneCore(**options)]
     sources = [("127.0.0.%d" % h, 4000 + p) for h in (1, 2, 3, 4) for p in range(5)]
     requested = False  # an entry's `requested` counter was compared non-zero at some point
+    cluster = random.Random(seed + 100) if seed >= 3 else None  # the cluster extension too
     for now, batch in traffic(rng, sources, 120):
+        if cluster is not None and cluster.random() < 0.1:
+            limit = (cores[0].next_sequence + cluster.randint(-5, 60)) & MAX_SEQUENCE
+            until = now + cluster.choice((-1, 0, 1, S))
+            info = bytes([0x80]) + bytes(cluster.getrandbits(8) for _ in range(63))
+            for core in cores:
+                core.gate(limit, until)
+                core.set_info(info)
         for core in cores:
             if batch is None:
                 core.handle_timer(now)
@@ -433,3 +441,66 @@ def test_the_twin_sends_what_the_compiled_core_sends_byte_for_byte(seed):
     st = cores[0].stats(now)
     assert requested
     assert st["pushes"] and st["forwards"] and st["keepalives"] and sum(st["drops"].values())
+
+
+# ---- the backbone-cluster extension (docs/protocols/fyrehose-cluster.md) ---------------------
+
+def test_a_gated_core_sequences_up_to_its_limit_and_until_its_lease_ends(make_core):
+    core = make_core()
+    sign_on(core, host(2))
+    core.gate(1002, 3 * S)  # SEQUENCEs 1000..1002, until 3 s
+    assert [d.sequence for d in decoded(push(core, [b"a", b"b", b"c", b"d"], now=S))] == [
+        1000, 1001, 1002]
+    assert core.stats(S)["drops"]["not_active"] == 1
+    core.gate(1010, 3 * S)
+    assert decoded(push(core, [b"e"], now=3 * S - 1)) == [Deliver(1003, b"e")]
+    # Past the lease: nothing sequenced, nobody signed on, no repair asked.
+    assert push(core, [b"f"], now=3 * S) == [] and sign_on(core, host(3), now=3 * S) == []
+    core.receive_datagrams([(wire.encode_request("", 0, 1000, 1000), host(2))], 3 * S)
+    assert core.datagrams_to_send() == []
+    assert core.stats(3 * S)["drops"]["not_active"] == 4
+    assert core.next_sequence == 1004
+
+
+def test_a_gated_core_takes_a_pack_whole_or_not_at_all(make_core):
+    core = make_core()
+    sign_on(core, host(2), flags=packed_flags())
+    core.gate(1001, S)  # room for two
+    three = wire.encode_push(b"x") * 3
+    core.receive_datagrams([(three, host(2))], 0)
+    assert core.datagrams_to_send() == [] and core.stats(0)["drops"]["not_active"] == 1
+    core.receive_datagrams([(wire.encode_push(b"y") * 2, host(2))], 0)
+    ((packed, _),) = core.datagrams_to_send()  # (to a packing subscriber: one datagram)
+    assert [d.sequence for d in wire.decode_pack(packed)] == [1000, 1001]
+
+
+def test_a_new_epoch_starts_at_its_first_sequence_across_the_wrap(make_core):
+    core = make_core()
+    sign_on(core, host(2))
+    core.gate(0, 0)  # a standby: closed
+    core.set_next_sequence(MAX_SEQUENCE)
+    core.gate(1, S)  # ... then active: MAX_SEQUENCE, 0, 1
+    assert [d.sequence for d in decoded(push(core, [b"a", b"b", b"c", b"d"]))] == [
+        MAX_SEQUENCE, 0, 1]
+    with pytest.raises(ValueError):
+        core.set_next_sequence(MAX_SEQUENCE + 1)
+
+
+def test_a_query_is_answered_with_the_info_and_its_own_token_only_in_cluster_mode(make_core):
+    core = make_core()
+    query = wire.encode_query(b"Q" * 16)
+    core.receive_datagrams([(query, host(5))], 0)
+    assert core.datagrams_to_send() == [] and core.stats(0)["drops"]["unexpected_type"] == 1
+    info = wire.encode_info(bytes(16), 7, "127.0.0.2", 2323, 0x2, (("127.0.0.2", 2323),))
+    core.set_info(info)
+    core.receive_datagrams([(query, host(5))], 0)
+    ((answer, to),) = core.datagrams_to_send()
+    assert to == host(5) and len(answer) == len(query) == 64  # never more bytes out than in
+    assert wire.decode(answer) == wire.decode(info)._replace(token=b"Q" * 16)
+    core.receive_datagrams([(answer, host(5))], 0)  # an INFO sent to a backbone: unexpected
+    assert core.datagrams_to_send() == [] and core.stats(0)["drops"]["unexpected_type"] == 2
+    with pytest.raises(ValueError):
+        core.set_info(info[:-1])
+    core.set_info(None)
+    core.receive_datagrams([(query, host(5))], 0)
+    assert core.datagrams_to_send() == []

@@ -14,7 +14,8 @@ import time
 
 from fastpath import packets, refcodec
 from fastpath.errors import CodecError, LengthMismatch
-from fastpath.packets import (DEFAULT_PACK_LIMIT, DELIVER, FORWARD, HEADER_SIZE, KEEPALIVE,
+from fastpath.packets import (DEFAULT_PACK_LIMIT, DELIVER, FORWARD, HEADER_SIZE, INFO,
+                              INFO_SIZE, KEEPALIVE, QUERY, TOKEN_SIZE,
                               KEEPALIVE_ACK, MAX_DATA, MAX_DATAGRAM, MAX_SEQUENCE, NOJOURNAL,
                               NOSUBSCRIBE, PACKED, PACK_LIMIT_SHIFT, PUSH, REQUEST)
 
@@ -128,6 +129,40 @@ class BackboneCore:
              "packs_in", "packs_out"), 0)
         self.drops = dict.fromkeys(DROP_NAMES, 0)
         self.batch_sizes = [0] * 8  # batches of <= 1, 2, 4 ... 64 datagrams, and more
+        # Backbone-cluster extension (docs/protocols/fyrehose-cluster.md): off by default.
+        self._gated = False
+        self._limit = 0  # the last SEQUENCE it may give (mod 2^48)
+        self._until_ns = 0  # ... until then (the lease's end, the core's clock)
+        self._info = None  # the INFO a QUERY is answered with (its TOKEN filled in)
+
+    # ---- the cluster extension ----
+
+    def gate(self, limit, until_ns):
+        """(Cluster member) sequence only up to SEQUENCE `limit` (mod 2^48) and only while
+        now < `until_ns`; else PUSH, KEEPALIVE and REQUEST are dropped (`not_active`)."""
+        self._gated = True
+        self._limit = limit & MAX_SEQUENCE
+        self._until_ns = until_ns
+
+    def set_next_sequence(self, sequence):
+        """(Cluster member, gated closed) the SEQUENCE the next PUSH gets: a new epoch's first."""
+        if not 0 <= sequence <= MAX_SEQUENCE:
+            raise ValueError("sequence must fit in 48 bits")
+        self.next_sequence = sequence
+
+    def set_info(self, info):
+        """(Cluster member) the 64-byte INFO a QUERY is answered with (TOKEN replaced by the
+        QUERY's); None: QUERY is unexpected (a lone backbone)."""
+        if info is not None and len(info) != INFO_SIZE:
+            raise ValueError(f"an INFO is {INFO_SIZE} bytes")
+        self._info = None if info is None else bytes(info)
+
+    def _open(self, now):
+        return not self._gated or now < self._until_ns
+
+    def _room(self, count):
+        avail = (self._limit - self.next_sequence + 1) & MAX_SEQUENCE
+        return not self._gated or (avail < 1 << 47 and count <= avail)
 
     # ---- the API ----
 
@@ -236,8 +271,17 @@ class BackboneCore:
             self.drops[exc.reason] += 1
             return
         ptype = data[0]
-        if ptype == PUSH:
-            self._on_push(data, 1, now)
+        if ptype == QUERY and self._info is not None:
+            # (as large as the QUERY: never more bytes out than in)
+            self._send(bytes([INFO]) + data[1:1 + TOKEN_SIZE] + self._info[1 + TOKEN_SIZE:],
+                       address)
+        elif ptype in (PUSH, KEEPALIVE, REQUEST) and not self._open(now):
+            self.drops["not_active"] += 1
+        elif ptype == PUSH:
+            if self._room(1):
+                self._on_push(data, 1, now)
+            else:
+                self.drops["not_active"] += 1
         elif ptype == KEEPALIVE:
             self._on_keepalive(data, address, now)
         elif ptype == REQUEST:
@@ -256,6 +300,8 @@ class BackboneCore:
             self.drops["pack_too_many_frames"] += 1
         elif s is None or s.expires_ns <= now or not s.pack_limit:
             self.drops["pack_not_signed_on"] += 1
+        elif not self._open(now) or not self._room(count):
+            self.drops["not_active"] += 1
         else:
             self.counters["packs_in"] += 1
             self._on_push(data, count, now)
