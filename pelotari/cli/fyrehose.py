@@ -60,10 +60,28 @@ BACKBONE_OPTION = click.option(
               help="Sequences per second each subscriber may REQUEST (its budget's refill).")
 @click.option("--repair-burst", type=FiniteRange(1), default=16384, show_default=True,
               help="Sequences a subscriber may REQUEST at once (its budget's size).")
+@click.option("--cluster", "cluster", default=None, metavar="NAME",
+              help="Be one member of a highly available backbone cluster NAME (an extension: "
+                   "docs/protocols/fyrehose-cluster.md): the members elect one active backbone "
+                   "(bully, then a majority grants it an epoch); the others stand by, "
+                   "subscribed to it, and one takes over when it dies. Needs --host (this "
+                   "member's own address) and --peers.")
+@click.option("--peers", default=None, metavar="HOST,HOST",
+              help="(--cluster) The other members' addresses; every member uses the same "
+                   "--port, --bully-port and --cluster-port.")
+@click.option("--bully-port", type=click.IntRange(1, 65535), default=2324, show_default=True,
+              help="(--cluster) TCP port of the members' bully election.")
+@click.option("--cluster-port", type=click.IntRange(1, 65535), default=2325, show_default=True,
+              help="(--cluster) UDP port of the members' leases and epochs (and TCP, watched "
+                   "by the standbys: a killed active is noticed at once).")
+@click.option("--state-dir", default=None, metavar="DIR",
+              help="(--cluster) Where this member keeps the epoch it promised and the sequences "
+                   "it confirmed, across restarts [default: ~/.local/state/pelotari].")
 @metrics_option
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
              first_sequence, stats_interval, json_stats, no_gso, no_packing, max_pack,
-             max_pack_frames, max_per_address, repair_rate, repair_burst, metrics):
+             max_pack_frames, max_per_address, repair_rate, repair_burst, cluster, peers,
+             bully_port, cluster_port, state_dir, metrics):
     """Run a fyrehose backbone until Ctrl-C or SIGTERM.
 
     The backbone numbers every PUSH it receives with a continuous 48-bit SEQUENCE and DELIVERs
@@ -76,19 +94,24 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     from pelotari.fyrehose import Backbone
     from pelotari.fyrehose.metrics import BackboneMetrics
 
+    members = _cluster_members(cluster, host, peers, port, first_sequence)
     bb = Backbone(host=host, port=port, window=window, max_subscribers=max_subscribers,
                   max_request_range=max_request_range,
                   allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence,
                   gso=False if no_gso else None, packing=not no_packing, max_pack=max_pack,
                   max_pack_frames=max_pack_frames, max_per_address=max_per_address,
-                  repair_rate=repair_rate, repair_burst=repair_burst)
+                  repair_rate=repair_rate, repair_burst=repair_burst, gated=bool(cluster))
     try:
         bb.start()
     except OSError as exc:
         raise click.ClickException(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
     bound = bb.address
-    click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, "
-               f"first sequence {bb.next_sequence}", err=True)
+    if cluster:
+        click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, cluster "
+                   f"{cluster!r} member (standing by until elected)", err=True)
+    else:
+        click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, "
+                   f"first sequence {bb.next_sequence}", err=True)
     try:
         exporter = start_metrics(metrics, BackboneMetrics(bb))
     except BaseException:
@@ -96,6 +119,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
         raise
     status = StatusLine(interval=stats_interval or 1.0, plain_interval=stats_interval or 10.0)
     last = {"t": time.monotonic(), "in": 0, "out": 0, "push": 0, "delivers": 0}
+    roles = []  # (--cluster) this member's role, for the status line
     ready.announce()  # its socket and metrics listen: `pelotari wait` may go on
 
     def tick(stats):
@@ -116,14 +140,21 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
             return
         # deliver/s counts DELIVER messages (one per message per subscriber), however they
         # went out (a GSO send or a pack carries several); datagrams in/s counts every type.
+        role = f"{roles[0]:<7}  " if roles else ""
         status.update(
-            f"subs {stats['subscribers']:>4}  push/s {human_rate(pushes):>7}  "
+            f"{role}subs {stats['subscribers']:>4}  push/s {human_rate(pushes):>7}  "
             f"deliver/s {human_rate(delivers):>7}  datagrams in/s {human_rate(rate_in):>7}  "
             f"seq {stats['next_sequence']}  req {stats['requests']}  dropped {drops}",
             force=True)
 
     try:
-        stopped_by = bb.serve_forever(on_tick=tick, interval=stats_interval or status.interval)
+        if cluster:
+            stopped_by = _serve_cluster(bb, cluster, host, members, bound[1], bully_port,
+                                        cluster_port, state_dir, tick,
+                                        stats_interval or status.interval, status, roles)
+        else:
+            stopped_by = bb.serve_forever(on_tick=tick,
+                                          interval=stats_interval or status.interval)
     finally:
         if exporter is not None:
             exporter.stop()
@@ -134,9 +165,97 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
                f"{plural(stats['delivers'], 'deliver')}, "
                f"{plural(stats['datagrams_in'], 'datagram')} in, "
                f"dropped {drop_summary(stats['drops'])}; next sequence "
-               f"{stats['next_sequence']} (--first-sequence for a restart that clients see as "
-               "a gap)", err=True)
+               f"{stats['next_sequence']}" + ("" if cluster else (
+                   " (--first-sequence for a restart that clients see as a gap)")), err=True)
     exit_if_interrupted(signal.Signals(stopped_by).name if stopped_by else None)
+
+
+def _cluster_members(cluster, host, peers, port, first_sequence):
+    """--cluster's checks: its other members' addresses (one clear line for a user's error)."""
+    import ipaddress
+
+    if cluster is None:
+        if peers:
+            raise click.UsageError("--peers needs --cluster NAME")
+        return []
+    if not 1 <= len(cluster.encode()) <= 32:
+        raise click.UsageError("--cluster NAME is 1 to 32 bytes")
+    if host in ("0.0.0.0", ""):
+        raise click.UsageError("--cluster needs --host: this member's own address (the others "
+                               "know it by it)")
+    if not peers:
+        raise click.UsageError("--cluster needs --peers HOST,HOST: the other members")
+    if first_sequence is not None:
+        raise click.UsageError("--first-sequence is the cluster's to choose (each epoch starts "
+                               "past every sequence the last one may have used)")
+    if port == 0:
+        raise click.UsageError("--cluster needs a fixed --port (every member uses the same)")
+    out = []
+    for text in peers.split(","):
+        text = text.strip()
+        try:
+            ipaddress.IPv4Address(text)
+        except ValueError:
+            raise click.UsageError(f"--peers: {text!r} is not an IPv4 address") from None
+        if text == host or text in out:
+            raise click.UsageError(f"--peers: {text} twice (or this member's own --host)")
+        out.append(text)
+    if len(out) + 1 > 5:
+        raise click.UsageError("a cluster has at most 5 members")
+    return out
+
+
+def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_dir, tick,
+                   interval, status, roles):
+    """Run this member until SIGINT or SIGTERM; the signal that stopped it."""
+    import asyncio
+
+    from pelotari.bully.node import BindError
+    from pelotari.cli.service import Stopper
+    from pelotari.fyrehose.cluster import BecameActive, Following, SteppedDown
+    from pelotari.fyrehose.cluster_backbone import ClusterBackbone
+
+    state_dir = state_dir or os.path.join(os.path.expanduser("~"), ".local", "state",
+                                          "pelotari")
+
+    def say(text):
+        status.finish()
+        click.echo(f"{time.strftime('%H:%M:%S')} {text}", err=True)
+
+    def on_event(ev):
+        if isinstance(ev, BecameActive):
+            say(f"active: epoch {ev.epoch}, sequencing from {ev.first % (1 << 48)}")
+        elif isinstance(ev, Following):
+            say(f"standby: following the active at {ev.active[0]}:{port} (epoch {ev.epoch})")
+        elif isinstance(ev, SteppedDown):
+            say(f"stepped down ({ev.why}): sequencing stopped")
+
+    async def run():
+        stopper = Stopper()
+        member = ClusterBackbone(bb, host, peers=peers, data_port=port, bully_port=bully_port,
+                                 cluster_port=cluster_port, state_dir=state_dir,
+                                 name=name.encode(), on_event=on_event)
+        try:
+            await member.start()
+        except (BindError, OSError, ValueError) as exc:
+            stopper.close()
+            raise click.ClickException(str(exc)) from None
+        ready.announce()
+        try:
+            while not stopper.stopped.is_set():
+                try:
+                    await asyncio.wait_for(stopper.stopped.wait(), interval)
+                except asyncio.TimeoutError:
+                    roles[:] = [member.node.core.role]
+                    tick({**bb.stats(), "cluster": member.status()})  # (--json-stats has it)
+        finally:
+            stopper.close()
+            await member.close()
+        return stopper.why
+
+    why = asyncio.run(run())
+    bb.stop()
+    return getattr(signal, why, None) if why else None
 
 
 def drop_summary(drops: dict) -> str:

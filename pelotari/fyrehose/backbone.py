@@ -42,6 +42,7 @@ class BackboneConfig:
     max_per_address: int = 256  # table entries one source host may hold (0: no limit)
     repair_rate: float = 16384.0  # sequences/s each subscriber's REQUEST budget refills
     repair_burst: float = 16384.0  # sequences a subscriber may REQUEST at once
+    gated: bool = False  # a cluster member: sequences nothing until gate() allows it
 
 
 class Backbone:
@@ -81,6 +82,8 @@ class Backbone:
                 max_pack=cfg.max_pack, max_pack_frames=cfg.max_pack_frames,
                 max_per_address=cfg.max_per_address, repair_rate=cfg.repair_rate,
                 repair_burst=cfg.repair_burst)
+            if cfg.gated:
+                self._loop.core.gate(0, 0)  # closed before the first datagram is read
         except BaseException:
             sock.close()
             raise
@@ -115,6 +118,21 @@ class Backbone:
     def next_sequence(self) -> int:
         """SEQUENCE the next PUSH will be given."""
         return self._loop.core.next_sequence
+
+    # ---- the backbone-cluster extension (docs/protocols/fyrehose-cluster.md) ----
+
+    def gate(self, limit: int, until: float) -> None:
+        """Sequence only up to SEQUENCE `limit` (mod 2^48) and only until `until`
+        (time.monotonic() seconds); past either, PUSH, KEEPALIVE and REQUEST are dropped."""
+        self._loop.core.gate(limit & ((1 << 48) - 1), int(until * 1e9) if until > 0 else 0)
+
+    def set_next_sequence(self, sequence: int) -> None:
+        """The SEQUENCE the next PUSH gets (a new epoch's first; call while gated closed)."""
+        self._loop.core.set_next_sequence(sequence)
+
+    def set_info(self, info: Optional[bytes]) -> None:
+        """The INFO a QUERY is answered with (None: QUERY goes unanswered)."""
+        self._loop.core.set_info(info)
 
     def stats(self) -> dict:
         """A snapshot: datagrams/bytes in and out, pushes, subscribers, drops by reason."""

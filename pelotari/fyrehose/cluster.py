@@ -190,6 +190,7 @@ class ClusterCore:
         self.active_dead = False  # its watch connection was reset, closed or refused
         self.heard_active = float("-inf")  # when we last confirmed its lease (standby)
         self.high = 0  # the highest position we hold
+        self.active_next = 0  # (standby) the active's next position, from its last LEASE
         self.next = 0  # (active) the next position to issue
         self._asking: int | None = None  # (active) the reservation being confirmed
         self._confirmed_by: dict[Address, int] = {}  # reservation confirmations per member
@@ -332,6 +333,7 @@ class ClusterCore:
         if src != self.active or epoch != self.epoch or self.role != "standby":
             self._follow(src, epoch, now)
         self.heard_active = now  # (we grant nobody else until `silence` after this)
+        self.active_next = nxt  # its next position: how far behind our journal is
         self.active_dead = False  # it lives (whatever its watch connection did)
         if not self._watch and self._next_watch is None:
             self._rewatch(now)

@@ -1,0 +1,175 @@
+"""A backbone that is a cluster member (docs/protocols/fyrehose-cluster.md): the Backbone
+(gated), its data plane for the member's core, and, while it stands by, a journaling
+subscription to the active backbone. `ClusterBackbone` runs them on one asyncio loop.
+"""
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from typing import Optional
+
+from fastpath import refcodec
+from fastpath.packets import INFO_ACTIVE, INFO_NO_QUORUM, MAX_MEMBERS, MAX_SEQUENCE
+from pelotari.fyrehose.aio import AsyncClient
+from pelotari.fyrehose.backbone import Backbone
+from pelotari.fyrehose.cluster import (BecameActive, Config, Following, SteppedDown)
+from pelotari.fyrehose.cluster_node import ClusterNode
+
+log = logging.getLogger("pelotari.fyrehose.cluster")
+
+WRAP = MAX_SEQUENCE + 1
+
+
+def nearest_position(sequence: int, reference: int) -> int:
+    """The position (an unwrapped sequence) congruent to `sequence` mod 2^48 nearest to
+    `reference`."""
+    base = reference - (reference % WRAP) + sequence
+    return min((base - WRAP, base, base + WRAP), key=lambda p: abs(p - reference))
+
+
+class BackbonePlane:
+    """The data plane of a member: positions in, the gate out (pelotari.fyrehose.cluster_node's
+    interface). `journal` is the standby's subscription to the active (or None)."""
+
+    def __init__(self, backbone: Backbone):
+        self.backbone = backbone
+        self.journal: Optional[AsyncClient] = None
+        self._ref = 0  # a position known to be near the backbone's next sequence
+        self.reference: Callable[[], int] = lambda: 0  # a position the cluster knows
+
+    def position(self) -> int:
+        self._ref = nearest_position(self.backbone.next_sequence, self._ref)
+        return self._ref
+
+    def held(self) -> int:
+        j = self.journal
+        high = j.core.tracker.highest_sequence if j is not None else None
+        ref = self.reference()
+        if high is None or not ref:
+            return 0
+        return nearest_position(high, ref)
+
+    def start(self, first: int) -> None:
+        self.backbone.gate(0, 0)  # (closed while the first sequence changes)
+        self.backbone.set_next_sequence(first % WRAP)
+        self._ref = first
+
+    def allow(self, limit: int, until: float) -> None:
+        self.backbone.gate(limit % WRAP, until)
+
+    def stop(self) -> None:
+        self.backbone.gate(0, 0)
+
+
+class ClusterBackbone:
+    """A cluster member: `await ClusterBackbone(...).start()`, then `await close()`. Its events
+    (the core's and bully's) go to `on_event`."""
+
+    def __init__(self, backbone: Backbone, host: str, *, peers: list[str], data_port: int,
+                 bully_port: int, cluster_port: int, state_dir: str, name: bytes,
+                 config: Optional[Config] = None,
+                 on_event: Optional[Callable[[object], None]] = None):
+        self.backbone = backbone
+        self.host = host
+        self.peers = list(peers)
+        self.data_port = data_port
+        self.bully_port = bully_port
+        self.cluster_port = cluster_port
+        self.state_path = os.path.join(state_dir, f"cluster-{host}-{cluster_port}.json")
+        self.state_dir = state_dir
+        self.name = name
+        self.config = config or Config(cluster_size=len(self.peers) + 1)
+        self.on_event = on_event or (lambda ev: None)
+        self.plane = BackbonePlane(backbone)
+        self.node: Optional[ClusterNode] = None
+        self.failovers = 0
+        self._following: Optional[tuple[str, int]] = None
+        self._journal_task: Optional[asyncio.Task] = None
+        self._drain: Optional[asyncio.Task] = None
+
+    async def start(self) -> "ClusterBackbone":
+        os.makedirs(self.state_dir, exist_ok=True)
+        peers = [(p, self.cluster_port) for p in self.peers]
+        # The member that sorts first founds bully's network; the others join it (a member
+        # that finds it gone joins the next, or founds: ClusterCore._rejoin).
+        first = min([self.host, *self.peers], key=lambda h: tuple(map(int, h.split("."))))
+        self.node = await ClusterNode.start(
+            self.host, self.bully_port, cluster_port=self.cluster_port, peers=peers,
+            plane=self.plane, config=self.config, state_path=self.state_path, name=self.name,
+            bully_leader=None if first == self.host else (first, self.bully_port),
+            on_event=self._event)
+        core = self.node.core
+        self.plane.reference = lambda: core.active_next or core.reserved
+        self._set_info()
+        return self
+
+    async def close(self) -> None:
+        """Stop sequencing, then the member, then the journal."""
+        self.plane.stop()
+        if self.node is not None:
+            await self.node.close()
+        await self._unfollow()
+
+    # ---- events ---------------------------------------------------------------------------
+
+    def _event(self, ev) -> None:
+        if isinstance(ev, BecameActive):
+            self.failovers += 1
+            asyncio.get_running_loop().create_task(self._unfollow())
+        elif isinstance(ev, Following):
+            host = ev.active[0]
+            if host != self.host:
+                asyncio.get_running_loop().create_task(self._follow((host, self.data_port)))
+        elif isinstance(ev, SteppedDown):
+            pass
+        try:
+            self.on_event(ev)
+        finally:
+            if self.node is not None:
+                self._set_info()
+
+    def _set_info(self) -> None:
+        core = self.node.core
+        active = core.active if core.active is not None else ("0.0.0.0", 0)
+        members = [(h, self.data_port) for h in sorted([self.host, *self.peers])][:MAX_MEMBERS]
+        flags = (INFO_ACTIVE if core.role == "active" else 0) | (
+            INFO_NO_QUORUM if core.active is None else 0)
+        info = refcodec.encode_info(bytes(16), core.epoch, active[0],
+                                    self.data_port if core.active is not None else 0, flags,
+                                    tuple(members))
+        self.backbone.set_info(info)
+
+    # ---- the standby's journal -----------------------------------------------------------
+
+    async def _follow(self, address: tuple[str, int]) -> None:
+        if self._following == address:
+            return
+        await self._unfollow()
+        self._following = address
+        try:
+            self.plane.journal = await AsyncClient.connect(address, bind=(self.host, 0),
+                                                           receive=False)
+        except OSError as exc:
+            log.warning("cannot subscribe to the active at %s:%s: %s", *address, exc)
+            self._following = None
+
+    async def _unfollow(self) -> None:
+        journal, self.plane.journal, self._following = self.plane.journal, None, None
+        if journal is not None:
+            await journal.close()
+
+    # ---- what /status shows ------------------------------------------------------------------
+
+    def status(self) -> dict:
+        """Role, epoch, the active, the standby's lag, failovers, the core's counters."""
+        core = self.node.core
+        now = self.node._now()
+        lag = None
+        if core.role != "active" and self.plane.journal is not None and core.active_next:
+            lag = max(0, core.active_next - 1 - self.plane.held())
+        return {"role": core.role, "epoch": core.epoch,
+                "active": f"{core.active[0]}:{self.data_port}" if core.active else None,
+                "may_sequence": core.may_issue(now) is not None,
+                "promised": core.promised, "reserved": core.reserved,
+                "held": self.plane.held(), "lag": lag, "became_active": self.failovers,
+                "bully_id": core.bully.id, "stats": dict(core.stats)}

@@ -1,0 +1,96 @@
+"""`pelotari backbone --cluster`, three real processes on 127.0.0.x: one active, the others
+standing by (subscribed to it); SIGKILL the active and another takes over, sequencing past
+every SEQUENCE the dead one gave; the killed one, started again, stands by; a seed publisher
+pointed at the new active is served (docs/protocols/fyrehose-cluster.md)."""
+import random
+import re
+import signal
+import subprocess
+
+import pytest
+from conftest import PELOTARI, wait_for
+from nodeproc import NodeProcess
+
+from fastpath import refcodec
+from fastpath.packets import MAX_SEQUENCE
+
+HOSTS = ["127.0.0.91", "127.0.0.92", "127.0.0.93"]
+ACTIVE = re.compile(r"active: epoch (\d+), sequencing from (\d+)")
+FOLLOWING = re.compile(r"standby: following the active at ([\d.]+):")
+
+
+def member(host, ports, state_dir):
+    data, bully, cluster = ports
+    peers = ",".join(h for h in HOSTS if h != host)
+    return NodeProcess("backbone", "--host", host, "--port", str(data), "--cluster", "test",
+                       "--peers", peers, "--bully-port", str(bully), "--cluster-port",
+                       str(cluster), "--state-dir", str(state_dir), "--stats-interval", "60",
+                       as_json=False, stdin=subprocess.DEVNULL)
+
+
+def lines(p, pattern):
+    return [m for m in map(pattern.search, p.stderr) if m]
+
+
+def publish(host, port, count, tag):
+    """`pelotari pub` of count messages to host:port; the SEQUENCEs it printed, confirmed."""
+    res = subprocess.run(PELOTARI + ["pub", "-b", f"{host}:{port}", "-n", str(count),
+                                     "--timeout", "5", f"{tag}"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    return [int(line.split("\t")[0]) for line in res.stdout.splitlines() if "\t" in line]
+
+
+@pytest.mark.slow  # real processes (tests/conftest.py: the fast loop)
+def test_kill_the_active_and_another_takes_over_past_its_sequences(tmp_path):
+    base = random.randrange(20000, 50000)
+    ports = (base, base + 1, base + 2)
+    procs = {h: member(h, ports, tmp_path / h) for h in HOSTS}
+    try:
+        def the_active():
+            found = [h for h, p in procs.items() if p.proc.poll() is None and lines(p, ACTIVE)]
+            return found[0] if len(found) == 1 else None
+        assert wait_for(the_active, 60), {h: p.stderr_text(0) for h, p in procs.items()}
+        old = the_active()
+        others = [h for h in HOSTS if h != old]
+        assert wait_for(lambda: all(lines(procs[h], FOLLOWING) for h in others), 60)
+        first = publish(old, ports[0], 20, "before")
+        assert len(first) == 20
+        procs[old].send(signal.SIGKILL)
+        procs[old].proc.wait(30)
+
+        def new_active():
+            found = [h for h in others if lines(procs[h], ACTIVE)]
+            return found[0] if found else None
+        assert wait_for(new_active, 60), {h: procs[h].stderr_text(0) for h in others}
+        new = new_active()
+        epoch, start = map(int, lines(procs[new], ACTIVE)[-1].groups())
+        # Past every SEQUENCE the dead active gave (mod 2^48: it started from the clock).
+        assert 0 < (start - max(first)) % (MAX_SEQUENCE + 1) < 1 << 20
+        after = publish(new, ports[0], 20, "after")
+        assert len(after) == 20 and not set(after) & set(first)
+        # The old one, started again with its state, stands by: no second outage.
+        procs[old] = member(old, ports, tmp_path / old)
+        assert wait_for(lambda: lines(procs[old], FOLLOWING), 60), procs[old].stderr_text(0)
+        assert lines(procs[old], FOLLOWING)[-1].group(1) == new
+        assert not lines(procs[old], ACTIVE)
+        # A QUERY to any member is answered with the cluster's state (as large as it).
+        info = query(old, ports[0])
+        assert (info.addr, info.port) == (new, ports[0]) and info.epoch == epoch
+    finally:
+        codes = {h: p.stop(signal.SIGTERM)[0] for h, p in procs.items()
+                 if p.proc.poll() is None}
+    assert all(code == 0 for code in codes.values()), codes
+
+
+def query(host, port):
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(10)
+        q = refcodec.encode_query(b"q" * 16)
+        s.sendto(q, (host, port))
+        data, _ = s.recvfrom(2048)
+        assert len(data) == len(q)
+        return refcodec.decode(data)
