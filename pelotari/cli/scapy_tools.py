@@ -111,7 +111,7 @@ def craft(kind, subtype, fields, target, client, src, wait, pack, sign_on, key_f
       pelotari craft push --data abc --length 99 --send ...       a LENGTH that lies
       pelotari craft push --data abc --pack 3 --send ...          three PUSHes, one datagram
       pelotari craft query --send 127.0.0.1:2323 --wait 1         ask a cluster member for INFO
-      pelotari craft info -F epoch=3 --addr 10.0.0.1 --port 2323 --flags ACTIVE \
+      pelotari craft info -F epoch=3 --addr 10.0.0.1 --port 2323 --flags ACTIVE \\
           -F members=10.0.0.1:2323,10.0.0.2:2323 --hexdump       an INFO (COUNT computed)
       pelotari craft NodeRequest -F ip=127.0.0.1 -F port=3334 -F id=2 \\
           --send 127.0.0.1:3333 --wait 2                          bully over TCP; prints the answer
