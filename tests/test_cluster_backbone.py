@@ -25,7 +25,15 @@ def member(host, ports, state_dir):
     return NodeProcess("backbone", "--host", host, "--port", str(data), "--cluster", "test",
                        "--peers", peers, "--bully-port", str(bully), "--cluster-port",
                        str(cluster), "--state-dir", str(state_dir), "--stats-interval", "60",
+                       "--metrics", f"{host}:{data}",
                        as_json=False, stdin=subprocess.DEVNULL)
+
+
+def scrape(host, port, path="/metrics"):
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as r:
+        return r.read().decode()
 
 
 def lines(p, pattern):
@@ -77,6 +85,16 @@ def test_kill_the_active_and_another_takes_over_past_its_sequences(tmp_path):
         # A QUERY to any member is answered with the cluster's state (as large as it).
         info = query(old, ports[0])
         assert (info.addr, info.port) == (new, ports[0]) and info.epoch == epoch
+        # What an operator sees: the role, epoch and failovers in /metrics and /status.
+        text = scrape(new, ports[0])
+        assert 'pelotari_fyrehose_cluster_role{role="active"} 1.0' in text
+        value = re.search(r"^pelotari_fyrehose_cluster_epoch (\S+)$", text, re.M).group(1)
+        assert float(value) == epoch
+        assert "pelotari_fyrehose_cluster_became_active_total 1.0" in text
+        import json
+        status = json.loads(scrape(old, ports[0], "/status"))
+        assert status["cluster"]["role"] == "standby" and status["cluster"]["epoch"] == epoch
+        assert status["cluster"]["active"] == f"{new}:{ports[0]}"
     finally:
         codes = {h: p.stop(signal.SIGTERM)[0] for h, p in procs.items()
                  if p.proc.poll() is None}

@@ -113,7 +113,8 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
         click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, "
                    f"first sequence {bb.next_sequence}", err=True)
     try:
-        exporter = start_metrics(metrics, BackboneMetrics(bb))
+        source = BackboneMetrics(bb)
+        exporter = start_metrics(metrics, source)
     except BaseException:
         bb.stop()
         raise
@@ -151,7 +152,8 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
         if cluster:
             stopped_by = _serve_cluster(bb, cluster, host, members, bound[1], bully_port,
                                         cluster_port, state_dir, tick,
-                                        stats_interval or status.interval, status, roles)
+                                        stats_interval or status.interval, status, roles,
+                                        source)
         else:
             stopped_by = bb.serve_forever(on_tick=tick,
                                           interval=stats_interval or status.interval)
@@ -206,7 +208,7 @@ def _cluster_members(cluster, host, peers, port, first_sequence):
 
 
 def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_dir, tick,
-                   interval, status, roles):
+                   interval, status, roles, metrics_source):
     """Run this member until SIGINT or SIGTERM; the signal that stopped it."""
     import asyncio
 
@@ -240,6 +242,7 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
         except (BindError, OSError, ValueError) as exc:
             stopper.close()
             raise click.ClickException(str(exc)) from None
+        metrics_source.cluster = member.status
         ready.announce()
         try:
             while not stopper.stopped.is_set():
@@ -249,6 +252,7 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
                     roles[:] = [member.node.core.role]
                     tick({**bb.stats(), "cluster": member.status()})  # (--json-stats has it)
         finally:
+            metrics_source.cluster = None
             stopper.close()
             await member.close()
         return stopper.why

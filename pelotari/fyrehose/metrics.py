@@ -46,6 +46,8 @@ class BackboneMetrics:
 
     def __init__(self, backbone):
         self.backbone = backbone
+        # (--cluster) the member's status (ClusterBackbone.status), once it runs
+        self.cluster = None
 
     def collect(self):
         """The backbone's counters, gauges and drops by reason, read now."""
@@ -68,6 +70,25 @@ class BackboneMetrics:
         yield histogram(PREFIX + "receive_batch_size", "Datagrams per receive batch (recvmmsg "
                         "call): batches near 64 mean the backbone is busy.", buckets,
                         stats["datagrams_in"])
+        if self.cluster is not None:
+            yield from self._cluster_metrics(self.cluster())
+
+    @staticmethod
+    def _cluster_metrics(c: dict):
+        from pelotari.metrics import counter, gauge, gauges_by
+
+        yield gauges_by(PREFIX + "cluster_role", "This cluster member's role: 1 for the one "
+                        "it has (active, candidate, standby).", "role",
+                        {r: int(c["role"] == r) for r in ("active", "candidate", "standby")})
+        yield gauge(PREFIX + "cluster_epoch", "The epoch it serves (active) or follows.",
+                    c["epoch"])
+        yield gauge(PREFIX + "cluster_may_sequence", "1 while it may sequence (active, within "
+                    "its lease and reservation).", int(c["may_sequence"]))
+        yield gauge(PREFIX + "cluster_lag_sequences", "(Standby) sequences the active gave "
+                    "that its journal does not hold yet (-1: not known).",
+                    -1 if c["lag"] is None else c["lag"])
+        yield counter(PREFIX + "cluster_became_active", "Times this member became the active "
+                      "(a failover, or the first election).", c["became_active"])
 
     def status(self) -> dict:
         """Counters and the subscriber table; each entry's `loss_hint` is the share of the
@@ -81,5 +102,8 @@ class BackboneMetrics:
             e["seconds_left"] = round(e["seconds_left"], 3)
             e["age"] = round(e["age"], 3)
             entries.append(e)
-        return {"protocol": "fyrehose", "role": "backbone",
-                "address": "%s:%d" % self.backbone.address[:2], **stats, "entries": entries}
+        out = {"protocol": "fyrehose", "role": "backbone",
+               "address": "%s:%d" % self.backbone.address[:2], **stats, "entries": entries}
+        if self.cluster is not None:
+            out["cluster"] = self.cluster()
+        return out
