@@ -348,3 +348,96 @@ def test_a_pack_of_pushes_sent_to_a_packing_client_is_counted_and_dropped():
     core = make(pack=1472)
     core.receive_datagram(b"\x02\x00\x01" + bytes(6) + b"a" + b"\x02\x00\x00" + bytes(6), PEER, 0.0)
     assert core.stats["dropped_unexpected_type"] == 1 and core.next_event() is None
+
+
+# ---- the backbone cluster (docs/protocols/fyrehose-cluster.md) ------------------------------
+
+M1, M2, M3 = ("127.0.0.91", 2323), ("127.0.0.92", 2323), ("127.0.0.93", 2323)
+
+
+def clustered(**kw):
+    return ClientCore(M1, 0.0, ClientConfig(cluster=(M1, M2, M3), request_delay=0.1, **kw))
+
+
+def info(token, epoch, active, flags=0x2):
+    return wire.encode_info(token, epoch, active[0], active[1], flags, (M1, M2, M3))
+
+
+def test_a_cluster_client_asks_every_member_and_follows_only_the_active_itself():
+    from fastpath.packets import CLUSTER, Query
+    from pelotari.fyrehose.events import BackboneMoved
+
+    core = clustered()
+    core.handle_timer(0.0)
+    out = sent(core)
+    assert [(type(p).__name__, a) for p, a in out] == [
+        ("Keepalive", M1), ("Query", M1), ("Query", M2), ("Query", M3)]
+    assert out[0][0].flags & CLUSTER
+    token = out[1][0].token
+    assert all(p.token == token for p, _ in out[1:]) and isinstance(out[1][0], Query)
+    # M2 (a standby) says M3 leads epoch 7: not believed until M3 itself says so.
+    core.receive_datagram(info(token, 7, M3, flags=0), M2, 0.01)
+    ((q, to),) = sent(core)
+    assert to == M3 and isinstance(q, Query) and core.backbone == M1
+    core.receive_datagram(info(q.token, 7, M3), M3, 0.02)
+    assert [e for e in events(core) if isinstance(e, BackboneMoved)] == [
+        BackboneMoved(M1, M3, 7, 0)]
+    assert core.backbone == M3 and core.epoch == 7
+    assert [type(p).__name__ for p, a in sent(core)] == ["Keepalive"]
+
+
+def test_an_info_without_our_token_or_from_a_stranger_moves_nothing():
+    core = clustered()
+    core.handle_timer(0.0)
+    sent(core)
+    core.receive_datagram(info(b"x" * 16, 99, M3), M3, 0.01)  # not our token: a hint only
+    core.receive_datagram(info(bytes(16), 99, M3), ("127.0.0.66", 2323), 0.01)
+    assert core.backbone == M1 and core.epoch == 0
+    assert core.stats["info_unasked"] == 2
+    # ... and answers, however many, make at most one QUERY round per quarter interval.
+    rounds = [p for p, _ in sent(core) if type(p).__name__ == "Query"]
+    assert len(rounds) <= 3
+
+
+def test_after_a_failover_unconfirmed_publishes_are_sent_again_to_the_new_active():
+    from pelotari.fyrehose.events import BackboneMoved
+
+    core = clustered(cluster_silence=0.25)
+    core.handle_timer(0.0)
+    token = sent(core)[1][0].token
+    core.receive_datagram(info(token, 5, M1), M1, 0.001)
+    core.receive_datagram(wire.encode_keepalive_ack(core._keepalives_sent and next(
+        iter(core._keepalives_sent))), M1, 0.002)
+    events(core)
+    sent(core)
+    core.publish(b"one", 0.01)
+    core.publish(b"two", 0.01)
+    sent(core)
+    # M1 dies: no ACK; after cluster_silence the client asks every member.
+    now = 0.01
+    queries = []
+    while not queries:
+        now = core.get_timer()
+        core.handle_timer(now)
+        queries = [p for p, _ in sent(core) if type(p).__name__ == "Query"]
+    assert now > 0.25
+    core.receive_datagram(info(queries[0].token, 6, M2), M2, now + 0.001)
+    moved = [e for e in events(core) if isinstance(e, BackboneMoved)]
+    assert moved == [BackboneMoved(M1, M2, 6, 2)]
+    out = sent(core)
+    assert type(out[0][0]).__name__ == "Keepalive"  # signed on first: the DELIVERs come back
+    pushes = [(p.data, a) for p, a in out if isinstance(p, Push)]
+    assert pushes == [(b"one", M2), (b"two", M2)] and core.stats["resent"] == 2
+    # An older epoch's INFO never moves it back.
+    core._query(now + 1.0)
+    old_token = sent(core)[0][0].token
+    core.receive_datagram(info(old_token, 5, M1), M1, now + 1.01)
+    assert core.backbone == M2 and core.epoch == 6
+
+
+def test_a_plain_client_ignores_info_and_sends_no_query():
+    core = make()
+    core.handle_timer(0.0)
+    assert [type(p).__name__ for p, _ in sent(core)] == ["Keepalive"]
+    core.receive_datagram(info(bytes(16), 9, M3), BB, 0.01)
+    assert core.backbone == BB and core.stats["dropped_unexpected_type"] == 1

@@ -15,9 +15,26 @@ from pelotari.cli.common import (AddressType, FiniteRange, StatusLine, escape_te
                                  human_rate, metrics_option, plural, start_metrics)
 
 from fastpath.packets import DEFAULT_PORT, HEADER_SIZE, MAX_DATAGRAM  # the wire table (light)
+class BackbonesType(AddressType):
+    """HOST[:PORT][,HOST[:PORT]...]: one backbone, or a cluster's members."""
+
+    name = "HOST:PORT[,...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        parts = [p.strip() for p in str(value).split(",") if p.strip()]
+        if not parts:
+            self.fail("no address", param, ctx)
+        return [super(BackbonesType, self).convert(p, param, ctx) for p in parts]
+
+
 BACKBONE_OPTION = click.option(
-    "-b", "--backbone", type=AddressType(DEFAULT_PORT), default=f"127.0.0.1:{DEFAULT_PORT}",
-    show_default=True, help="Backbone address (HOST:PORT or HOST).")
+    "-b", "--backbone", type=BackbonesType(DEFAULT_PORT), default=f"127.0.0.1:{DEFAULT_PORT}",
+    show_default=True,
+    help="Backbone address (HOST:PORT or HOST); several, comma-separated, are a backbone "
+         "cluster's members (pelotari backbone --cluster): the client follows the active one "
+         "through failovers, and a publisher sends again what the old one had not confirmed.")
 
 
 @main.command()
@@ -278,6 +295,13 @@ def _client_options(fn):
     return BACKBONE_OPTION(fn)
 
 
+def _backbones(addresses):
+    """-b's addresses: (the first, the cluster's members or () for a single backbone)."""
+    if len(addresses) > 10:
+        raise click.UsageError("--backbone: at most 10 addresses")
+    return addresses[0], tuple(addresses) if len(addresses) > 1 else ()
+
+
 def _client_config(**options):
     """ClientConfig(**options); the limits it checks are the library's, reported as usage."""
     from pelotari.fyrehose import ClientConfig
@@ -335,8 +359,11 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
 
     if file is not None and messages:
         raise click.UsageError("give MESSAGES or --file, not both")
-    flags = NOJOURNAL | (NOSUBSCRIBE if no_confirm else 0)
-    config = _client_config(flags=flags, publish_timeout=timeout, pack=pack)
+    backbone, members = _backbones(backbone)
+    # Following a cluster, a publisher journals what it saw confirmed: if the old active died
+    # before every subscriber had it, the new one's subscribers can be repaired from us.
+    flags = (0 if members else NOJOURNAL) | (NOSUBSCRIBE if no_confirm else 0)
+    config = _client_config(flags=flags, publish_timeout=timeout, pack=pack, cluster=members)
     skipped = 0
 
     def skip(label, why):
@@ -383,6 +410,11 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     summary = f"published {sent} message{'' if sent == 1 else 's'} in {elapsed:.2f}s ({what})"
     if skipped:
         summary += f", {skipped} input{'s' if skipped != 1 else ''} skipped"
+    if members:
+        cs = client.stats()
+        summary += (f"; followed {plural(cs.get('moves', 0), 'failover')}, re-sent "
+                    f"{plural(cs.get('resent', 0), 'message')} the old active had not "
+                    "confirmed (at least once: a re-sent one may be there twice)")
     click.echo(summary + ("; interrupted" if interrupted else ""), err=True)
     if interrupted:
         sys.exit(INTERRUPTED)
@@ -521,8 +553,9 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
 
     if raw and as_json:
         raise click.UsageError("--raw and --json exclude each other")
+    backbone, members = _backbones(backbone)
     config = _client_config(flags=NOJOURNAL if no_journal else 0, journal_size=journal_size,
-                            pack=pack)
+                            pack=pack, cluster=members)
     received = 0
     interrupted = False
     try:

@@ -2,7 +2,6 @@
 (gated), its data plane for the member's core, and, while it stands by, a journaling
 subscription to the active backbone. `ClusterBackbone` runs them on one asyncio loop.
 """
-import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from fastpath import refcodec
 from fastpath.packets import INFO_ACTIVE, INFO_NO_QUORUM, MAX_MEMBERS, MAX_SEQUENCE
 from pelotari.fyrehose.aio import AsyncClient
 from pelotari.fyrehose.backbone import Backbone
-from pelotari.fyrehose.cluster import (BecameActive, Config, Following, SteppedDown)
+from pelotari.fyrehose.cluster import (BecameActive, Config)
 from pelotari.fyrehose.cluster_node import ClusterNode
 
 log = logging.getLogger("pelotari.fyrehose.cluster")
@@ -83,9 +82,7 @@ class ClusterBackbone:
         self.plane = BackbonePlane(backbone)
         self.node: Optional[ClusterNode] = None
         self.failovers = 0
-        self._following: Optional[tuple[str, int]] = None
-        self._journal_task: Optional[asyncio.Task] = None
-        self._drain: Optional[asyncio.Task] = None
+        self._info: Optional[bytes] = None
 
     async def start(self) -> "ClusterBackbone":
         os.makedirs(self.state_dir, exist_ok=True)
@@ -100,7 +97,14 @@ class ClusterBackbone:
             on_event=self._event)
         core = self.node.core
         self.plane.reference = lambda: core.active_next or core.reserved
+        self.node.on_tick = self._set_info
         self._set_info()
+        # The member's journal: one subscription that follows the cluster's active (itself,
+        # when it is) and keeps what it holds across failovers, so a new active's subscribers
+        # can be repaired from it.
+        members = tuple((h, self.data_port) for h in sorted([self.host, *self.peers]))
+        self.plane.journal = await AsyncClient.connect(
+            (self.host, self.data_port), bind=(self.host, 0), receive=False, cluster=members)
         return self
 
     async def close(self) -> None:
@@ -108,20 +112,15 @@ class ClusterBackbone:
         self.plane.stop()
         if self.node is not None:
             await self.node.close()
-        await self._unfollow()
+        journal, self.plane.journal = self.plane.journal, None
+        if journal is not None:
+            await journal.close()
 
     # ---- events ---------------------------------------------------------------------------
 
     def _event(self, ev) -> None:
         if isinstance(ev, BecameActive):
             self.failovers += 1
-            asyncio.get_running_loop().create_task(self._unfollow())
-        elif isinstance(ev, Following):
-            host = ev.active[0]
-            if host != self.host:
-                asyncio.get_running_loop().create_task(self._follow((host, self.data_port)))
-        elif isinstance(ev, SteppedDown):
-            pass
         try:
             self.on_event(ev)
         finally:
@@ -129,34 +128,19 @@ class ClusterBackbone:
                 self._set_info()
 
     def _set_info(self) -> None:
+        """The INFO a QUERY gets, when it changed. ACTIVE only once this member may sequence
+        (its first reservation confirmed): a client that moves here is served at once."""
         core = self.node.core
         active = core.active if core.active is not None else ("0.0.0.0", 0)
         members = [(h, self.data_port) for h in sorted([self.host, *self.peers])][:MAX_MEMBERS]
-        flags = (INFO_ACTIVE if core.role == "active" else 0) | (
-            INFO_NO_QUORUM if core.active is None else 0)
+        serving = core.may_issue(self.node._now()) is not None
+        flags = (INFO_ACTIVE if serving else 0) | (INFO_NO_QUORUM if core.active is None else 0)
         info = refcodec.encode_info(bytes(16), core.epoch, active[0],
                                     self.data_port if core.active is not None else 0, flags,
                                     tuple(members))
-        self.backbone.set_info(info)
-
-    # ---- the standby's journal -----------------------------------------------------------
-
-    async def _follow(self, address: tuple[str, int]) -> None:
-        if self._following == address:
-            return
-        await self._unfollow()
-        self._following = address
-        try:
-            self.plane.journal = await AsyncClient.connect(address, bind=(self.host, 0),
-                                                           receive=False)
-        except OSError as exc:
-            log.warning("cannot subscribe to the active at %s:%s: %s", *address, exc)
-            self._following = None
-
-    async def _unfollow(self) -> None:
-        journal, self.plane.journal, self._following = self.plane.journal, None, None
-        if journal is not None:
-            await journal.close()
+        if info != self._info:
+            self._info = info
+            self.backbone.set_info(info)
 
     # ---- what /status shows ------------------------------------------------------------------
 
@@ -165,7 +149,7 @@ class ClusterBackbone:
         core = self.node.core
         now = self.node._now()
         lag = None
-        if core.role != "active" and self.plane.journal is not None and core.active_next:
+        if core.role == "standby" and self.plane.journal is not None and core.active_next:
             lag = max(0, core.active_next - 1 - self.plane.held())
         return {"role": core.role, "epoch": core.epoch,
                 "active": f"{core.active[0]}:{self.data_port}" if core.active else None,

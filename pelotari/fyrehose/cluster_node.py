@@ -140,6 +140,7 @@ class ClusterNode(Node):
         self._servers: list[asyncio.AbstractServer] = []
         self._ticker: asyncio.Task | None = None
         self._active = False
+        self.on_tick: Callable[[], None] | None = None  # after each synchronisation
         user = self.on_event
 
         def handler(ev):
@@ -245,6 +246,8 @@ class ClusterNode(Node):
         if not self._closed and not self._pumping:
             self._sync_plane()
             self._send_datagrams()  # (a reservation the data plane's progress asked for)
+            if self.on_tick is not None:
+                self.on_tick()
 
     def _sync_plane(self) -> None:
         """Tell the data plane what it may do, and the core what it did."""

@@ -10,8 +10,8 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from pelotari.fyrehose.journal import LOST, MESSAGE, RESET, DUPLICATE, GapTracker, Journal
 from pelotari.fyrehose import codec
-from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Event, Lost, Message,
-                                      PublishConfirmed, PublishFailed, Resync)
+from pelotari.fyrehose.events import (BackboneDown, BackboneMoved, BackboneUp, Event, Lost,
+                                      Message, PublishConfirmed, PublishFailed, Resync)
 
 log = logging.getLogger("pelotari.fyrehose.client")
 
@@ -58,6 +58,14 @@ class ClientConfig:
     serve_rate: float = 8 << 20  # bytes per second
     serve_burst: int = 2 << 20  # bytes at once (a whole 1,024-message REQUEST of 1 KiB each)
     serve_requesters: int = 1024  # requesters whose budget is remembered (least recent go)
+    # Backbone-cluster extension (docs/protocols/fyrehose-cluster.md): the members' data
+    # addresses. Empty: a seed client of one backbone. Else the client follows the active one:
+    # KEEPALIVEs carry CLUSTER and go every cluster_keepalive; after cluster_silence without
+    # an ACK it QUERYs every member (every cluster_keepalive) and moves to the active of a
+    # newer epoch once that one answers a QUERY itself.
+    cluster: Tuple[Address, ...] = ()
+    cluster_keepalive: float = 0.1
+    cluster_silence: float = 0.25
 
     def __post_init__(self):
         check_wait(self.publish_timeout)
@@ -71,6 +79,10 @@ class ClientConfig:
             raise ValueError("serve_rate and serve_burst must be >= 0, serve_requesters >= 1")
         if self.max_pack_frames < 1:
             raise ValueError("max_pack_frames must be at least 1")
+        if len(self.cluster) > codec.MAX_MEMBERS * 2:
+            raise ValueError("a cluster has at most 10 addresses here")
+        if not 0 < self.cluster_keepalive <= 1.0 or not self.cluster_silence > 0:
+            raise ValueError("cluster_keepalive must be within (0, 1] s, cluster_silence > 0")
 
 
 class ClientCore:
@@ -108,6 +120,19 @@ class ClientCore:
         self._probe_range: Optional[Tuple[int, int]] = None  # last tail probe, still answerable
         self._serve_budget: "OrderedDict[Address, List[float]]" = OrderedDict()
         self.stats: Dict[str, int] = defaultdict(int)
+        # The backbone cluster (cfg.cluster): the epoch followed; the QUERY round under way
+        # (its token, unguessable: an INFO is believed only with it).
+        self.members = tuple((a[0], int(a[1])) for a in cfg.cluster)
+        self.epoch = 0
+        self._query_tokens: Deque[bytes] = deque(maxlen=4)  # the last rounds' (late answers)
+        self._next_query: Optional[float] = now if self.members else None
+        self._last_query = float("-inf")
+        self._queries = 0
+
+    @property
+    def clustered(self) -> bool:
+        """Whether this client follows a backbone cluster."""
+        return bool(self.members)
 
     @property
     def subscribed(self) -> bool:
@@ -149,6 +174,8 @@ class ClientCore:
             self._on_forward(packet, addr, now)
         elif kind is codec.KeepaliveAck:
             self._on_ack(packet.token, addr, now)
+        elif kind is codec.Info and self.clustered:
+            self._on_info(packet, (addr[0], int(addr[1])), now)
         else:
             self.stats["dropped_unexpected_type"] += 1
             log.debug("dropped unexpected %s from %s:%s", kind.__name__, addr[0], addr[1])
@@ -247,6 +274,70 @@ class ClientCore:
             self._up = True
             self._events.append(BackboneUp(self.rtt))
 
+    # ---- the backbone cluster -------------------------------------------------------------
+
+    def _silent(self, now: float) -> bool:
+        return now - (self._last_ack if self._last_ack is not None else self._started) > \
+            self.config.cluster_silence
+
+    def _query(self, now: float, targets=None) -> None:
+        """A QUERY round: to every member (or targets), with a fresh token. At most one round
+        to every member per cluster_keepalive / 4 (nothing an answer says makes more); one to
+        an active a member named (an answer to our token) goes at once."""
+        if targets is None and now < self._last_query + self.config.cluster_keepalive / 4:
+            self._next_query = self._last_query + self.config.cluster_keepalive / 4
+            return
+        self._queries += 1
+        self._last_query = now
+        token = self._client_id + (1 << 63 | self._queries).to_bytes(8, "big")
+        self._query_tokens.append(token)
+        for member in targets or self.members:
+            self._out.append((codec.encode_query(token), member))
+            self.stats["queries"] += 1
+        self._next_query = now + self.config.cluster_keepalive
+
+    def _on_info(self, info, addr: Address, now: float) -> None:
+        if info.token not in self._query_tokens:
+            # Unasked (a new active telling its subscribers) or not ours: only a hint to ask.
+            self.stats["info_unasked"] += 1
+            if info.epoch > self.epoch and addr in self.members:
+                self._query(now)
+            return
+        if addr not in self.members:
+            self.stats["dropped_info_not_member"] += 1
+            return
+        self.stats["infos"] += 1
+        active = (info.addr, int(info.port))
+        if info.epoch <= self.epoch or not info.port:
+            return  # nothing newer (or this member knows no active)
+        if active not in self.members:
+            self.stats["dropped_info_unknown_active"] += 1
+            return
+        if addr != active or not info.flags & codec.INFO_ACTIVE:
+            self._query(now, [active])  # the active itself must say so (to our token)
+            return
+        self._move(active, info.epoch, now)
+
+    def _move(self, active: Address, epoch: int, now: float) -> None:
+        """Follow the active of a newer epoch: sign on there, and re-send what the old one
+        did not confirm (at least once)."""
+        old, self.epoch = self.backbone, epoch
+        self._query_tokens.clear()
+        self._next_query = None
+        if active != self.backbone:
+            self.backbone = self.backbone_source = active
+            self.stats["moves"] += 1
+        self._keepalives_sent.clear()
+        self._last_ack = None
+        self._started = now
+        self._send_keepalive(now)  # first: signed on before the re-sends, their DELIVERs
+        resent = 0  # come back to us (the confirmations)
+        for _deadline, data in list(self._pending.values()):
+            self._out.append((codec.encode_push(data), active))
+            resent += 1
+        self.stats["resent"] += resent
+        self._events.append(BackboneMoved(old, active, epoch, resent))
+
     # ---- commands ------------------------------------------------------------------------
 
     def publish(self, data: bytes, now: float) -> Optional[int]:
@@ -295,6 +386,8 @@ class ClientCore:
             when = gap
         if self._next_probe is not None and self._next_probe < when:
             when = self._next_probe
+        if self._next_query is not None and self._next_query < when:
+            when = self._next_query
         while self._deadlines and self._deadlines[0][1] not in self._pending:
             self._deadlines.popleft()
         if self._deadlines and self._deadlines[0][0] < when:
@@ -305,6 +398,11 @@ class ClientCore:
         """Send KEEPALIVEs and REQUESTs that are due; expire publishes and dead gaps."""
         if now >= self._next_keepalive:
             self._send_keepalive(now)
+        if self._next_query is not None and now >= self._next_query:
+            if self.epoch == 0 or self._silent(now):
+                self._query(now)
+            else:
+                self._next_query = None  # the active answers: nothing to ask
         for lo, hi in self.tracker.due(now):
             # ADDR/PORT zero: "reply to the address this REQUEST came from" (our one socket).
             self._out.append((codec.encode_request("", 0, lo, hi), self.backbone))
@@ -350,9 +448,14 @@ class ClientCore:
         flags = self.config.flags
         if self.config.pack:
             flags |= codec.packed_flags(self.config.pack)
+        if self.clustered:
+            flags |= codec.CLUSTER
         self._out.append((codec.encode_keepalive("", 0, flags, token), self.backbone))
         self.stats["keepalives"] += 1
-        self._next_keepalive = now + self.config.keepalive_interval
+        self._next_keepalive = now + (self.config.cluster_keepalive if self.clustered
+                                      else self.config.keepalive_interval)
+        if self.clustered and self._next_query is None and self._silent(now):
+            self._query(now)  # silent: which member is active now?
         since = now - (self._last_ack if self._last_ack is not None else self._started)
         if since > self.config.backbone_silence and self._up is not False:
             self._up = False

@@ -65,3 +65,15 @@ class BackboneDown(Event):
     """No KEEPALIVE-ACK for `silent_for` seconds."""
 
     silent_for: float
+
+
+@dataclass(frozen=True)
+class BackboneMoved(Event):
+    """(Backbone cluster) a new active backbone serves, in a newer epoch: this client now
+    talks to it, and re-sent `resent` publishes the old one had not confirmed (at least once:
+    some may have been published already)."""
+
+    old: tuple
+    new: tuple
+    epoch: int
+    resent: int
