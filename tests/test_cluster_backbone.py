@@ -22,10 +22,12 @@ FOLLOWING = re.compile(r"standby: following the active at ([\d.]+):")
 def member(host, ports, state_dir):
     data, bully, cluster = ports
     peers = ",".join(h for h in HOSTS if h != host)
+    key = state_dir.parent / "cluster.key"  # every member the same secret
+    key.write_bytes(b"a secret the three members share")
     return NodeProcess("backbone", "--host", host, "--port", str(data), "--cluster", "test",
                        "--peers", peers, "--bully-port", str(bully), "--cluster-port",
                        str(cluster), "--state-dir", str(state_dir), "--stats-interval", "60",
-                       "--metrics", f"{host}:{data}",
+                       "--metrics", f"{host}:{data}", "--cluster-key-file", str(key),
                        as_json=False, stdin=subprocess.DEVNULL)
 
 

@@ -244,9 +244,10 @@ def test_garbage_and_strangers_are_counted_and_dropped():
     core = c.core(2)
     for data in (b"", b"\x01", b"\x63" * 40, cl.encode(cl.CLAIM, b"fyrehose", 9, 1 << 62)[:-1]):
         c.sim.do(member(2), lambda x, now, d=data: x.receive_datagram(d, member(3), now))
-    claim = cl.encode(cl.CLAIM, b"fyrehose", 9, 1 << 62)
+    epoch = int((WALL + 10) * 1000)  # plausible: about the wall clock in ms
+    claim = cl.encode(cl.CLAIM, b"fyrehose", 9, epoch)
     c.sim.do(member(2), lambda x, now: x.receive_datagram(claim, ("10.0.9.9", CPORT), now))
-    other = cl.encode(cl.CLAIM, b"another", 9, 1 << 62)
+    other = cl.encode(cl.CLAIM, b"another", 9, epoch)
     c.sim.do(member(2), lambda x, now: x.receive_datagram(other, member(3), now))
     assert core.stats["dropped_truncated"] == 2 and core.stats["dropped_unknown_type"] == 1
     assert core.stats["dropped_bad_size"] == 1 and core.stats["dropped_not_member"] == 1
@@ -255,7 +256,51 @@ def test_garbage_and_strangers_are_counted_and_dropped():
     c.sim.do(member(2), lambda x, now: x.receive_datagram(claim, member(3), now))
     c.run(0.5)
     assert c.actives() == [1] and core.stats["claims_refused"] >= 1
-    assert core.promised < 1 << 62
+    assert core.promised < epoch
+    # Forged from a member's address (no key): fields past any plausible value are dropped,
+    # so nothing can push an epoch to the end of the range, nor a reservation 2^48 ahead.
+    for data in (cl.encode(cl.STALE, b"fyrehose", 9, (1 << 64) - 1),
+                 cl.encode(cl.STALE, b"fyrehose", 9, 1 << 61),
+                 cl.encode(cl.RESERVE, b"fyrehose", 9, c.core(1).epoch,
+                           core.reserved + (1 << 48))):
+        c.sim.do(member(2), lambda x, now, d=data: x.receive_datagram(d, member(1), now))
+    assert core.stats["dropped_out_of_range"] == 1 and core.stats["dropped_implausible"] == 2
+    c.run(0.5)
+    assert c.actives() == [1] and core.reserved < c.core(1).next + (1 << 32)
+
+
+def test_with_a_key_only_tagged_datagrams_count():
+    key = b"k" * 32
+
+    class Keyed(Cluster):
+        def make(self, k, founder):
+            peers = [member(j) for j in range(1, self.n + 1) if j != k]
+            leader = None if founder else (member(1)[0], BPORT)
+            return lambda now: ClusterCore(member(k), peers, now, bully_port=BPORT,
+                                           bully_leader=leader, config=self.config,
+                                           incarnation=k, wall=lambda: WALL + self.sim.now,
+                                           key=key)
+    c = Keyed(3)
+    assert c.until(lambda: c.actives() == [1], 5)
+    core = c.core(2)
+    forged = cl.encode(cl.LEASE, b"fyrehose", 9, c.core(1).epoch + 1, 1, core.reserved,
+                       core.reserved)  # spoofed from member 3, untagged: no election
+    c.sim.do(member(2), lambda x, now: x.receive_datagram(forged, member(3), now))
+    wrong = cl.encode(cl.STALE, b"fyrehose", 9, c.core(1).epoch + 5, key=b"x" * 32)
+    c.sim.do(member(1), lambda x, now: x.receive_datagram(wrong, member(3), now))
+    assert core.stats["dropped_bad_size"] == 1 and c.core(1).stats["dropped_bad_tag"] == 1
+    c.sim.kill(member(1))
+    assert c.until(lambda: len(c.actives()) == 1, 2) and c.overlaps == 0
+
+
+def test_a_member_host_holds_at_most_two_watch_connections():
+    c = Cluster(3)
+    assert c.until(lambda: c.actives() == [1], 5)
+    active = c.core(1)
+    conns = [active.accept((member(2)[0], 50000 + i), c.sim.now, member(1)) for i in range(50)]
+    assert all(x is not None for x in conns)
+    assert sum(1 for h in active._watched.values() if h == member(2)[0]) == 2
+    assert active.stats["watch_evicted"] >= 48
 
 
 def test_the_wire_round_trips_and_checks_sizes():

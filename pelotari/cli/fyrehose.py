@@ -91,6 +91,12 @@ BACKBONE_OPTION = click.option(
 @click.option("--cluster-port", type=click.IntRange(1, 65535), default=2325, show_default=True,
               help="(--cluster) UDP port of the members' leases and epochs (and TCP, watched "
                    "by the standbys: a killed active is noticed at once).")
+@click.option("--cluster-key-file", default=None, metavar="FILE",
+              help="(--cluster) A secret shared by every member (at least 16 bytes): each "
+                   "cluster datagram carries its HMAC, and those without are dropped. Without "
+                   "it the cluster port is unauthenticated: a host that can forge a member's "
+                   "address can force elections, and during a partition keep a cut-off active "
+                   "sequencing.")
 @click.option("--state-dir", default=None, metavar="DIR",
               help="(--cluster) Where this member keeps the epoch it promised and the sequences "
                    "it confirmed, across restarts [default: ~/.local/state/pelotari].")
@@ -98,7 +104,7 @@ BACKBONE_OPTION = click.option(
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
              first_sequence, stats_interval, json_stats, no_gso, no_packing, max_pack,
              max_pack_frames, max_per_address, repair_rate, repair_burst, cluster, peers,
-             bully_port, cluster_port, state_dir, metrics):
+             bully_port, cluster_port, cluster_key_file, state_dir, metrics):
     """Run a fyrehose backbone until Ctrl-C or SIGTERM.
 
     The backbone numbers every PUSH it receives with a continuous 48-bit SEQUENCE and DELIVERs
@@ -112,6 +118,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     from pelotari.fyrehose.metrics import BackboneMetrics
 
     members = _cluster_members(cluster, host, peers, port, first_sequence)
+    key = _cluster_key(cluster, cluster_key_file, port, bully_port, cluster_port, state_dir)
     bb = Backbone(host=host, port=port, window=window, max_subscribers=max_subscribers,
                   max_request_range=max_request_range,
                   allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence,
@@ -170,7 +177,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
             stopped_by = _serve_cluster(bb, cluster, host, members, bound[1], bully_port,
                                         cluster_port, state_dir, tick,
                                         stats_interval or status.interval, status, roles,
-                                        source)
+                                        source, key)
         else:
             stopped_by = bb.serve_forever(on_tick=tick,
                                           interval=stats_interval or status.interval)
@@ -197,8 +204,17 @@ def _cluster_members(cluster, host, peers, port, first_sequence):
         if peers:
             raise click.UsageError("--peers needs --cluster NAME")
         return []
-    if not 1 <= len(cluster.encode()) <= 32:
+    try:
+        size = len(cluster.encode())
+    except UnicodeEncodeError:
+        raise click.UsageError("--cluster NAME must be text (UTF-8)") from None
+    if not 1 <= size <= 32:
         raise click.UsageError("--cluster NAME is 1 to 32 bytes")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise click.UsageError(f"--host {host}: --cluster needs this member's IPv4 "
+                               "address") from None
     if host in ("0.0.0.0", ""):
         raise click.UsageError("--cluster needs --host: this member's own address (the others "
                                "know it by it)")
@@ -224,14 +240,39 @@ def _cluster_members(cluster, host, peers, port, first_sequence):
     return out
 
 
+def _cluster_key(cluster, path, port, bully_port, cluster_port, state_dir):
+    """--cluster's other checks (before anything binds); the key's bytes, or None."""
+    if cluster is None:
+        if path:
+            raise click.UsageError("--cluster-key-file needs --cluster NAME")
+        return None
+    if len({port, bully_port, cluster_port}) < 3:
+        raise click.UsageError("--port, --bully-port and --cluster-port must differ")
+    if state_dir and os.path.exists(state_dir) and not os.path.isdir(state_dir):
+        raise click.UsageError(f"--state-dir {state_dir}: not a directory")
+    if path is None:
+        click.echo("warning: the cluster port is not authenticated (no --cluster-key-file): a "
+                   "host that can forge a member's address can force elections", err=True)
+        return None
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+    except OSError as exc:
+        raise click.UsageError(f"--cluster-key-file: {exc.strerror}: {path}") from None
+    if len(key) < 16:
+        raise click.UsageError("--cluster-key-file: the key is at least 16 bytes")
+    return key
+
+
 def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_dir, tick,
-                   interval, status, roles, metrics_source):
+                   interval, status, roles, metrics_source, key):
     """Run this member until SIGINT or SIGTERM; the signal that stopped it."""
     import asyncio
 
     from pelotari.bully.node import BindError
     from pelotari.cli.service import Stopper
-    from pelotari.fyrehose.cluster import BecameActive, Following, SteppedDown
+    from pelotari.fyrehose.cluster import (BecameActive, Following, MembersDiffer,
+                                           SteppedDown)
     from pelotari.fyrehose.cluster_backbone import ClusterBackbone
 
     state_dir = state_dir or os.path.join(os.path.expanduser("~"), ".local", "state",
@@ -248,12 +289,16 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
             say(f"standby: following the active at {ev.active[0]}:{port} (epoch {ev.epoch})")
         elif isinstance(ev, SteppedDown):
             say(f"stepped down ({ev.why}): sequencing stopped")
+        elif isinstance(ev, MembersDiffer):
+            say(f"warning: the member at {ev.address[0]} was given other --peers (or another "
+                "--cluster-key-file): its datagrams are not counted; give every member the "
+                "same list")
 
     async def run():
         stopper = Stopper()
         member = ClusterBackbone(bb, host, peers=peers, data_port=port, bully_port=bully_port,
                                  cluster_port=cluster_port, state_dir=state_dir,
-                                 name=name.encode(), on_event=on_event)
+                                 name=name.encode(), on_event=on_event, key=key)
         try:
             await member.start()
         except (BindError, OSError, ValueError) as exc:
@@ -299,6 +344,8 @@ def _backbones(addresses):
     """-b's addresses: (the first, the cluster's members or () for a single backbone)."""
     if len(addresses) > 10:
         raise click.UsageError("--backbone: at most 10 addresses")
+    if len(set(addresses)) != len(addresses):
+        raise click.UsageError("--backbone: an address given twice")
     return addresses[0], tuple(addresses) if len(addresses) > 1 else ()
 
 

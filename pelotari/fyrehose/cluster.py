@@ -16,6 +16,8 @@ cores (pelotari.sim drives them):
 
 Positions are unwrapped sequence numbers (the wire's sequence is position mod 2^48).
 """
+import hashlib
+import hmac
 import struct
 import time
 from collections import deque
@@ -35,6 +37,11 @@ NAMES = {LEASE: "LEASE", LEASE_OK: "LEASE-OK", RESERVE: "RESERVE", RESERVED: "RE
 # After the header (type, name length, name, incarnation u64): the fields, each u64.
 FIELDS = {LEASE: 4, LEASE_OK: 4, RESERVE: 2, RESERVED: 2, STALE: 1, CLAIM: 1, GRANT: 4,
           REFUSE: 1, PRECLAIM: 1, PREGRANT: 1}
+JOIN_ATTEMPTS = 20  # bully joins of one member, JOIN_RETRY apart, before the next is tried
+JOIN_RETRY = 0.5
+TAG_SIZE = 16  # with a key: HMAC-SHA256 of the datagram, truncated
+MAX_FIELD = 1 << 62  # every field is below (epochs ~ wall-clock ms, positions ~ wall-clock µs)
+MAX_RESERVE_STEP = 1 << 32  # a reservation never moves further ahead of what we knew
 WATCH_BASE = 1 << 60  # watch connections' numbers (bully's are below: each of its nodes
 BULLY_GENERATION = 1 << 40  # numbers from its generation times this)
 
@@ -43,25 +50,37 @@ class ClusterError(ValueError):
     """A cluster datagram that is not one (counted and dropped)."""
 
 
-def encode(kind: int, name: bytes, incarnation: int, *fields: int) -> bytes:
-    """One cluster datagram."""
+def _tag(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()[:TAG_SIZE]
+
+
+def encode(kind: int, name: bytes, incarnation: int, *fields: int,
+           key: bytes | None = None) -> bytes:
+    """One cluster datagram (with key: followed by its tag)."""
     if len(fields) != FIELDS[kind]:
         raise ValueError(f"{NAMES[kind]} has {FIELDS[kind]} fields")
-    return struct.pack(f"!BB{len(name)}sQ{len(fields)}Q", kind, len(name), name, incarnation,
+    data = struct.pack(f"!BB{len(name)}sQ{len(fields)}Q", kind, len(name), name, incarnation,
                        *fields)
+    return data + _tag(key, data) if key else data
 
 
-def decode(data: bytes) -> tuple[int, bytes, int, tuple[int, ...]]:
-    """(kind, name, incarnation, fields) of a cluster datagram; ClusterError if it is none."""
+def decode(data: bytes, key: bytes | None = None) -> tuple[int, bytes, int, tuple[int, ...]]:
+    """(kind, name, incarnation, fields) of a cluster datagram; ClusterError if it is none
+    (with key: if its tag is not the key's)."""
+    extra = TAG_SIZE if key else 0
     if len(data) < 2:
         raise ClusterError("truncated")
     kind, n = data[0], data[1]
     if kind not in FIELDS:
         raise ClusterError("unknown type")
-    if len(data) != 2 + n + 8 + 8 * FIELDS[kind]:
+    if len(data) != 2 + n + 8 + 8 * FIELDS[kind] + extra:
         raise ClusterError("bad size")
+    if key and not hmac.compare_digest(_tag(key, bytes(data[:-TAG_SIZE])), data[-TAG_SIZE:]):
+        raise ClusterError("bad tag")
     name = data[2:2 + n]
     incarnation, *fields = struct.unpack_from(f"!Q{FIELDS[kind]}Q", data, 2 + n)
+    if any(f >= MAX_FIELD for f in fields):
+        raise ClusterError("out of range")
     return kind, bytes(name), incarnation, tuple(fields)
 
 
@@ -116,6 +135,13 @@ class SteppedDown:
 
 
 @dataclass(frozen=True)
+class MembersDiffer:
+    """A member of our cluster's name was started with another member list (--peers)."""
+
+    address: Address
+
+
+@dataclass(frozen=True)
 class Following:
     """The active of `epoch` is the member at `active` (its cluster address)."""
 
@@ -160,12 +186,14 @@ class ClusterCore:
                  bully_id: int | None = None, config: Config | None = None,
                  bully_config: BullyConfig | None = None, name: bytes = b"fyrehose",
                  incarnation: int = 0, wall: Callable[[], float] = time.time,
-                 state: State | None = None, save: Callable[[State], None] | None = None):
+                 state: State | None = None, save: Callable[[State], None] | None = None,
+                 key: bytes | None = None):
         self.config = cfg = config or Config()
         if len(peers) + 1 > cfg.cluster_size:
             raise ValueError("more members listed than cluster_size")
         self.address = (address[0], int(address[1]))
         self.name = name
+        self.key = key or None  # HMAC key of every cluster datagram (None: unauthenticated)
         self.incarnation = incarnation
         self._wall = wall
         self.peers = {(p[0], int(p[1])): _Peer((p[0], int(p[1]))) for p in peers}
@@ -212,10 +240,12 @@ class ClusterCore:
         self._watch: dict[int, Address] = {}  # our watch connections: conn -> the active
         self._watch_up: set[int] = set()
         self._watch_opened: dict[int, float] = {}
-        self._watched: set[int] = set()  # (active) watch connections we accepted
+        self._watched: dict[int, str] = {}  # (active) watch connections we accepted: host
         self._watch_ids = iter(range(WATCH_BASE, 2 * WATCH_BASE))
         self._next_watch: float | None = None
         self._started = now
+        self._differs: set[Address] = set()
+        self._rejoin_at: float | None = None
         # (Bully's leader, no active) when to claim again: a claim refused or unanswered, or
         # ours not possible yet (fresh_wait)
         self._next_claim: float | None = None
@@ -254,8 +284,8 @@ class ClusterCore:
     def may_issue(self, now: float) -> int | None:
         """The highest position this member may sequence at `now` (None: none, not active or
         its lease lapsed)."""
-        if self.role != "active" or now >= self.lease_until:
-            return None
+        if self.role != "active" or now >= self.lease_until or self.reserved < self.next:
+            return None  # (a new epoch's first reservation not confirmed yet: nothing)
         return self.reserved
 
     def issued(self, next_position: int, now: float) -> None:
@@ -278,17 +308,25 @@ class ClusterCore:
         """A cluster datagram from src."""
         self._bully_events(now)
         try:
-            kind, name, inc, fields = decode(data)
+            kind, name, inc, fields = decode(data, self.key)
         except ClusterError as exc:
             self._count(f"dropped_{str(exc).replace(' ', '_')}")
             return
         if name != self.name:
             self._count("dropped_other_cluster")
+            src = (src[0], int(src[1]))
+            if src in self.peers and name.split(b"#")[0] == self.name.split(b"#")[0] and \
+                    src not in self._differs:
+                self._differs.add(src)  # (said once per member)
+                self._events.append(MembersDiffer(src))
             return
         src = (src[0], int(src[1]))
         peer = self.peers.get(src)
         if peer is None:
             self._count("dropped_not_member")
+            return
+        if not self._plausible(kind, fields):
+            self._count("dropped_implausible")
             return
         peer.incarnation, peer.heard = inc, now
         handler = {LEASE: self._on_lease, LEASE_OK: self._on_lease_ok, RESERVE: self._on_reserve,
@@ -298,13 +336,34 @@ class ClusterCore:
         self._count(f"received_{NAMES[kind]}")
         handler(src, fields, now)
 
+    def _plausible(self, kind: int, fields: tuple[int, ...]) -> bool:
+        """Epochs are about the wall clock in ms, positions in µs: no field names one past
+        twice today's; and a reservation (LEASE's, RESERVE's) never runs more than
+        MAX_RESERVE_STEP ahead of what we knew (a forged one must not make a later epoch
+        start where it would reuse sequences, nor a forged epoch block every claim)."""
+        wall = self._wall()
+        epochs = {LEASE: (0,), LEASE_OK: (0, 2), RESERVE: (0,), RESERVED: (0,), STALE: (0,),
+                  CLAIM: (0,), GRANT: (0,), REFUSE: (0,), PRECLAIM: (0,), PREGRANT: (0,)}[kind]
+        if any(fields[i] > 2 * wall * 1000 for i in epochs):
+            return False
+        positions = {LEASE: (2, 3), LEASE_OK: (3,), RESERVE: (1,), RESERVED: (1,),
+                     GRANT: (1, 2)}.get(kind, ())
+        if any(fields[i] > 2 * wall * 1e6 for i in positions):
+            return False
+        reservation = {LEASE: 2, RESERVE: 1, GRANT: 1}.get(kind)
+        if reservation is not None:
+            known = max(self.reserved, self.active_next, self.high)
+            if known and fields[reservation] > known + MAX_RESERVE_STEP:
+                return False
+        return True
+
     def datagrams_to_send(self) -> list[tuple[bytes, Address]]:
         """Cluster datagrams queued since the last call."""
         out, self._out = self._out, []
         return out
 
     def _send(self, dst: Address, kind: int, *fields: int) -> None:
-        self._out.append((encode(kind, self.name, self.incarnation, *fields), dst))
+        self._out.append((encode(kind, self.name, self.incarnation, *fields, key=self.key), dst))
         self._count(f"sent_{NAMES[kind]}")
 
     def _to_all(self, kind: int, *fields: int) -> None:
@@ -614,8 +673,13 @@ class ClusterCore:
         if self.role != "active" or remote[0] not in {p[0] for p in self.peers}:
             self._count("watch_refused")
             return None
+        mine = [c for c, host in self._watched.items() if host == remote[0]]
+        if len(mine) >= 2:  # a member needs one: its oldest makes room (never a pile)
+            self._count("watch_evicted")
+            del self._watched[mine[0]]
+            self._actions.append(Close(mine[0]))
         conn = next(self._watch_ids)
-        self._watched.add(conn)
+        self._watched[conn] = remote[0]
         return conn
 
     def connection_made(self, conn: int, local: Address, now: float) -> None:
@@ -641,7 +705,7 @@ class ClusterCore:
         if conn >= WATCH_BASE:
             if conn in self._watch:
                 self._watch_lost(conn, now, conn in self._watch_up)
-            self._watched.discard(conn)
+            self._watched.pop(conn, None)
             return
         self.bully.connection_lost(conn, now, reset)
         self._bully_events(now)
@@ -665,6 +729,13 @@ class ClusterCore:
         self._bully_gen += 1
         if self.bully.leader_address is not None:
             self._joins_tried.append(self.bully.leader_address[0])
+            if self._joins_tried.count(self.bully.leader_address[0]) < JOIN_ATTEMPTS:
+                # Members started together: the one that founds may not listen yet. The same
+                # one again (a second founder would split bully's network in two).
+                self._count("bully_rejoins")
+                self._actions += self.bully.actions()
+                self.bully = self._new_bully(self.bully.leader_address, now)
+                return
         left = [p[0] for p in sorted(self.peers) if p[0] not in self._joins_tried]
         if left:
             leader = (left[0], self.bully_port)
@@ -682,8 +753,7 @@ class ClusterCore:
             if isinstance(ev, NewLeader) and ev.me:
                 self._maybe_claim(now)
             elif isinstance(ev, JoinFailed):
-                self._rejoin(now)
-                return self._bully_events(now)
+                self._rejoin_at = now + JOIN_RETRY  # (a member starting may not listen yet)
 
     def _maybe_claim(self, now: float) -> None:
         if self._should_claim(now):
@@ -702,7 +772,7 @@ class ClusterCore:
 
     def get_timer(self) -> float | None:
         """When handle_timer() next has work, or None."""
-        due = [self.bully.get_timer(), self._watch_timer(0.0)]
+        due = [self.bully.get_timer(), self._watch_timer(0.0), self._rejoin_at]
         if self.role == "active":
             due += [self._next_lease, self.lease_until]
         elif self._claim is not None:
@@ -720,6 +790,10 @@ class ClusterCore:
         if b is not None and now >= b:
             self.bully.handle_timer(now)
         self._bully_events(now)
+        if self._rejoin_at is not None and now >= self._rejoin_at:
+            self._rejoin_at = None
+            self._rejoin(now)
+            self._bully_events(now)
         self._watch_timeouts(now)
         cfg = self.config
         if self.role == "active":

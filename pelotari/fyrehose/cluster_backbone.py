@@ -2,6 +2,7 @@
 (gated), its data plane for the member's core, and, while it stands by, a journaling
 subscription to the active backbone. `ClusterBackbone` runs them on one asyncio loop.
 """
+import hashlib
 import logging
 import os
 from collections.abc import Callable
@@ -67,7 +68,8 @@ class ClusterBackbone:
     def __init__(self, backbone: Backbone, host: str, *, peers: list[str], data_port: int,
                  bully_port: int, cluster_port: int, state_dir: str, name: bytes,
                  config: Optional[Config] = None,
-                 on_event: Optional[Callable[[object], None]] = None):
+                 on_event: Optional[Callable[[object], None]] = None,
+                 key: Optional[bytes] = None):
         self.backbone = backbone
         self.host = host
         self.peers = list(peers)
@@ -76,7 +78,12 @@ class ClusterBackbone:
         self.cluster_port = cluster_port
         self.state_path = os.path.join(state_dir, f"cluster-{host}-{cluster_port}.json")
         self.state_dir = state_dir
-        self.name = name
+        # Every datagram names the cluster and a digest of its member list: members started
+        # with different --peers count each other's datagrams as another cluster's, not as
+        # votes (two actives under one name otherwise).
+        digest = hashlib.sha256(",".join(sorted([host, *self.peers])).encode()).hexdigest()[:8]
+        self.name = name + b"#" + digest.encode()
+        self.key = key
         self.config = config or Config(cluster_size=len(self.peers) + 1)
         self.on_event = on_event or (lambda ev: None)
         self.plane = BackbonePlane(backbone)
@@ -94,7 +101,7 @@ class ClusterBackbone:
             self.host, self.bully_port, cluster_port=self.cluster_port, peers=peers,
             plane=self.plane, config=self.config, state_path=self.state_path, name=self.name,
             bully_leader=None if first == self.host else (first, self.bully_port),
-            on_event=self._event)
+            on_event=self._event, key=self.key)
         core = self.node.core
         self.plane.reference = lambda: core.active_next or core.reserved
         self.node.on_tick = self._set_info
@@ -149,8 +156,9 @@ class ClusterBackbone:
         core = self.node.core
         now = self.node._now()
         lag = None
-        if core.role == "standby" and self.plane.journal is not None and core.active_next:
-            lag = max(0, core.active_next - 1 - self.plane.held())
+        held = self.plane.held()
+        if core.role == "standby" and core.active_next and held:
+            lag = max(0, core.active_next - 1 - held)
         return {"role": core.role, "epoch": core.epoch,
                 "active": f"{core.active[0]}:{self.data_port}" if core.active else None,
                 "may_sequence": core.may_issue(now) is not None,

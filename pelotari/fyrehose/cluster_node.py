@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from pelotari.bully.node import BACKLOG, BindError, Node
-from pelotari.fyrehose.cluster import (BecameActive, ClusterCore, Config, State,
+from pelotari.fyrehose.cluster import (MAX_FIELD, BecameActive, ClusterCore, Config, State,
                                        SteppedDown)
 
 log = logging.getLogger("pelotari.fyrehose.cluster")
@@ -47,7 +47,10 @@ class StateFile:
         try:
             with open(self.path) as f:
                 raw = json.load(f)
-            return State(int(raw["promised"]), int(raw["reserved"]))
+            values = raw["promised"], raw["reserved"]
+            if not all(type(v) is int and 0 <= v < MAX_FIELD for v in values):
+                raise ValueError("values out of range")
+            return State(*values)
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
@@ -126,7 +129,8 @@ class ClusterNode(Node):
     def __init__(self, host: str, port: int, *, cluster_port: int, peers: list[Address],
                  plane, config: Config | None = None, bully_leader: Address | None = None,
                  state_path: str | None = None, name: bytes = b"fyrehose",
-                 on_event: Callable[[object], None] | None = None, tick: float = TICK):
+                 on_event: Callable[[object], None] | None = None, tick: float = TICK,
+                 key: bytes | None = None):
         super().__init__(host, port, on_event=on_event)
         self.cluster_port = cluster_port
         self.peers = [(p[0], int(p[1])) for p in peers]
@@ -135,6 +139,8 @@ class ClusterNode(Node):
         self.bully_leader = bully_leader
         self.state_file = StateFile(state_path) if state_path else None
         self.name = name
+        self.key = key
+        self._member_hosts = {p[0] for p in self.peers}
         self.tick = tick
         self._udp: asyncio.DatagramTransport | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -173,6 +179,10 @@ class ClusterNode(Node):
         socks = [self._listen(self.port), self._listen(self.cluster_port)]
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
+            try:  # (a flood from elsewhere must not crowd the members' leases out)
+                udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            except OSError:
+                pass
             udp.bind((self.host, self.cluster_port))
         except OSError as exc:
             udp.close()
@@ -183,7 +193,7 @@ class ClusterNode(Node):
             (self.host, self.cluster_port), self.peers, self._now(), bully_port=self.port,
             bully_leader=self.bully_leader, config=self.cluster_config, name=self.name,
             incarnation=secrets.randbits(64), state=state,
-            save=self.state_file.save if self.state_file else None)
+            save=self.state_file.save if self.state_file else None, key=self.key)
         for s in socks:
             self._servers.append(await self._loop.create_server(lambda: _Stream(self), sock=s))
         self._server = self._servers[0]
@@ -230,6 +240,9 @@ class ClusterNode(Node):
 
     def _datagram(self, data: bytes, addr) -> None:
         if self._closed:
+            return
+        if addr[0] not in self._member_hosts:  # counted, before any work (floods)
+            self.stats["cluster_dropped_not_member"] += 1
             return
         try:
             self.core.receive_datagram(data, (addr[0], addr[1]), self._now())

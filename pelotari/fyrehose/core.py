@@ -321,11 +321,12 @@ class ClientCore:
     def _move(self, active: Address, epoch: int, now: float) -> None:
         """Follow the active of a newer epoch: sign on there, and re-send what the old one
         did not confirm (at least once)."""
-        old, self.epoch = self.backbone, epoch
+        old, first, self.epoch = self.backbone, not self.epoch, epoch
         self._query_tokens.clear()
         self._next_query = None
         if active != self.backbone:
             self.backbone = self.backbone_source = active
+        if not first:  # (finding the active at start is no failover)
             self.stats["moves"] += 1
         self._keepalives_sent.clear()
         self._last_ack = None
