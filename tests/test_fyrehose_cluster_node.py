@@ -97,3 +97,7 @@ def test_a_broken_state_file_is_one_clear_error(tmp_path):
     with pytest.raises(ValueError, match="not a cluster state file"):
         StateFile(str(bad)).load()
     assert StateFile(str(tmp_path / "none.json")).load() is None
+    for promised in ("18446744073709551616", "-5", "1e300", "1.5", "true"):
+        bad.write_text(f'{{"promised": {promised}, "reserved": 0}}')
+        with pytest.raises(ValueError, match="not a cluster state file"):
+            StateFile(str(bad)).load()
