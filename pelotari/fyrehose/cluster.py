@@ -727,21 +727,18 @@ class ClusterCore:
         """Joining failed: join another member's bully network, or, when every member failed,
         found one (a partition's sides merge when it heals, bully's way)."""
         self._bully_gen += 1
-        if self.bully.leader_address is not None:
-            self._joins_tried.append(self.bully.leader_address[0])
-            if self._joins_tried.count(self.bully.leader_address[0]) < JOIN_ATTEMPTS:
-                # Members started together: the one that founds may not listen yet. The same
-                # one again (a second founder would split bully's network in two).
-                self._count("bully_rejoins")
-                self._actions += self.bully.actions()
-                self.bully = self._new_bully(self.bully.leader_address, now)
-                return
-        left = [p[0] for p in sorted(self.peers) if p[0] not in self._joins_tried]
-        if left:
-            leader = (left[0], self.bully_port)
-        else:
-            leader, self._joins_tried = None, []
-            self._count("bully_founded")
+        leader = self.bully.leader_address
+        if leader is not None:
+            self._joins_tried.append(leader[0])
+        if leader is None or self._joins_tried.count(leader[0]) >= JOIN_ATTEMPTS:
+            # (Before that, the same one again: members started together, the one that
+            # founds may not listen yet, and a second founder would split bully's network.)
+            left = [p[0] for p in sorted(self.peers) if p[0] not in self._joins_tried]
+            if left:
+                leader = (left[0], self.bully_port)
+            else:
+                leader, self._joins_tried = None, []
+                self._count("bully_founded")
         self._count("bully_rejoins")
         self._actions += self.bully.actions()  # (what the failed node still had to say)
         self.bully = self._new_bully(leader, now)
