@@ -234,6 +234,24 @@ cdef class GapTracker:
         """Give up the oldest gap still being repaired."""
         self.lose_first()
 
+    def give_up(self, uint64_t first, uint64_t last):
+        """Give up every gap lying within SEQUENCEs first..last (no one will supply them: a
+        failover's); what they held back is released. Returns how many."""
+        cdef Gap g
+        cdef int64_t lo, hi
+        cdef int n = 0
+        if not self.started:
+            return 0
+        lo = self.unwrap(first)
+        hi = lo + <int64_t>((last - first) & SEQ_MASK)
+        for g in self.gaps:
+            if not g.lost and g.first >= lo and g.last <= hi:
+                g.lost = True
+                n += 1
+        if n:
+            self.release()
+        return n
+
     cdef bint lose_first(self):
         cdef Gap g
         for g in self.gaps:

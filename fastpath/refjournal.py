@@ -232,6 +232,22 @@ class GapTracker:
         """Give up the oldest gap still being repaired."""
         self._lose_first()
 
+    def give_up(self, first, last):
+        """Give up every gap lying within SEQUENCEs first..last (no one will supply them: a
+        failover's); what they held back is released. Returns how many."""
+        if not self.started:
+            return 0
+        lo = self._unwrap(first)
+        hi = lo + ((last - first) & SEQ_MASK)
+        n = 0
+        for g in self.gaps:
+            if not g.lost and g.first >= lo and g.last <= hi:
+                g.lost = True
+                n += 1
+        if n:
+            self._release()
+        return n
+
     def _lose_first(self):
         for g in self.gaps:
             if not g.lost:

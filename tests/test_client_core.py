@@ -435,6 +435,45 @@ def test_after_a_failover_unconfirmed_publishes_are_sent_again_to_the_new_active
     assert core.backbone == M2 and core.epoch == 6
 
 
+def test_after_a_failover_the_gap_below_the_new_actives_first_deliver_is_given_up_soon():
+    """The old active's unused reservation: repaired from journals for failover_repair, then
+    Lost "failover" (not after the whole REQUEST schedule), and what follows is released."""
+    from pelotari.fyrehose.events import BackboneMoved, Lost, Message
+
+    core = clustered(failover_repair=0.15)
+    core.handle_timer(0.0)
+    token = sent(core)[1][0].token
+    core.receive_datagram(info(token, 5, M1), M1, 0.001)
+    core.receive_datagram(wire.encode_deliver(100, b"a"), M1, 0.002)
+    core.receive_datagram(wire.encode_deliver(101, b"b"), M1, 0.003)
+    events(core)
+    now = 0.003
+    queries = []
+    while not queries:  # M1 dies
+        now = core.get_timer()
+        core.handle_timer(now)
+        queries = [p for p, _ in sent(core) if type(p).__name__ == "Query"]
+    core.receive_datagram(info(queries[0].token, 6, M2), M2, now)
+    assert [type(e) for e in events(core)] == [BackboneMoved]
+    # The new active starts past the old reservation: 102..199 is the failover's gap.
+    core.receive_datagram(wire.encode_deliver(200, b"c"), M2, now + 0.01)
+    assert events(core) == []
+    core.handle_timer(now + 0.111)  # request_delay later: repaired from journals if held
+    assert [(p.from_seq, p.to_seq) for p, a in sent(core)
+            if type(p).__name__ == "Request" and a == M2] == [(102, 199)]
+    core.receive_datagram(wire.encode_deliver(102, b"held"), PEER, now + 0.12)
+    t = core.get_timer()
+    assert now + 0.01 < t <= now + 0.01 + 0.15 + 1e-9
+    core.handle_timer(now + 0.01 + 0.15)
+    got = events(core)
+    assert got == [Message(102, b"held"), Lost(103, 199, "failover"), Message(200, b"c")]
+    assert core.stats["lost_failover"] == 97
+    # One past the window, an ordinary gap is repaired on the usual schedule (no "failover").
+    core.receive_datagram(wire.encode_deliver(203, b"d"), M2, now + 0.2)
+    core.handle_timer(now + 0.5)
+    assert events(core) == []
+
+
 def test_a_plain_client_ignores_info_and_sends_no_query():
     core = make()
     core.handle_timer(0.0)

@@ -142,6 +142,24 @@ def test_a_killed_active_is_replaced_at_once_past_every_sequence_it_issued():
     assert c.overlaps == 0 and max(c.issued) > ev.first + 5000
 
 
+def test_a_new_actives_first_reservation_covers_a_second_of_the_old_actives_rate():
+    """The clients re-send at once what the dead active never confirmed: a reservation of the
+    usual size would be used up by that burst, and the rest dropped (`not_active`)."""
+    c = Cluster(3, rate=10_000)
+    assert c.until(lambda: c.actives() == [1], 5)
+    c.run(1.0)
+    c.sim.kill(member(1))
+    assert c.until(lambda: len(c.actives()) == 1, 2)
+    (new,) = c.actives()
+    (ev,) = c.became(new)
+    first_reservation = c.core(new).reserved - ev.first + 1
+    assert 0.8 * 10_000 <= first_reservation <= c.config.reserve_max
+    # Later ones follow the rate it sees itself (0.25 s of it, at least reserve_min).
+    c.run(1.0)
+    assert c.core(new).reserved - c.core(new).next + 1 <= 0.25 * 10_000 * 1.2 + 1
+    assert c.overlaps == 0
+
+
 def test_a_silent_active_is_replaced_after_its_lease_and_never_overlaps():
     c = Cluster(3)
     assert c.until(lambda: c.actives() == [1], 5)

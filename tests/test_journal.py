@@ -107,6 +107,26 @@ def test_retries_back_off_then_the_gap_is_reported_lost_in_order(jm):
     assert t.lost_messages == 2 and t.next_sequence == 14
 
 
+def test_give_up_loses_the_gaps_within_a_range_at_once_and_releases_in_order(jm):
+    t = tracker(jm)
+    t.offer(10, b"a", 0.0)
+    t.offer(13, b"d", 0.0)
+    t.offer(20, b"k", 0.0)
+    t.ready()
+    assert t.open_gaps() == [(11, 12), (14, 19)]
+    assert t.give_up(11, 13) == 1  # only gaps wholly inside: 14..19 is not
+    assert t.ready() == [(jm.LOST, 11, 12), (jm.MESSAGE, 13, b"d")]
+    assert t.open_gaps() == [(14, 19)]
+    assert t.give_up(100, 200) == 0 and t.ready() == []
+    assert t.give_up(14, 19) == 1
+    assert t.ready() == [(jm.LOST, 14, 19), (jm.MESSAGE, 20, b"k")]
+    assert t.lost_messages == 8 and t.next_deadline() is None
+
+
+def test_give_up_before_any_deliver_does_nothing(jm):
+    assert tracker(jm).give_up(0, 10) == 0
+
+
 def test_a_gap_split_by_a_late_arrival_keeps_its_repair_state(jm):
     t = tracker(jm, retries=0)
     t.offer(0, b"0", 0.0)
@@ -209,7 +229,7 @@ def test_sequence_wraps_at_48_bits(jm):
 
 
 # One step of a random session: ("offer", seq offset, time step) or ("due", 0, time step).
-steps = st.lists(st.tuples(st.sampled_from(["offer", "offer", "offer", "due"]),
+steps = st.lists(st.tuples(st.sampled_from(["offer", "offer", "offer", "due", "give_up"]),
                            st.integers(-40, 40), st.floats(0, 0.5)), max_size=120)
 
 
@@ -226,6 +246,9 @@ def test_the_twin_tracks_exactly_as_the_compiled_tracker(start, steps):
         seq = (seq + offset) & MAX_SEQUENCE
         if kind == "offer":
             results = [t.offer(seq, b"%d" % seq, now) for t in trackers]
+        elif kind == "give_up":  # every gap within seq - 20 .. seq + |offset|
+            results = [t.give_up((seq - 20) & MAX_SEQUENCE, (seq + abs(offset)) & MAX_SEQUENCE)
+                       for t in trackers]
         else:
             results = [t.due(now) for t in trackers]
         results += [(t.ready(), t.open_gaps(), t.next_deadline(), t.requested(seq), t.held_count,

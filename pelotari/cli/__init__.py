@@ -32,6 +32,7 @@ from pelotari.cli import trend as _trend  # noqa: E402,F401
 from pelotari.cli import scapy_tools as _scapy_tools  # noqa: E402,F401
 from pelotari.cli import prototari as _prototari  # noqa: E402,F401
 from pelotari.cli import lan_demo as _lan_demo  # noqa: E402,F401
+from pelotari.cli import cluster as _cluster  # noqa: E402,F401
 from pelotari.cli import bully as _bully  # noqa: E402,F401
 from pelotari.cli import potato as _potato  # noqa: E402,F401
 from pelotari.cli import swarm as _swarm  # noqa: E402,F401

@@ -7,7 +7,8 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, Un
 from pelotari.adapter import CoreTimer
 from pelotari.fyrehose.backbone import DEFAULT_PORT
 from pelotari.fyrehose.client import (DEFAULT_MAX_QUEUED, DEFAULT_MAX_QUEUED_BYTES, Backlog, Item,
-                                      _Adapter, _publish_timeout, parse_address)
+                                      _Adapter, _publish_timeout, open_client_socket,
+                                      parse_address)
 from pelotari.fyrehose.core import ClientConfig, ClientCore
 
 
@@ -49,9 +50,16 @@ class AsyncClient(_Adapter, asyncio.DatagramProtocol):
         cfg = replace(config or ClientConfig(), **config_overrides)
         Backlog(max_queued, max_queued_bytes)  # bad limits fail here, before a socket opens
         loop = asyncio.get_running_loop()
-        _, proto = await loop.create_datagram_endpoint(
-            lambda: cls(parse_address(backbone), cfg, receive, max_queued, max_queued_bytes),
-            local_addr=parse_address(bind, 0))
+        address = parse_address(backbone)
+        # Large buffers, as Client's: a burst (a failover's re-sends, a repair) must not
+        # overflow the kernel's default 208 KiB.
+        sock = open_client_socket(parse_address(bind, 0))
+        try:
+            _, proto = await loop.create_datagram_endpoint(
+                lambda: cls(address, cfg, receive, max_queued, max_queued_bytes), sock=sock)
+        except BaseException:
+            sock.close()
+            raise
         return proto
 
     def _now(self) -> float:

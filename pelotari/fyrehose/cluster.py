@@ -97,8 +97,17 @@ class Config:
     claim_backoff: float = 1.0  # ... each time twice as late, up to this
     watch_timeout: float = 0.5  # a watch connection not up by then is given up (silence,
     watch_retry: float = 0.05  # not death) and tried again this much later
-    reserve_min: int = 64  # sequences reserved ahead at least
-    reserve_ahead: float = 0.02  # ... or this many seconds of the current rate
+    # Sequences reserved ahead: at least reserve_min, or reserve_ahead seconds of the current
+    # rate, at most reserve_max (a quarter of a client's max_gap: the unused part of a dead
+    # active's reservation is a gap, never a Resync). Renewed when half is left: a control loop
+    # stalled for less than half of it never stops the data plane.
+    reserve_min: int = 1024
+    reserve_ahead: float = 0.25
+    reserve_max: int = 16384
+    # A new epoch's first reservation: this many seconds of the rate the old active had (seen
+    # in its LEASEs), so that the clients' re-sends of what it never confirmed (a failover's
+    # worth of traffic, at once) are sequenced, not dropped past the reservation.
+    reserve_first: float = 1.0
     witness: bool = False  # votes, never claims
     fresh_wait: float = 0.65  # a member without stored state votes after a LEASE, or this long
 
@@ -107,6 +116,8 @@ class Config:
             raise ValueError("cluster_size must be within 1..9")
         if self.lease_interval * 3 > self.lease:
             raise ValueError("lease must be at least 3 lease intervals")
+        if not 1 <= self.reserve_min <= self.reserve_max:
+            raise ValueError("reserve_min must be within 1..reserve_max")
 
     @property
     def majority(self) -> int:
@@ -231,7 +242,9 @@ class ClusterCore:
         self._claim_wait = cfg.claim_retry
         self._seen_epoch = 0  # the highest epoch any member told us of
         self._noted_silence: float | None = None  # the heard_active whose silence we acted on
-        self._rate = 0.0
+        self._rate = 0.0  # positions/s: ours while active, the active's (its LEASEs) otherwise
+        self._first_reservation = False
+        self._rate_epoch = 0  # (the epoch whose LEASEs _rate_from came from)
         self._rate_at = now
         self._rate_from = 0
         self._out: list[tuple[bytes, Address]] = []
@@ -392,6 +405,11 @@ class ClusterCore:
         if src != self.active or epoch != self.epoch or self.role != "standby":
             self._follow(src, epoch, now)
         self.heard_active = now  # (we grant nobody else until `silence` after this)
+        if epoch != self._rate_epoch or nxt < self._rate_from:
+            self._rate_epoch, self._rate_at, self._rate_from = epoch, now, nxt  # (measure afresh)
+        elif now - self._rate_at >= 0.1:
+            self._rate = (nxt - self._rate_from) / (now - self._rate_at)
+            self._rate_at, self._rate_from = now, nxt
         self.active_next = nxt  # its next position: how far behind our journal is
         self.active_dead = False  # it lives (whatever its watch connection did)
         if not self._watch and self._next_watch is None:
@@ -515,7 +533,9 @@ class ClusterCore:
         self.reserved = first - 1
         self.next, self.high = first, max(high, first - 1)
         self.fresh = False
-        self._rate, self._rate_at, self._rate_from = 0.0, now, first
+        # (the old active's rate, from its LEASEs, stays: the first reservation follows it)
+        self._rate_at, self._rate_from = now, first
+        self._first_reservation = True
         self._confirmed_by = {}
         self._asking = None
         self._close_watches()
@@ -566,7 +586,9 @@ class ClusterCore:
         `ahead` (reserve_min, or reserve_ahead seconds of the current rate) is left."""
         if self.role != "active" or self._asking is not None:
             return
-        ahead = max(self.config.reserve_min, int(self._rate * self.config.reserve_ahead))
+        cfg = self.config
+        seconds = cfg.reserve_first if self._first_reservation else cfg.reserve_ahead
+        ahead = min(cfg.reserve_max, max(cfg.reserve_min, int(self._rate * seconds)))
         if self.reserved - self.next + 1 >= ahead // 2:
             return
         self._asking = self.next + ahead
@@ -584,6 +606,7 @@ class ClusterCore:
     def _check_reserved(self, now: float) -> None:
         if self._asking is not None and len(self._confirmed_by) >= self.config.majority:
             self.reserved, self._asking = self._asking, None
+            self._first_reservation = False
             self._reserve_ahead(now)
 
     def _on_stale(self, src: Address, f: tuple[int, ...], now: float) -> None:

@@ -64,8 +64,12 @@ class ClientConfig:
     # an ACK it QUERYs every member (every cluster_keepalive) and moves to the active of a
     # newer epoch once that one answers a QUERY itself.
     cluster: Tuple[Address, ...] = ()
-    cluster_keepalive: float = 0.1
-    cluster_silence: float = 0.25
+    cluster_keepalive: float = 0.05
+    cluster_silence: float = 0.15
+    # After a move, the gap below the new active's first DELIVER (the old active's last
+    # messages, and the part of its reservation it never used) is repaired from journals for
+    # this long, then given up as Lost(reason="failover"): journals answer in a round trip.
+    failover_repair: float = 0.15
 
     def __post_init__(self):
         check_wait(self.publish_timeout)
@@ -81,6 +85,7 @@ class ClientConfig:
             raise ValueError("max_pack_frames must be at least 1")
         if len(self.cluster) > codec.MAX_MEMBERS * 2:
             raise ValueError("a cluster has at most 10 addresses here")
+        check_wait(self.failover_repair)
         if not 0 < self.cluster_keepalive <= 1.0 or not self.cluster_silence > 0:
             raise ValueError("cluster_keepalive must be within (0, 1] s, cluster_silence > 0")
 
@@ -128,6 +133,11 @@ class ClientCore:
         self._next_query: Optional[float] = now if self.members else None
         self._last_query = float("-inf")
         self._queries = 0
+        # A failover's gap: the highest SEQUENCE before the move (until the new active's first
+        # DELIVER), the gap (first, last, give up at) being repaired, the range given up.
+        self._moved_from: Optional[int] = None
+        self._failover_gap: Optional[Tuple[int, int, float]] = None
+        self._failover_lost: Optional[Tuple[int, int]] = None
 
     @property
     def clustered(self) -> bool:
@@ -216,15 +226,34 @@ class ClientCore:
             self._next_probe = now + self.config.tail_probe
         if self.journaling:
             self.journal.store(seq, data)
+        if live and self._moved_from is not None:
+            self._note_failover_gap(seq, now)
         self._drain_tracker()
+
+    def _note_failover_gap(self, seq: int, now: float) -> None:
+        """The new active's first DELIVER: below it, down to what we held, is the failover's
+        gap (repaired for failover_repair, then Lost "failover")."""
+        high, self._moved_from = self._moved_from, None
+        first = (high + 1) % (1 << 48)
+        if (seq - first) % (1 << 48) < self.config.max_gap and seq != first:
+            self._failover_gap = (first, (seq - 1) % (1 << 48),
+                                  now + self.config.failover_repair)
 
     def _drain_tracker(self) -> None:
         for kind, a, b in self.tracker.ready():
             if kind == MESSAGE:
                 self._events.append(Message(a, b))
             elif kind == LOST:
-                self.stats["lost"] += (b - a) % (1 << 48) + 1
-                self._events.append(Lost(a, b))
+                count = (b - a) % (1 << 48) + 1
+                self.stats["lost"] += count
+                within = self._failover_lost
+                if within is not None and (b - within[0]) % (1 << 48) <= \
+                        (within[1] - within[0]) % (1 << 48) and \
+                        (a - within[0]) % (1 << 48) <= (b - within[0]) % (1 << 48):
+                    self.stats["lost_failover"] += count
+                    self._events.append(Lost(a, b, "failover"))
+                else:
+                    self._events.append(Lost(a, b))
             elif kind == RESET:
                 self.stats["resyncs"] += 1
                 self._events.append(Resync(a, b))
@@ -328,6 +357,8 @@ class ClientCore:
             self.backbone = self.backbone_source = active
         if not first:  # (finding the active at start is no failover)
             self.stats["moves"] += 1
+            if self.subscribed and self.tracker.highest_sequence is not None:
+                self._moved_from = self.tracker.highest_sequence
         self._keepalives_sent.clear()
         self._last_ack = None
         self._started = now
@@ -389,6 +420,8 @@ class ClientCore:
             when = self._next_probe
         if self._next_query is not None and self._next_query < when:
             when = self._next_query
+        if self._failover_gap is not None and self._failover_gap[2] < when:
+            when = self._failover_gap[2]
         while self._deadlines and self._deadlines[0][1] not in self._pending:
             self._deadlines.popleft()
         if self._deadlines and self._deadlines[0][0] < when:
@@ -404,6 +437,11 @@ class ClientCore:
                 self._query(now)
             else:
                 self._next_query = None  # the active answers: nothing to ask
+        gap = self._failover_gap
+        if gap is not None and now >= gap[2]:
+            self._failover_gap = None
+            self._failover_lost = gap[:2]
+            self.tracker.give_up(gap[0], gap[1])
         for lo, hi in self.tracker.due(now):
             # ADDR/PORT zero: "reply to the address this REQUEST came from" (our one socket).
             self._out.append((codec.encode_request("", 0, lo, hi), self.backbone))

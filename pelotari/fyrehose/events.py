@@ -16,8 +16,10 @@ class Message(Event):
 
 @dataclass(frozen=True)
 class Lost(Event):
-    """Messages first..last will never arrive: no peer could supply them ("unrepaired"), or the
-    application did not keep up and a full receive queue dropped them ("overflow")."""
+    """Messages first..last will never arrive: no peer could supply them ("unrepaired"; after
+    a cluster failover, "failover": the old active's last messages no journal held and the part
+    of its reservation it never used), or the application did not keep up and a full receive
+    queue dropped them ("overflow")."""
 
     first: int
     last: int

@@ -1,0 +1,588 @@
+"""The backbone cluster on a namespaced LAN: members, clients and kills, for `pelotari
+cluster-demo` and `pelotari cluster-bench` (docs/protocols/fyrehose-cluster.md).
+
+Every process runs in a namespace of its own on one bridge (pelotari.netlab); all of them read
+the same CLOCK_MONOTONIC, so the time of a kill and the time a subscriber in another namespace
+first gets the new active's messages are on one clock. The clients are agents of this module:
+
+    python -m pelotari.harness.failover sub -b A:P,B:P,C:P --out FILE
+    python -m pelotari.harness.failover pub -b A:P,B:P,C:P --rate 10000 --out FILE
+
+(one address: a seed client of that address, e.g. the floating one). Each prints {"ready": ...}
+once the backbone answers, a {"stats": ...} line a second, and on SIGTERM or stdin's end writes
+what it saw to FILE (JSON: for every message its sequence, the publisher's number in its first
+8 bytes, and the monotonic time it reached the application, in order) and exits.
+"""
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fastpath.packets import MAX_SEQUENCE
+
+ACTIVE = re.compile(r"active: epoch (\d+), sequencing from (\d+)")
+STANDBY = re.compile(r"standby: following the active at ([\d.]+):")
+STEPPED = re.compile(r"stepped down")
+WRAP = MAX_SEQUENCE + 1
+PAYLOAD = 64  # bytes per message: the publisher's number, then padding
+
+
+# ---- the agents (one process each, inside a namespace) ---------------------------------------
+
+def _members(text: str) -> list[tuple[str, int]]:
+    out = []
+    for part in text.split(","):
+        host, _, port = part.strip().rpartition(":")
+        out.append((host, int(port)))
+    return out
+
+
+def _say(record) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+class _Stop:
+    """SIGTERM, SIGINT or stdin's end set the event (the agent then writes what it saw)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.event = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.event.set)
+        threading.Thread(target=self._stdin, args=(loop,), daemon=True).start()
+
+    def _stdin(self, loop) -> None:
+        try:
+            for _ in sys.stdin:
+                pass
+        except (OSError, ValueError):
+            pass
+        loop.call_soon_threadsafe(self.event.set)
+
+
+async def _connect(members, **config):
+    from pelotari.fyrehose.aio import AsyncClient
+
+    cluster = tuple(members) if len(members) > 1 else ()
+    client = await AsyncClient.connect(members[0], cluster=cluster, max_queued=1 << 20,
+                                       max_queued_bytes=1 << 28, **config)
+    return client
+
+
+async def _sub(args) -> None:
+    from pelotari.fyrehose.events import Lost, Message, Resync
+
+    loop = asyncio.get_running_loop()
+    stop = _Stop(loop)
+    client = await _connect(_members(args.backbone),
+                            **({"keepalive_interval": args.keepalive} if args.keepalive else {}))
+    await asyncio.wait_for(client.up.wait(), 60)
+    _say({"ready": True, "t": time.monotonic()})
+    seqs, ids, times, lost, resyncs, jumps = [], [], [], [], [], []
+    # Arrivals that moved the highest SEQUENCE by more than one (a failover's first DELIVER
+    # among them): when the new active's messages reached the socket, before repairs.
+    received, tracker = client.datagram_received, client.core.tracker
+
+    def datagram_received(data, addr):
+        before = tracker.highest_sequence
+        received(data, addr)
+        after = tracker.highest_sequence
+        if before is not None and after is not None and 1 < (after - before) % WRAP < 1 << 40:
+            jumps.append([time.monotonic(), after])
+    client.datagram_received = datagram_received
+
+    async def read():
+        mono = time.monotonic
+        async for item in client.messages():
+            if type(item) is Message:
+                seqs.append(item.sequence)
+                ids.append(int.from_bytes(item.data[:8], "big"))
+                times.append(mono())
+            elif type(item) is Lost:
+                lost.append([mono(), item.first, item.last, item.reason])
+            elif type(item) is Resync:
+                resyncs.append([mono(), item.expected, item.received])
+
+    async def report():
+        while True:
+            await asyncio.sleep(1.0)
+            _say({"stats": {"messages": len(seqs), "lost": len(lost), "resyncs": len(resyncs)}})
+
+    tasks = [asyncio.create_task(read()), asyncio.create_task(report())]
+    await stop.event.wait()
+    stats = client.stats()
+    await client.close()
+    for t in tasks:
+        t.cancel()
+    _write(args.out, {"seqs": seqs, "ids": ids, "times": times, "lost": lost,
+                      "resyncs": resyncs, "jumps": jumps, "stats": _plain(stats)})
+    _say({"done": len(seqs)})
+
+
+async def _pub(args) -> None:
+    from pelotari.fyrehose.events import BackboneMoved
+
+    loop = asyncio.get_running_loop()
+    stop = _Stop(loop)
+    client = await _connect(_members(args.backbone), journal_size=1 << 16,
+                            **({"keepalive_interval": args.keepalive} if args.keepalive else {}))
+    await asyncio.wait_for(client.up.wait(), 60)
+    _say({"ready": True, "t": time.monotonic()})
+    confirmed, failed, moves = {}, 0, []
+    sent = 0
+    pad = bytes(PAYLOAD - 8)
+    mono = time.monotonic
+
+    def done(number, fut):
+        nonlocal failed
+        if fut.cancelled() or fut.exception() is not None:
+            failed += 1
+        else:
+            confirmed[number] = (fut.result(), mono())
+
+    # BackboneMoved comes through the client's event hook; keep the times.
+    handle = client._process_events
+
+    def events(evs):
+        evs = list(evs)
+        for ev in evs:
+            if isinstance(ev, BackboneMoved):
+                moves.append([mono(), list(ev.new), ev.epoch, ev.resent])
+        return handle(evs)
+    client._process_events = events
+
+    async def report():
+        while True:
+            await asyncio.sleep(1.0)
+            _say({"stats": {"sent": sent, "confirmed": len(confirmed), "failed": failed}})
+
+    reporter = asyncio.create_task(report())
+    start = mono()
+    tick = 0.002
+    while not stop.event.is_set():
+        due = int((mono() - start) * args.rate) - sent
+        if due > 0:
+            datas = [(sent + k).to_bytes(8, "big") + pad for k in range(min(due, 512))]
+            futs = client._command(lambda now, d=datas: client._futures_for(
+                client.core.publish_many(d, now), loop.create_future))
+            for k, fut in enumerate(futs):
+                if fut is not None:
+                    fut.add_done_callback(lambda f, n=sent + k: done(n, f))
+            sent += len(datas)
+        try:
+            await asyncio.wait_for(stop.event.wait(), tick)
+        except asyncio.TimeoutError:
+            pass
+    await asyncio.sleep(0.5)  # the last confirmations
+    stats = client.stats()
+    await client.close()
+    reporter.cancel()
+    numbers = sorted(confirmed)
+    _write(args.out, {"sent": sent, "failed": failed, "moves": moves,
+                      "ids": numbers, "seqs": [confirmed[n][0] for n in numbers],
+                      "times": [confirmed[n][1] for n in numbers], "stats": _plain(stats)})
+    _say({"done": len(numbers)})
+
+
+def _plain(stats: dict) -> dict:
+    return {k: v for k, v in stats.items() if isinstance(v, (int, float, str))}
+
+
+def _write(path: str, record: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, path)
+
+
+def agent_main(argv=None) -> None:
+    """`python -m pelotari.harness.failover sub|pub ...` (see the module's docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m pelotari.harness.failover")
+    parser.add_argument("role", choices=["sub", "pub"])
+    parser.add_argument("-b", "--backbone", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--keepalive", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    asyncio.run(_sub(args) if args.role == "sub" else _pub(args))
+
+
+# ---- the lab (the driver's side) --------------------------------------------------------------
+
+@dataclass
+class Line:
+    t: float
+    text: str
+
+
+class Proc:
+    """A process in a namespace whose stderr (and stdout) lines are read by threads, each line
+    with the monotonic time it was read."""
+
+    def __init__(self, popen: subprocess.Popen, name: str):
+        self.popen = popen
+        self.name = name
+        self.err: list[Line] = []
+        self.out: list[Line] = []
+        self.changed = threading.Condition()
+        for stream, into in ((popen.stderr, self.err), (popen.stdout, self.out)):
+            if stream is not None:
+                threading.Thread(target=self._read, args=(stream, into), daemon=True).start()
+
+    def _read(self, stream, into) -> None:
+        for raw in stream:
+            line = Line(time.monotonic(), raw.decode(errors="replace").rstrip("\n"))
+            with self.changed:
+                into.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def json_lines(self) -> list[dict]:
+        out = []
+        for line in list(self.out):
+            try:
+                out.append(json.loads(line.text))
+            except ValueError:
+                pass
+        return out
+
+
+@dataclass
+class Member:
+    index: int
+    host: object  # netlab.Host
+    proc: Optional[Proc] = None
+    role: str = "down"
+    since: float = 0.0
+    epoch: int = 0
+    first: int = 0
+    events: list = field(default_factory=list)
+
+
+class ClusterLab:
+    """N backbone members and client hosts on a namespaced LAN (root only); close() removes
+    everything. `on_line(member, line)` sees every line a member prints."""
+
+    def __init__(self, lan, members: int = 3, clients: int = 4, port: int = 2323,
+                 workdir: str = "", floating: bool = False, on_line=None):
+        self.lan = lan
+        self.port = port
+        self.workdir = workdir
+        self.on_line = on_line or (lambda member, line: None)
+        self.members = [Member(i, lan.add_host(f"b{i + 1}")) for i in range(members)]
+        self.clients = [lan.add_host(f"c{i + 1}") for i in range(clients)]
+        self.key = os.path.join(workdir, "cluster.key")
+        with open(self.key, "wb") as f:
+            f.write(os.urandom(32))
+        self.floating = None
+        if floating:  # an address of the LAN's subnet no host has
+            self.floating = f"{lan.subnet}.100"
+        self._lock = threading.Condition()
+
+    @property
+    def addresses(self) -> list[str]:
+        return [m.host.address for m in self.members]
+
+    def backbone_arg(self) -> str:
+        """-b for a client that follows the cluster (every member) or the floating address."""
+        if self.floating:
+            return f"{self.floating}:{self.port}"
+        return ",".join(f"{a}:{self.port}" for a in self.addresses)
+
+    def start_member(self, i: int) -> Member:
+        """Start member i (again); its role lines update the member as they come."""
+        m = self.members[i]
+        peers = ",".join(a for a in self.addresses if a != m.host.address)
+        argv = [sys.executable, "-m", "pelotari", "backbone", "--host", m.host.address,
+                "--port", str(self.port), "--cluster", "lab", "--peers", peers,
+                "--cluster-key-file", self.key, "--stats-interval", "3600",
+                "--state-dir", os.path.join(self.workdir, f"state{i}")]
+        if self.floating:
+            argv += ["--floating-address", f"{self.floating}/24",
+                     "--floating-dev", m.host.interface]
+        popen = self.lan.spawn(m.host, argv, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        m.proc = Proc(popen, f"b{i + 1}")
+        m.role, m.since = "starting", time.monotonic()
+        threading.Thread(target=self._follow, args=(m, m.proc), daemon=True).start()
+        return m
+
+    def _follow(self, m: Member, proc: Proc) -> None:
+        seen = 0
+        while True:
+            with proc.changed:
+                while len(proc.err) == seen and proc.alive():
+                    proc.changed.wait(0.5)
+                lines = proc.err[seen:]
+                seen += len(lines)
+                ended = not lines and not proc.alive()
+            for line in lines:
+                self._role(m, proc, line)
+                self.on_line(m, line)
+            if ended:
+                return
+
+    def _role(self, m: Member, proc: Proc, line: Line) -> None:
+        if m.proc is not proc:
+            return
+        with self._lock:
+            a = ACTIVE.search(line.text)
+            if a:
+                m.role, m.since, m.epoch, m.first = "active", line.t, *map(int, a.groups())
+                m.events.append(("active", line.t, m.epoch, m.first))
+            elif STANDBY.search(line.text):
+                m.role, m.since = "standby", line.t
+            elif STEPPED.search(line.text):
+                m.role, m.since = "stepped down", line.t
+            self._lock.notify_all()
+
+    def wait(self, predicate, timeout: float, interrupted=lambda: None) -> bool:
+        """Wait until predicate() (checked at every member line, and every 0.1 s)."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            while not predicate():
+                interrupted()
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 0.1))
+        return True
+
+    def active(self) -> Optional[Member]:
+        """The one live member whose last word was `active`, if exactly one."""
+        found = [m for m in self.members if m.proc and m.proc.alive() and m.role == "active"]
+        return found[0] if len(found) == 1 else None
+
+    def kill(self, m: Member) -> float:
+        """SIGKILL member m's process; the monotonic time just before."""
+        t = time.monotonic()
+        os.killpg(m.proc.popen.pid, signal.SIGKILL)
+        m.proc.popen.wait()
+        with self._lock:
+            m.role, m.since = "down", t
+            self._lock.notify_all()
+        return t
+
+    def start_agent(self, host, role: str, out: str, rate: float = 0.0,
+                    keepalive: float = 0.0) -> Proc:
+        """A sub or pub agent on a client host, following the cluster (or the floating address)."""
+        argv = [sys.executable, "-m", "pelotari.harness.failover", role, "-b",
+                self.backbone_arg(), "--out", out]
+        if rate:
+            argv += ["--rate", str(rate)]
+        if keepalive:
+            argv += ["--keepalive", str(keepalive)]
+        popen = self.lan.spawn(host, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+        return Proc(popen, f"{role}@{host.name}")
+
+
+def wait_ready(procs: list[Proc], timeout: float, interrupted=lambda: None) -> bool:
+    """Until every agent printed its ready line (or one of them died)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        interrupted()
+        if all(any("ready" in r for r in p.json_lines()) for p in procs):
+            return True
+        if any(not p.alive() for p in procs):
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def stop_agent(p: Proc, timeout: float = 30.0) -> None:
+    """SIGTERM an agent (it writes its file) and wait for it."""
+    if p.alive():
+        try:
+            os.killpg(p.popen.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        p.popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.popen.pid, signal.SIGKILL)
+        p.popen.wait()
+
+
+# ---- what the files say ----------------------------------------------------------------------
+
+def unwrap(seqs: list[int], reference: int) -> list[int]:
+    """SEQUENCEs (mod 2^48) as positions, each the one nearest the previous."""
+    out, ref = [], reference
+    for s in seqs:
+        base = ref - (ref % WRAP) + s
+        ref = min((base - WRAP, base, base + WRAP), key=lambda p: abs(p - ref))
+        out.append(ref)
+    return out
+
+
+def first_at_or_after(times: list[float], positions: list[int], start: int,
+                      after: float) -> Optional[float]:
+    """The first time ≥ `after` of a message at position ≥ start."""
+    for t, p in zip(times, positions):
+        if t >= after and p >= start:
+            return t
+    return None
+
+
+def judge(pub: dict, subs: list[dict]) -> dict:
+    """The counts the issue asks for: confirmed but never delivered (per subscriber, summed),
+    sequences naming two messages, duplicates delivered, re-sends."""
+    confirmed = set(pub["ids"])
+    missing = 0
+    duplicates = 0
+    named: dict[int, int] = {}
+    two_names = 0
+    for s in subs:
+        got = set(s["ids"])
+        missing += len(confirmed - got)
+        duplicates += len(s["ids"]) - len(got)
+        for seq, n in zip(s["seqs"], s["ids"]):
+            if named.setdefault(seq, n) != n:
+                two_names += 1
+    for seq, n in zip(pub["seqs"], pub["ids"]):
+        if named.setdefault(seq, n) != n:
+            two_names += 1
+    return {"confirmed": len(confirmed), "sent": pub["sent"], "failed": pub["failed"],
+            "confirmed_not_delivered": missing, "sequences_two_messages": two_names,
+            "duplicates_delivered": duplicates,
+            "resent": sum(m[3] for m in pub["moves"]), "moves": len(pub["moves"]),
+            "lost_ranges": sum(len(s["lost"]) for s in subs),
+            "resyncs": sum(len(s["resyncs"]) for s in subs)}
+
+
+if __name__ == "__main__":
+    agent_main()
+
+
+# ---- the run: kills, restarts, records ---------------------------------------------------------
+
+def position(sequence: int, reference: int) -> int:
+    """The position congruent to `sequence` mod 2^48 nearest to `reference`."""
+    base = reference - (reference % WRAP) + sequence
+    return min((base - WRAP, base, base + WRAP), key=lambda p: abs(p - reference))
+
+
+def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: int = 3,
+        floating: bool = False, keepalive: float = 0.0, settle: float = 2.0,
+        say=lambda text: None, interrupted=lambda: None,
+        on_line=None) -> tuple[list[dict], dict]:
+    """Kill the active `kills` times under `rate` messages/s; one record per kill and a
+    summary (pelotari.harness.failover.judge's counts, medians and worst cases)."""
+    def check_wait(pred, timeout, what):
+        if not lab.wait(pred, timeout, interrupted):
+            raise RuntimeError(f"gave up waiting {timeout:.0f} s for {what}")
+
+    lab = ClusterLab(lan, clients=subscribers + 1, workdir=workdir, floating=floating,
+                     on_line=on_line)
+    names = {m.host.address: f"b{m.index + 1}" for m in lab.members}
+    say(f"{len(lab.members)} backbones ({', '.join(lab.addresses)}), "
+        f"{subscribers} subscribers and a publisher on a namespaced LAN"
+        + (f"; clients use the floating address {lab.floating} only" if floating else ""))
+    for i in range(len(lab.members)):
+        lab.start_member(i)
+    check_wait(lambda: lab.active() is not None
+               and sum(m.role == "standby" for m in lab.members) == len(lab.members) - 1,
+               90, "an active and its standbys")
+    act = lab.active()
+    say(f"b{act.index + 1} is active (epoch {act.epoch}), the others stand by")
+    files = {}
+    agents = []
+    for k in range(subscribers):
+        files[f"sub{k}"] = os.path.join(workdir, f"sub{k}.json")
+        agents.append(lab.start_agent(lab.clients[k], "sub", files[f"sub{k}"],
+                                      keepalive=keepalive))
+    if not wait_ready(agents, 60, interrupted):
+        raise RuntimeError("a subscriber did not sign on: "
+                           + "; ".join(line.text for a in agents for line in a.err[-3:]))
+    files["pub"] = os.path.join(workdir, "pub.json")
+    pub = lab.start_agent(lab.clients[subscribers], "pub", files["pub"], rate=rate,
+                          keepalive=keepalive)
+    if not wait_ready([pub], 60, interrupted):
+        raise RuntimeError("the publisher did not sign on: "
+                           + "; ".join(line.text for line in pub.err[-3:]))
+    say(f"publishing {rate:g} messages/s")
+    kill_log = []
+    try:
+        for k in range(kills):
+            deadline = time.monotonic() + settle
+            check_wait(lambda: time.monotonic() >= deadline, settle + 1, "a steady state")
+            old = lab.active()
+            if old is None:
+                raise RuntimeError("no single active before a kill")
+            say(f"kill {k + 1}/{kills}: SIGKILL b{old.index + 1}, the active")
+            t0 = lab.kill(old)
+            before = {m.index: len(m.events) for m in lab.members}
+            check_wait(lambda: lab.active() is not None, 60, "a new active")
+            new = lab.active()
+            t_active = next(t for kind, t, *_ in new.events[before[new.index]:])
+            kill_log.append({"kill": k + 1, "t_kill": t0, "old": names[old.host.address],
+                             "new": names[new.host.address], "epoch": new.epoch,
+                             "first": new.first, "new_active_s": t_active - t0})
+            say(f"  b{new.index + 1} took over {1000 * (t_active - t0):.0f} ms after the kill "
+                f"(epoch {new.epoch}, sequencing from {new.first})")
+            deadline = time.monotonic() + settle / 2
+            check_wait(lambda: time.monotonic() >= deadline, settle, "traffic")
+            lab.start_member(old.index)
+            check_wait(lambda: old.role == "standby", 60, f"b{old.index + 1} to stand by")
+            say(f"  b{old.index + 1} restarted: standing by, following b{new.index + 1}")
+    finally:
+        stop_agent(pub)
+        time.sleep(1.0)  # the subscribers' last repairs
+        for a in agents:
+            stop_agent(a)
+    data = {}
+    for name, path in files.items():
+        try:
+            with open(path) as f:
+                data[name] = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"the {name} agent wrote no results ({exc}): "
+                               + "; ".join(line.text for p in [pub, *agents]
+                                           for line in p.err[-3:])) from None
+    subs = [data[f"sub{k}"] for k in range(subscribers)]
+    records = []
+    ref = subs[0]["seqs"][0] if subs[0]["seqs"] else 0
+    pos = {}
+    for name, d in data.items():
+        pos[name] = [position(s, ref) for s in d["seqs"]]
+    for kl in kill_log:
+        start = position(kl["first"], ref)
+        each, arrived = [], []
+        for k, s in enumerate(subs):
+            t = first_at_or_after(s["times"], pos[f"sub{k}"], start, kl["t_kill"])
+            each.append(None if t is None else t - kl["t_kill"])
+            t = first_at_or_after([j[0] for j in s["jumps"]],
+                                  [position(j[1], ref) for j in s["jumps"]], start, kl["t_kill"])
+            arrived.append(None if t is None else t - kl["t_kill"])
+        t = first_at_or_after(data["pub"]["times"], pos["pub"], start, kl["t_kill"])
+        records.append({"kind": "fyrehose-failover",
+                        "clients": "floating" if floating else "pelotari",
+                        "kill": kl["kill"], "rate": rate, "subscribers": subscribers,
+                        "members": len(lab.members), "new_active_s": kl["new_active_s"],
+                        "arrive_s": None if None in arrived else max(arrived),
+                        "arrive_each_s": arrived,
+                        "deliver_s": None if None in each else max(each), "deliver_each_s": each,
+                        "confirm_s": None if t is None else t - kl["t_kill"],
+                        "old": kl["old"], "new": kl["new"]})
+    summary = {"kind": "fyrehose-failover-run", "clients": "floating" if floating else "pelotari",
+               "rate": rate, "subscribers": subscribers, "members": len(lab.members),
+               "kills": len(kill_log), **judge(data["pub"], subs)}
+    for key in ("new_active_s", "arrive_s", "deliver_s", "confirm_s"):
+        values = sorted(r[key] for r in records if r[key] is not None)
+        summary[f"{key}_median"] = values[len(values) // 2] if values else None
+        summary[f"{key}_worst"] = values[-1] if values else None
+        summary[f"{key}_missing"] = sum(r[key] is None for r in records)
+    return records, summary
