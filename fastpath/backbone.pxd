@@ -3,6 +3,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from posix.uio cimport iovec
 from fastpath.csocket cimport sockaddr_in
 from fastpath.batchio cimport RecvBatch, SendBatch
+from cpython.pythread cimport PyThread_type_lock
 
 # Drop reasons (DROP_* and N_DROPS) come from the wire table: fastpath/packets.py DROP_REASONS.
 from fastpath.codec cimport N_DROPS
@@ -39,7 +40,13 @@ cdef struct Counters:
     uint64_t packs_out      # DELIVER datagrams sent to packing subscribers
     uint64_t gso_sends
     uint64_t gso_segments
+    uint64_t adopted        # (cluster) table entries taken over from the old active
     uint64_t drops[N_DROPS]
+
+cdef struct Adoption:     # (cluster) a table entry of the old active's, for adopt()
+    uint64_t key
+    uint64_t flags
+    int64_t expires_ns
 
 cdef struct Slot:
     uint8_t scratch[64]   # ACK type byte, FORWARD or INFO for this datagram
@@ -103,11 +110,18 @@ cdef class BackboneCore:
     cdef int64_t until_ns
     cdef bint has_info           # QUERY is answered with `info` (its TOKEN the QUERY's)
     cdef uint8_t info[64]
+    # adopt()'s mailbox: written by any thread under the lock, applied by the loop's on_timer
+    cdef PyThread_type_lock adopt_lock
+    cdef Adoption* adoptions
+    cdef Py_ssize_t nadoptions
+    cdef bint adopt_pending
 
     cdef void receive_batch(self, int count, int64_t now) noexcept nogil
     cdef void count_batch(self, int count) noexcept nogil
     cdef void end_batch(self, int64_t now) noexcept nogil
     cdef void on_timer(self, int64_t now) noexcept nogil
+    cdef void apply_adoptions(self, int64_t now) noexcept nogil
+    cdef void set_flags(self, Subscriber* s, uint64_t flags) noexcept nogil
     cdef void fill_slot(self, int i, const char* data, Py_ssize_t n, sockaddr_in* sa) noexcept nogil
     cdef void collect(self) noexcept
     cdef void handle(self, int i, int64_t now) noexcept nogil

@@ -10,6 +10,8 @@ rules are cited as (B1)..(B5) for RULES (BACKBONE).
 cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.pythread cimport (PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock,
+                               PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK)
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy, memset
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC, CLOCK_REALTIME
@@ -169,8 +171,10 @@ cdef class BackboneCore:
         self.gso_ctrl = <uint8_t*>PyMem_Calloc(FRAME_CAP, self.ctrl_space)
         self.pack_iov = <iovec*>PyMem_Calloc(FRAME_CAP, sizeof(iovec))
         self.packs = <Pack*>PyMem_Calloc(FRAME_CAP, sizeof(Pack))
+        self.adopt_lock = PyThread_allocate_lock()
+        self.adoptions = <Adoption*>PyMem_Calloc(max_subscribers, sizeof(Adoption))
         if not (self.frames and self.run_start and self.run_count and self.gso_ctrl
-                and self.pack_iov and self.packs):
+                and self.pack_iov and self.packs and self.adopt_lock and self.adoptions):
             raise MemoryError()
 
     def __dealloc__(self):
@@ -186,6 +190,9 @@ cdef class BackboneCore:
         PyMem_Free(self.gso_ctrl)
         PyMem_Free(self.pack_iov)
         PyMem_Free(self.packs)
+        PyMem_Free(self.adoptions)
+        if self.adopt_lock:
+            PyThread_free_lock(self.adopt_lock)
 
     @property
     def next_sequence(self):
@@ -219,6 +226,71 @@ cdef class BackboneCore:
         self.has_info = False  # (the loop never answers with half of an old one and a new one)
         memcpy(self.info, &view[0], INFO_SIZE)
         self.has_info = True
+
+    def adopt(self, entries):
+        """(Cluster member, a new active) take over table entries of the old active's:
+        [(host, port, flags, expires_ns)] (the core's clock), each at most `window` ahead.
+        Safe from any thread: the loop applies them at its next on_timer (handle_timer), as a
+        KEEPALIVE would, but unanswered and without extending what the old one granted; at
+        most max_subscribers wait at once (more are dropped, `table_full`)."""
+        cdef list items = []
+        cdef Py_ssize_t k
+        for host, port, flags, expires in entries:
+            addr = int.from_bytes(socket.inet_aton(host), "big")
+            items.append(((addr << 16) | (int(port) & 0xffff), int(flags) & SEQ_MASK,
+                          int(expires)))
+        with nogil:
+            PyThread_acquire_lock(self.adopt_lock, WAIT_LOCK)
+        try:
+            for key, flags, expires in items:
+                if self.nadoptions == self.max_subs:
+                    self.c.drops[DROP_TABLE_FULL] += 1
+                    continue
+                k = self.nadoptions
+                self.adoptions[k].key = key
+                self.adoptions[k].flags = flags
+                self.adoptions[k].expires_ns = expires
+                self.nadoptions += 1
+            self.adopt_pending = self.nadoptions > 0
+        finally:
+            PyThread_release_lock(self.adopt_lock)
+
+    cdef void apply_adoptions(self, int64_t now) noexcept nogil:
+        cdef Py_ssize_t k
+        cdef Adoption* a
+        cdef Subscriber* s
+        cdef int64_t expires
+        if not PyThread_acquire_lock(self.adopt_lock, NOWAIT_LOCK):
+            return  # (being written: the next wake-up applies it)
+        for k in range(self.nadoptions):
+            a = &self.adoptions[k]
+            if a.expires_ns <= now or not a.key & 0xffff:
+                continue
+            expires = a.expires_ns
+            if expires > now + self.window_ns:
+                expires = now + self.window_ns
+            s = self.upsert(a.key, now)
+            if s == NULL:
+                self.c.drops[self.refused] += 1
+                continue
+            if s.expires_ns >= expires:
+                continue  # its own KEEPALIVE reached us: fresher than the old active's word
+            self.c.adopted += 1
+            self.set_flags(s, a.flags)
+            s.expires_ns = expires
+        self.nadoptions = 0
+        self.adopt_pending = False
+        PyThread_release_lock(self.adopt_lock)
+
+    cdef void set_flags(self, Subscriber* s, uint64_t flags) noexcept nogil:
+        s.flags = flags
+        s.pack_limit = 0
+        if self.packing and s.flags & F_PACKED:
+            s.pack_limit = (s.flags >> PACK_LIMIT_SHIFT) & 0xffff or DEFAULT_PACK_LIMIT
+            if s.pack_limit < HEADER_SIZE:
+                s.pack_limit = HEADER_SIZE  # still one frame per datagram, never less
+            if s.pack_limit > self.max_pack:
+                s.pack_limit = <uint32_t>self.max_pack
 
     cdef bint closed(self, Py_ssize_t count, int64_t now) noexcept nogil:
         """Whether the gate refuses `count` more sequences now (never, ungated)."""
@@ -263,6 +335,8 @@ cdef class BackboneCore:
         self.flush()
 
     cdef void on_timer(self, int64_t now) noexcept nogil:
+        if self.adopt_pending:
+            self.apply_adoptions(now)
         if now >= self.next_sweep_ns:
             self.sweep(now)
 
@@ -527,15 +601,8 @@ cdef class BackboneCore:
             self.c.drops[self.refused] += 1
             return
         s.keepalives += 1
-        s.flags = get_u48(p + 7)
+        self.set_flags(s, get_u48(p + 7))
         s.expires_ns = now + self.window_ns
-        s.pack_limit = 0
-        if self.packing and s.flags & F_PACKED:
-            s.pack_limit = (s.flags >> PACK_LIMIT_SHIFT) & 0xffff or DEFAULT_PACK_LIMIT
-            if s.pack_limit < HEADER_SIZE:
-                s.pack_limit = HEADER_SIZE  # still one frame per datagram, never less
-            if s.pack_limit > self.max_pack:
-                s.pack_limit = <uint32_t>self.max_pack
         slot.scratch[0] = T_KEEPALIVE_ACK
         slot.iov[0].iov_base = slot.scratch
         slot.iov[0].iov_len = 1
@@ -805,6 +872,7 @@ cdef class BackboneCore:
             "packing": bool(self.packing),
             "packs_in": self.c.packs_in,
             "packs_out": self.c.packs_out,
+            "adopted": self.c.adopted,
             "clients": live,
             "subscribers": subscribers,
             "journaling": journaling,

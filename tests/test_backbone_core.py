@@ -423,9 +423,13 @@ def test_the_twin_sends_what_the_compiled_core_sends_byte_for_byte(seed):
             limit = (cores[0].next_sequence + cluster.randint(-5, 60)) & MAX_SEQUENCE
             until = now + cluster.choice((-1, 0, 1, S))
             info = bytes([0x80]) + bytes(cluster.getrandbits(8) for _ in range(63))
+            adopted = [(*cluster.choice(sources + [("127.0.0.9", 0)]), cluster.getrandbits(48),
+                        now + cluster.choice((-1, 0, 1, S // 2, 3 * S)))
+                       for _ in range(cluster.randint(0, 6))]
             for core in cores:
                 core.gate(limit, until)
                 core.set_info(info)
+                core.adopt(adopted)
         for core in cores:
             if batch is None:
                 core.handle_timer(now)
@@ -504,3 +508,25 @@ def test_a_query_is_answered_with_the_info_and_its_own_token_only_in_cluster_mod
     core.set_info(None)
     core.receive_datagrams([(query, host(5))], 0)
     assert core.datagrams_to_send() == []
+
+
+def test_a_new_active_adopts_the_old_ones_entries_without_extending_them(make_core):
+    """adopt(): applied at the next timer; never past the window, never over a fresher entry
+    of the client's own, refused like a KEEPALIVE when the table is full; no ACK sent; at
+    most max_subscribers entries wait."""
+    core = make_core(max_subscribers=3, first_sequence=1000)
+    sign_on(core, host(1), now=0)  # its own KEEPALIVE: until 5 s
+    core.datagrams_to_send()
+    core.adopt([(*host(1), 0x8, 2 * S), (*host(2), 0x8, 99 * S), (*host(5), 0, 10)])
+    assert core.subscribers(0) == [(*host(1), 0, 5.0)]  # nothing yet: the loop applies it
+    core.handle_timer(100)
+    subs = {(h, p): (f, round(left, 3)) for h, p, f, left in core.subscribers(100)}
+    assert subs == {host(1): (0, 5.0), host(2): (0x8, 5.0)}  # host 5's had expired
+    core.adopt([(*host(3), 0, 2 * S), (*host(4), 0, 2 * S), (*host(6), 0, S), (*host(7), 0, S)])
+    core.handle_timer(200)
+    st = core.stats(200)
+    assert st["adopted"] == 2  # host 2 and host 3
+    assert st["drops"]["table_full"] == 3  # hosts 4 and 6 found the table full, 7 the mailbox
+    assert core.datagrams_to_send() == []  # adoption is answered with nothing
+    sends = push(core, [b"x"], now=300)
+    assert sorted(a for _, a in sends) == sorted([host(1), host(2), host(3)])

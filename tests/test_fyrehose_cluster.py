@@ -2,6 +2,7 @@
 time, no sequence issued twice, failover on a kill, a silence and a partition, and no second
 outage when an old active comes back (docs/protocols/fyrehose-cluster.md)."""
 import random
+import struct
 
 import pytest
 
@@ -154,10 +155,30 @@ def test_a_new_actives_first_reservation_covers_a_second_of_the_old_actives_rate
     (ev,) = c.became(new)
     first_reservation = c.core(new).reserved - ev.first + 1
     assert 0.8 * 10_000 <= first_reservation <= c.config.reserve_max
-    # Later ones follow the rate it sees itself (0.25 s of it, at least reserve_min).
+    # Later ones follow the rate it sees itself (reserve_ahead of it, at least reserve_min).
     c.run(1.0)
-    assert c.core(new).reserved - c.core(new).next + 1 <= 0.25 * 10_000 * 1.2 + 1
+    assert c.core(new).reserved - c.core(new).next + 1 <= \
+        c.config.reserve_ahead * 10_000 * 1.2 + 1
     assert c.overlaps == 0
+
+
+def test_two_claimants_of_one_epoch_do_not_cancel_each_other():
+    """Bully can have two leaders for a moment: both claim, the same epoch (the wall clock in
+    ms). Each granting the other's claim and dropping its own would leave nobody active until
+    the next silence; the higher address keeps its claim."""
+    c = Cluster(3)
+    assert c.until(lambda: c.actives() == [1], 5)
+    c.run(0.5)
+    c.sim.kill(member(1))
+    now = c.sim.now
+    for k in (2, 3):
+        core = c.core(k)
+        core.active_dead = True
+        core._start_claim(now)
+        c.sim._pump(c.sim.nodes[member(k)])
+    assert c.core(2)._claim.epoch == c.core(3)._claim.epoch
+    assert c.until(lambda: len(c.actives()) == 1, 0.1)
+    assert c.actives() == [3] and c.overlaps == 0
 
 
 def test_a_silent_active_is_replaced_after_its_lease_and_never_overlaps():
@@ -323,12 +344,22 @@ def test_a_member_host_holds_at_most_two_watch_connections():
 
 def test_the_wire_round_trips_and_checks_sizes():
     for kind, n in cl.FIELDS.items():
+        n = n or 4  # a TABLE: an epoch and one entry
         data = cl.encode(kind, b"x", 7, *range(1, n + 1))
         assert cl.decode(data) == (kind, b"x", 7, tuple(range(1, n + 1)))
         with pytest.raises(cl.ClusterError):
             cl.decode(data + b"\0")
     with pytest.raises(ValueError):
         cl.encode(cl.LEASE, b"x", 7, 1)
+    # A TABLE: an epoch and 1..TABLE_ENTRIES entries of three fields, no other count.
+    most = cl.encode(cl.TABLE, b"x", 7, 5, *range(3 * cl.TABLE_ENTRIES))
+    assert len(cl.decode(most)[3]) == 1 + 3 * cl.TABLE_ENTRIES
+    for count in (1, 3, 5, 2 + 3 * cl.TABLE_ENTRIES + 2, 1 + 3 * (cl.TABLE_ENTRIES + 1)):
+        with pytest.raises(ValueError):
+            cl.encode(cl.TABLE, b"x", 7, *range(count))
+        raw = struct.pack(f"!BB1sQ{count}Q", cl.TABLE, 1, b"x", 7, *range(count))
+        with pytest.raises(cl.ClusterError):
+            cl.decode(raw)
 
 
 @pytest.mark.slow  # over half a second (tests/conftest.py: the fast loop)

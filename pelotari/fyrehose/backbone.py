@@ -130,6 +130,30 @@ class Backbone:
         """The SEQUENCE the next PUSH gets (a new epoch's first; call while gated closed)."""
         self._loop.core.set_next_sequence(sequence)
 
+    def adopt(self, entries) -> None:
+        """Take over table entries of an old active's, [(host, port, flags, seconds_left)]:
+        the loop applies them at once (woken by an empty datagram, counted as `truncated`)."""
+        now = time.monotonic_ns()
+        self._loop.core.adopt([(h, p, f, now + int(left * 1e9)) for h, p, f, left in entries])
+        host, port = self._sock.getsockname()
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"", ("127.0.0.1" if host == "0.0.0.0" else host, port))
+        except OSError:
+            pass  # (the loop applies them at its next wake-up, within WAKE_INTERVAL)
+
+    def send(self, data: bytes, addresses) -> int:
+        """Send one datagram to each address from the backbone's socket, never waiting (a
+        full buffer drops it); how many went."""
+        sent = 0
+        for address in addresses:
+            try:
+                self._sock.sendto(data, socket.MSG_DONTWAIT, address)
+                sent += 1
+            except OSError:
+                pass
+        return sent
+
     def set_info(self, info: Optional[bytes]) -> None:
         """The INFO a QUERY is answered with (None: QUERY goes unanswered)."""
         self._loop.core.set_info(info)

@@ -126,7 +126,7 @@ class BackboneCore:
         self.counters = dict.fromkeys(
             ("datagrams_in", "bytes_in", "datagrams_out", "bytes_out", "pushes", "delivers",
              "keepalives", "requests", "forwards", "batches", "gso_sends", "gso_segments",
-             "packs_in", "packs_out"), 0)
+             "packs_in", "packs_out", "adopted"), 0)
         self.drops = dict.fromkeys(DROP_NAMES, 0)
         self.batch_sizes = [0] * 8  # batches of <= 1, 2, 4 ... 64 datagrams, and more
         # Backbone-cluster extension (docs/protocols/fyrehose-cluster.md): off by default.
@@ -134,6 +134,8 @@ class BackboneCore:
         self._limit = 0  # the last SEQUENCE it may give (mod 2^48)
         self._until_ns = 0  # ... until then (the lease's end, the core's clock)
         self._info = None  # the INFO a QUERY is answered with (its TOKEN filled in)
+        self._adopt_lock = threading.Lock()
+        self._adopt = []  # entries adopt() posted, applied by the loop's next handle_timer
 
     # ---- the cluster extension ----
 
@@ -156,6 +158,44 @@ class BackboneCore:
         if info is not None and len(info) != INFO_SIZE:
             raise ValueError(f"an INFO is {INFO_SIZE} bytes")
         self._info = None if info is None else bytes(info)
+
+    def adopt(self, entries):
+        """(Cluster member, a new active) take over table entries of the old active's:
+        [(host, port, flags, expires_ns)] (the core's clock), each at most `window` ahead.
+        Safe from any thread: the loop applies them at its next handle_timer(), as a
+        KEEPALIVE would, but unanswered and without extending what the old one granted; at
+        most max_subscribers wait at once (more are dropped, `table_full`)."""
+        entries = [(_key((h, p)), int(f) & MAX_SEQUENCE, int(e)) for h, p, f, e in entries]
+        with self._adopt_lock:
+            for entry in entries:
+                if len(self._adopt) == self.max_subscribers:
+                    self.drops["table_full"] += 1
+                else:
+                    self._adopt.append(entry)
+
+    def _apply_adoptions(self, now):
+        with self._adopt_lock:
+            entries, self._adopt = self._adopt, []
+        for key, flags, expires in entries:
+            if expires <= now or not key & 0xffff:
+                continue
+            expires = min(expires, now + self.window_ns)
+            s = self._upsert(key, now)
+            if s is None:
+                self.drops[self._refused] += 1
+                continue
+            if s.expires_ns >= expires:
+                continue  # its own KEEPALIVE reached us: fresher than the old active's word
+            self.counters["adopted"] += 1
+            self._set_flags(s, flags)
+            s.expires_ns = expires
+
+    def _set_flags(self, s, flags):
+        s.flags = flags
+        s.pack_limit = 0
+        if self.packing and s.flags & PACKED:
+            limit = (s.flags >> PACK_LIMIT_SHIFT) & 0xffff or DEFAULT_PACK_LIMIT
+            s.pack_limit = min(max(limit, HEADER_SIZE), self.max_pack)
 
     def _open(self, now):
         return not self._gated or now < self._until_ns
@@ -200,6 +240,8 @@ class BackboneCore:
 
     def handle_timer(self, now):
         """Sweep expired entries out of the table if the sweep is due at `now` (ns)."""
+        if self._adopt:
+            self._apply_adoptions(now)
         if now >= self._next_sweep_ns:
             self._sweep(now)
 
@@ -222,6 +264,7 @@ class BackboneCore:
             "batch_sizes": list(self.batch_sizes),
             "gso": self.gso, "gso_sends": c["gso_sends"], "gso_segments": c["gso_segments"],
             "packing": self.packing, "packs_in": c["packs_in"], "packs_out": c["packs_out"],
+            "adopted": c["adopted"],
             "clients": live, "subscribers": subscribers, "journaling": journaling,
             "next_sequence": self.next_sequence, "drops": dict(self.drops),
         }
@@ -347,12 +390,8 @@ class BackboneCore:
             self.drops[self._refused] += 1
             return
         s.keepalives += 1
-        s.flags = int.from_bytes(data[7:13], "big")
+        self._set_flags(s, int.from_bytes(data[7:13], "big"))
         s.expires_ns = now + self.window_ns
-        s.pack_limit = 0
-        if self.packing and s.flags & PACKED:
-            limit = (s.flags >> PACK_LIMIT_SHIFT) & 0xffff or DEFAULT_PACK_LIMIT
-            s.pack_limit = min(max(limit, HEADER_SIZE), self.max_pack)
         self._send(bytes([KEEPALIVE_ACK]) + data[13:29], address)
 
     def _on_request(self, data, address, now):

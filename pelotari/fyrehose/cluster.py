@@ -18,6 +18,7 @@ Positions are unwrapped sequence numbers (the wire's sequence is position mod 2^
 """
 import hashlib
 import hmac
+import socket
 import struct
 import time
 from collections import deque
@@ -29,14 +30,16 @@ from pelotari.bully.core import Config as BullyConfig
 
 Address = tuple[str, int]
 
-LEASE, LEASE_OK, RESERVE, RESERVED, STALE, CLAIM, GRANT, REFUSE, PRECLAIM, PREGRANT = \
-    range(1, 11)
+LEASE, LEASE_OK, RESERVE, RESERVED, STALE, CLAIM, GRANT, REFUSE, PRECLAIM, PREGRANT, TABLE = \
+    range(1, 12)
 NAMES = {LEASE: "LEASE", LEASE_OK: "LEASE-OK", RESERVE: "RESERVE", RESERVED: "RESERVED",
          STALE: "STALE", CLAIM: "CLAIM", GRANT: "GRANT", REFUSE: "REFUSE",
-         PRECLAIM: "PRECLAIM", PREGRANT: "PREGRANT"}
-# After the header (type, name length, name, incarnation u64): the fields, each u64.
+         PRECLAIM: "PRECLAIM", PREGRANT: "PREGRANT", TABLE: "TABLE"}
+# After the header (type, name length, name, incarnation u64): the fields, each u64. TABLE's
+# are an epoch, then 1..TABLE_ENTRIES entries of three: (IPv4 << 16 | port), flags, ms left.
 FIELDS = {LEASE: 4, LEASE_OK: 4, RESERVE: 2, RESERVED: 2, STALE: 1, CLAIM: 1, GRANT: 4,
-          REFUSE: 1, PRECLAIM: 1, PREGRANT: 1}
+          REFUSE: 1, PRECLAIM: 1, PREGRANT: 1, TABLE: None}
+TABLE_ENTRIES = 48  # per TABLE datagram (1,177 bytes with a 32-byte name and a tag)
 JOIN_ATTEMPTS = 20  # bully joins of one member, JOIN_RETRY apart, before the next is tried
 JOIN_RETRY = 0.5
 TAG_SIZE = 16  # with a key: HMAC-SHA256 of the datagram, truncated
@@ -57,7 +60,7 @@ def _tag(key: bytes, data: bytes) -> bytes:
 def encode(kind: int, name: bytes, incarnation: int, *fields: int,
            key: bytes | None = None) -> bytes:
     """One cluster datagram (with key: followed by its tag)."""
-    if len(fields) != FIELDS[kind]:
+    if len(fields) != (FIELDS[kind] or _table_fields(len(fields))):
         raise ValueError(f"{NAMES[kind]} has {FIELDS[kind]} fields")
     data = struct.pack(f"!BB{len(name)}sQ{len(fields)}Q", kind, len(name), name, incarnation,
                        *fields)
@@ -73,15 +76,27 @@ def decode(data: bytes, key: bytes | None = None) -> tuple[int, bytes, int, tupl
     kind, n = data[0], data[1]
     if kind not in FIELDS:
         raise ClusterError("unknown type")
-    if len(data) != 2 + n + 8 + 8 * FIELDS[kind] + extra:
+    count = FIELDS[kind] or _table_fields((len(data) - 2 - n - 8 - extra) // 8)
+    if not count or len(data) != 2 + n + 8 + 8 * count + extra:
         raise ClusterError("bad size")
     if key and not hmac.compare_digest(_tag(key, bytes(data[:-TAG_SIZE])), data[-TAG_SIZE:]):
         raise ClusterError("bad tag")
     name = data[2:2 + n]
-    incarnation, *fields = struct.unpack_from(f"!Q{FIELDS[kind]}Q", data, 2 + n)
+    incarnation, *fields = struct.unpack_from(f"!Q{count}Q", data, 2 + n)
     if any(f >= MAX_FIELD for f in fields):
         raise ClusterError("out of range")
     return kind, bytes(name), incarnation, tuple(fields)
+
+
+def _table_fields(count: int) -> int:
+    """count if it is a TABLE's field count (an epoch and 1..TABLE_ENTRIES entries), else 0."""
+    entries, rest = divmod(count - 1, 3)
+    return count if count > 0 and not rest and 1 <= entries <= TABLE_ENTRIES else 0
+
+
+def _order(address: Address) -> tuple:
+    """A member's rank among claimants of one epoch: its IPv4 address, then its port."""
+    return (*map(int, address[0].split(".")), address[1])
 
 
 @dataclass(frozen=True)
@@ -99,10 +114,11 @@ class Config:
     watch_retry: float = 0.05  # not death) and tried again this much later
     # Sequences reserved ahead: at least reserve_min, or reserve_ahead seconds of the current
     # rate, at most reserve_max (a quarter of a client's max_gap: the unused part of a dead
-    # active's reservation is a gap, never a Resync). Renewed when half is left: a control loop
-    # stalled for less than half of it never stops the data plane.
+    # active's reservation is a gap, never a Resync). Renewed when half is left: a majority
+    # whose control loops stall for less than half of it (a loaded host) never stops the
+    # data plane.
     reserve_min: int = 1024
-    reserve_ahead: float = 0.25
+    reserve_ahead: float = 1.0
     reserve_max: int = 16384
     # A new epoch's first reservation: this many seconds of the rate the old active had (seen
     # in its LEASEs), so that the clients' re-sends of what it never confirmed (a failover's
@@ -110,6 +126,11 @@ class Config:
     reserve_first: float = 1.0
     witness: bool = False  # votes, never claims
     fresh_wait: float = 0.65  # a member without stored state votes after a LEASE, or this long
+    # The active's subscriber table (its cluster clients) goes to the standbys every
+    # table_interval; a new active adopts what it was told, so its first DELIVERs reach them
+    # (they believe them once the new active answers their QUERY). At most max_table kept.
+    table_interval: float = 0.1
+    max_table: int = 4096
 
     def __post_init__(self):
         if not 1 <= self.cluster_size <= 9:
@@ -244,6 +265,8 @@ class ClusterCore:
         self._noted_silence: float | None = None  # the heard_active whose silence we acted on
         self._rate = 0.0  # positions/s: ours while active, the active's (its LEASEs) otherwise
         self._first_reservation = False
+        self._table: dict[int, tuple[int, float]] = {}  # (standby) the active's clients
+        self._next_table = now
         self._rate_epoch = 0  # (the epoch whose LEASEs _rate_from came from)
         self._rate_at = now
         self._rate_from = 0
@@ -345,7 +368,8 @@ class ClusterCore:
         handler = {LEASE: self._on_lease, LEASE_OK: self._on_lease_ok, RESERVE: self._on_reserve,
                    RESERVED: self._on_reserved, STALE: self._on_stale, CLAIM: self._on_claim,
                    GRANT: self._on_grant, REFUSE: self._on_refuse,
-                   PRECLAIM: self._on_preclaim, PREGRANT: self._on_pregrant}[kind]
+                   PRECLAIM: self._on_preclaim, PREGRANT: self._on_pregrant,
+                   TABLE: self._on_table}[kind]
         self._count(f"received_{NAMES[kind]}")
         handler(src, fields, now)
 
@@ -356,7 +380,8 @@ class ClusterCore:
         start where it would reuse sequences, nor a forged epoch block every claim)."""
         wall = self._wall()
         epochs = {LEASE: (0,), LEASE_OK: (0, 2), RESERVE: (0,), RESERVED: (0,), STALE: (0,),
-                  CLAIM: (0,), GRANT: (0,), REFUSE: (0,), PRECLAIM: (0,), PREGRANT: (0,)}[kind]
+                  CLAIM: (0,), GRANT: (0,), REFUSE: (0,), PRECLAIM: (0,), PREGRANT: (0,),
+                  TABLE: (0,)}[kind]
         if any(fields[i] > 2 * wall * 1000 for i in epochs):
             return False
         positions = {LEASE: (2, 3), LEASE_OK: (3,), RESERVE: (1,), RESERVED: (1,),
@@ -382,6 +407,53 @@ class ClusterCore:
     def _to_all(self, kind: int, *fields: int) -> None:
         for p in self.peers:
             self._send(p, kind, *fields)
+
+    # ---- the subscriber table (a new active's first DELIVERs reach the old one's clients) ---
+
+    def table_due(self, now: float) -> bool:
+        """(Active) whether the data plane's table should be given to publish_table() now."""
+        return self.role == "active" and now >= self._next_table
+
+    def publish_table(self, entries: list[tuple[str, int, int, float]], now: float) -> None:
+        """(Active) tell the standbys who our clients are: [(host, port, flags, seconds
+        left)], in TABLE datagrams of TABLE_ENTRIES."""
+        self._next_table = now + self.config.table_interval
+        if self.role != "active":
+            return
+        flat = []
+        for host, port, flags, left in entries[:self.config.max_table]:
+            try:
+                addr = int.from_bytes(socket.inet_aton(host), "big")
+            except OSError:
+                continue
+            ms = int(left * 1000)
+            if ms > 0 and 0 < port < 65536:
+                flat.append((addr << 16 | port, flags & 0xFFFFFFFFFFFF, min(ms, 60_000)))
+        for k in range(0, len(flat), TABLE_ENTRIES):
+            chunk = flat[k:k + TABLE_ENTRIES]
+            self._to_all(TABLE, self.epoch, *(f for entry in chunk for f in entry))
+
+    def _on_table(self, src: Address, f: tuple[int, ...], now: float) -> None:
+        if self.role != "standby" or src != self.active or f[0] != self.epoch:
+            self._count("dropped_table_not_active")
+            return
+        table = self._table
+        for k in range(1, len(f), 3):
+            key, flags, ms = f[k], f[k + 1], f[k + 2]
+            if key not in table and len(table) >= self.config.max_table:
+                for old in [a for a, (_, until) in table.items() if until <= now]:
+                    del table[old]
+                if len(table) >= self.config.max_table:
+                    self._count("dropped_table_full")
+                    continue
+            table[key] = (flags, now + min(ms, 60_000) / 1000)
+
+    def adoptable(self, now: float) -> list[tuple[str, int, int, float]]:
+        """(New active) the old active's clients as it last told us, [(host, port, flags,
+        seconds left)], once (the table is cleared)."""
+        table, self._table = self._table, {}
+        return [(socket.inet_ntoa((key >> 16).to_bytes(4, "big")), key & 0xffff, flags,
+                 until - now) for key, (flags, until) in table.items() if until > now]
 
     # ---- standby: following the active ------------------------------------------------------
 
@@ -448,6 +520,14 @@ class ClusterCore:
     def _on_claim(self, src: Address, f: tuple[int, ...], now: float) -> None:
         (epoch,) = f
         self._seen_epoch = max(self._seen_epoch, epoch)
+        c = self._claim
+        if c is not None and not c.pre and c.epoch == epoch and _order(src) < _order(self.address):
+            # Two bully leaders at once (bully's transitions) claiming the same epoch: each
+            # would grant the other's and drop its own, and nobody win. The higher address
+            # keeps its claim; the lower one grants it (below).
+            self._count("claims_refused")
+            self._send(src, REFUSE, self.promised)
+            return
         if epoch <= self.promised or not self._grantable(src, now):
             self._count("claims_refused")
             self._send(src, REFUSE, self.promised)

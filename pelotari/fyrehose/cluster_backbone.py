@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Optional
 
 from fastpath import refcodec
-from fastpath.packets import INFO_ACTIVE, INFO_NO_QUORUM, MAX_MEMBERS, MAX_SEQUENCE
+from fastpath.packets import CLUSTER, INFO_ACTIVE, INFO_NO_QUORUM, MAX_MEMBERS, MAX_SEQUENCE
 from pelotari.fyrehose.aio import AsyncClient
 from pelotari.fyrehose.backbone import Backbone
 from pelotari.fyrehose.cluster import (BecameActive, Config)
@@ -36,6 +36,7 @@ class BackbonePlane:
         self.journal: Optional[AsyncClient] = None
         self._ref = 0  # a position known to be near the backbone's next sequence
         self.reference: Callable[[], int] = lambda: 0  # a position the cluster knows
+        self.to_tell: list = []  # adopted clients, told by an unasked INFO once we serve
 
     def position(self) -> int:
         self._ref = nearest_position(self.backbone.next_sequence, self._ref)
@@ -59,6 +60,14 @@ class BackbonePlane:
 
     def stop(self) -> None:
         self.backbone.gate(0, 0)
+
+    def table(self) -> list:
+        """The cluster clients among the backbone's subscribers: the standbys adopt them."""
+        return [e for e in self.backbone.subscribers() if e[2] & CLUSTER]
+
+    def adopt(self, entries) -> None:
+        self.backbone.adopt(entries)
+        self.to_tell = [(h, p) for h, p, _f, _left in entries]
 
 
 class ClusterBackbone:
@@ -148,6 +157,12 @@ class ClusterBackbone:
         if info != self._info:
             self._info = info
             self.backbone.set_info(info)
+        if serving and self.plane.to_tell:
+            # The old active's clients (its table, adopted): an unasked INFO (64 bytes, once
+            # per failover, to clients that sent the cluster KEEPALIVEs every 50 ms) makes them
+            # QUERY at once instead of after their silence.
+            clients, self.plane.to_tell = self.plane.to_tell, []
+            self.backbone.send(info, clients)
 
     # ---- what /status shows ------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ and a datagram endpoint). The data plane is anything with:
     start(first)           sequence from position `first` (we won an epoch)
     allow(limit, until)    sequence up to position `limit`, until `until` (time.monotonic())
     stop()                 sequence nothing (a standby's backbone)
+    table() -> [(host, port, flags, seconds_left)]   the clients to tell the standbys of
+    adopt(entries)         take over the old active's clients (we won an epoch)
 
 It is synchronised every `tick` seconds and whenever the core's state changes, so the backbone
 never sequences past what the core allows: `allow` carries the lease's end, which the backbone
@@ -84,6 +86,8 @@ class MemoryPlane:
         self.limit = -1
         self.until = float("-inf")
         self.issued: list[int] = []
+        self.clients: list[tuple[str, int, int, float]] = []  # what table() says
+        self.adopted: list[tuple[str, int, int, float]] = []
 
     def position(self) -> int:
         return self.next
@@ -99,6 +103,12 @@ class MemoryPlane:
 
     def stop(self) -> None:
         self.limit, self.until = -1, float("-inf")
+
+    def table(self) -> list[tuple[str, int, int, float]]:
+        return list(self.clients)
+
+    def adopt(self, entries) -> None:
+        self.adopted += entries
 
     def advance(self, count: int) -> list[int]:
         """Sequence up to `count` messages now, as the backbone would; the positions."""
@@ -275,6 +285,8 @@ class ClusterNode(Node):
         core.issued(self.plane.position(), now)
         self.plane.allow(core.may_issue(now), core.lease_until)
         self._active = True
+        if core.table_due(now):
+            core.publish_table(self.plane.table(), now)
 
     async def _tick(self) -> None:
         while not self._closed:
@@ -284,6 +296,7 @@ class ClusterNode(Node):
     def _deliver_event(self, ev) -> None:
         if isinstance(ev, BecameActive):
             self.plane.start(ev.first)
+            self.plane.adopt(self.core.adoptable(self._now()))
         elif isinstance(ev, SteppedDown):
             self._active = False
             self.plane.stop()

@@ -90,6 +90,9 @@ class ClientConfig:
             raise ValueError("cluster_keepalive must be within (0, 1] s, cluster_silence > 0")
 
 
+MAX_HOLD = 8192  # DELIVERs from another member kept until it answers as the new active
+
+
 class ClientCore:
     """The protocol state of one fyrehose client, free of sockets and clocks."""
 
@@ -129,7 +132,9 @@ class ClientCore:
         # (its token, unguessable: an INFO is believed only with it).
         self.members = tuple((a[0], int(a[1])) for a in cfg.cluster)
         self.epoch = 0
-        self._query_tokens: Deque[bytes] = deque(maxlen=4)  # the last rounds' (late answers)
+        # The last rounds' (late answers count: a client behind on its socket reads them after
+        # it sent newer rounds).
+        self._query_tokens: Deque[bytes] = deque(maxlen=16)
         self._next_query: Optional[float] = now if self.members else None
         self._last_query = float("-inf")
         self._queries = 0
@@ -138,6 +143,9 @@ class ClientCore:
         self._moved_from: Optional[int] = None
         self._failover_gap: Optional[Tuple[int, int, float]] = None
         self._failover_lost: Optional[Tuple[int, int]] = None
+        # DELIVERs from another member, kept until it proves to be the new active (_hold).
+        self._held: List[Tuple[int, bytes]] = []
+        self._held_from: Optional[Address] = None
 
     @property
     def clustered(self) -> bool:
@@ -174,12 +182,12 @@ class ClientCore:
                 return
             self.stats["packs_in"] += 1
             for packet in packets:
-                self._on_deliver(packet.sequence, bytes(packet.data), now, live)
+                self._on_deliver(packet.sequence, bytes(packet.data), now, live, addr)
             return
         packet = packets[0]
         kind = type(packet)
         if kind is codec.Deliver:
-            self._on_deliver(packet.sequence, bytes(packet.data), now, live)
+            self._on_deliver(packet.sequence, bytes(packet.data), now, live, addr)
         elif kind is codec.Forward:
             self._on_forward(packet, addr, now)
         elif kind is codec.KeepaliveAck:
@@ -198,7 +206,12 @@ class ClientCore:
         probe = self._probe_range
         return probe is not None and (seq - probe[0]) % (1 << 48) <= (probe[1] - probe[0])
 
-    def _on_deliver(self, seq: int, data: bytes, now: float, live: bool = True) -> None:
+    def _on_deliver(self, seq: int, data: bytes, now: float, live: bool = True,
+                    src: Optional[Address] = None) -> None:
+        if not live and self.members and src is not None and not self._solicited(seq) and \
+                (src[0], int(src[1])) in self.members:
+            self._hold((src[0], int(src[1])), seq, data, now)
+            return
         if not live and not self._solicited(seq):
             # Anyone can send a DELIVER: believed from elsewhere, it could replace a real
             # message or fake a jump that turns real messages into Lost ones.
@@ -229,6 +242,24 @@ class ClientCore:
         if live and self._moved_from is not None:
             self._note_failover_gap(seq, now)
         self._drain_tracker()
+
+    def _hold(self, src: Address, seq: int, data: bytes, now: float) -> None:
+        """A DELIVER from another member: a new active that took over our table entry sends
+        before we know it is one. Kept (MAX_HOLD, from one member at a time) until that member
+        answers our QUERY as the active of a newer epoch (then they are ours, in order), and a
+        reason to ask (paced as any QUERY round)."""
+        if src != self._held_from:
+            self.stats["hold_dropped"] += len(self._held)
+            self._held.clear()
+            self._held_from = src
+            self._query(now)  # (once per member: then the QUERY timer's rounds)
+        if len(self._held) >= MAX_HOLD:
+            self.stats["hold_dropped"] += 1
+        else:
+            self._held.append((seq, data))
+            self.stats["hold_kept"] += 1
+        if self._next_query is None:
+            self._next_query = now + self.config.cluster_keepalive
 
     def _note_failover_gap(self, seq: int, now: float) -> None:
         """The new active's first DELIVER: below it, down to what we held, is the failover's
@@ -369,6 +400,13 @@ class ClientCore:
             resent += 1
         self.stats["resent"] += resent
         self._events.append(BackboneMoved(old, active, epoch, resent))
+        held, self._held = self._held, []
+        if self._held_from == active:  # the new active's first DELIVERs, now believed
+            for seq, data in held:
+                self._on_deliver(seq, data, now, True)
+        else:
+            self.stats["hold_dropped"] += len(held)
+        self._held_from = None
 
     # ---- commands ------------------------------------------------------------------------
 
@@ -433,7 +471,7 @@ class ClientCore:
         if now >= self._next_keepalive:
             self._send_keepalive(now)
         if self._next_query is not None and now >= self._next_query:
-            if self.epoch == 0 or self._silent(now):
+            if self.epoch == 0 or self._silent(now) or self._held:
                 self._query(now)
             else:
                 self._next_query = None  # the active answers: nothing to ask

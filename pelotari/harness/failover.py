@@ -98,6 +98,19 @@ async def _sub(args) -> None:
         if before is not None and after is not None and 1 < (after - before) % WRAP < 1 << 40:
             jumps.append([time.monotonic(), after])
     client.datagram_received = datagram_received
+    infos = []
+    if os.environ.get("PELOTARI_LAB_LOGS"):  # (debugging: every INFO and move, with times)
+        on_info, move = client.core._on_info, client.core._move
+
+        def logged_info(info, addr, now):
+            infos.append([time.monotonic(), "info", list(addr), info.epoch, info.flags,
+                          info.token in client.core._query_tokens, client.core.epoch])
+            on_info(info, addr, now)
+
+        def logged_move(active, epoch, now):
+            infos.append([time.monotonic(), "move", list(active), epoch])
+            move(active, epoch, now)
+        client.core._on_info, client.core._move = logged_info, logged_move
 
     async def read():
         mono = time.monotonic
@@ -123,7 +136,8 @@ async def _sub(args) -> None:
     for t in tasks:
         t.cancel()
     _write(args.out, {"seqs": seqs, "ids": ids, "times": times, "lost": lost,
-                      "resyncs": resyncs, "jumps": jumps, "stats": _plain(stats)})
+                      "resyncs": resyncs, "jumps": jumps, "infos": infos,
+                      "stats": _plain(stats)})
     _say({"done": len(seqs)})
 
 
@@ -290,6 +304,14 @@ class ClusterLab:
         if floating:  # an address of the LAN's subnet no host has
             self.floating = f"{lan.subnet}.100"
         self._lock = threading.Condition()
+        self.history: list[Proc] = []  # every member process started
+
+    def save_logs(self) -> None:
+        """Every member process's stderr and stdout lines, to workdir/member-N.log."""
+        for n, p in enumerate(self.history):
+            with open(os.path.join(self.workdir, f"member-{n}-{p.name}.log"), "w") as f:
+                for line in sorted(p.err + p.out, key=lambda line: line.t):
+                    f.write(f"{line.t:.3f} {line.text}\n")
 
     @property
     def addresses(self) -> list[str]:
@@ -307,14 +329,15 @@ class ClusterLab:
         peers = ",".join(a for a in self.addresses if a != m.host.address)
         argv = [sys.executable, "-m", "pelotari", "backbone", "--host", m.host.address,
                 "--port", str(self.port), "--cluster", "lab", "--peers", peers,
-                "--cluster-key-file", self.key, "--stats-interval", "3600",
+                "--cluster-key-file", self.key, "--stats-interval", "0.5", "--json-stats",
                 "--state-dir", os.path.join(self.workdir, f"state{i}")]
         if self.floating:
             argv += ["--floating-address", f"{self.floating}/24",
                      "--floating-dev", m.host.interface]
         popen = self.lan.spawn(m.host, argv, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         m.proc = Proc(popen, f"b{i + 1}")
+        self.history.append(m.proc)
         m.role, m.since = "starting", time.monotonic()
         threading.Thread(target=self._follow, args=(m, m.proc), daemon=True).start()
         return m
@@ -539,6 +562,8 @@ def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: 
             check_wait(lambda: old.role == "standby", 60, f"b{old.index + 1} to stand by")
             say(f"  b{old.index + 1} restarted: standing by, following b{new.index + 1}")
     finally:
+        if os.environ.get("PELOTARI_LAB_LOGS"):
+            lab.save_logs()
         stop_agent(pub)
         time.sleep(1.0)  # the subscribers' last repairs
         for a in agents:
