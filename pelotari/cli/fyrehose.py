@@ -82,10 +82,26 @@ BACKBONE_OPTION = click.option(
                    "docs/protocols/fyrehose-cluster.md): the members elect one active backbone "
                    "(bully, then a majority grants it an epoch); the others stand by, "
                    "subscribed to it, and one takes over when it dies. Needs --host (this "
-                   "member's own address) and --peers.")
+                   "member's own address) and --peers, or --discover --cluster-size N "
+                   "(find them on the LAN).")
 @click.option("--peers", default=None, metavar="HOST,HOST",
               help="(--cluster) The other members' addresses; every member uses the same "
                    "--port, --bully-port and --cluster-port.")
+@click.option("--discover", is_flag=True,
+              help="(--cluster, instead of --peers) Find the other members on the LAN with no "
+                   "address typed: this member runs a prototari node (UDP 21450/21451) and tells "
+                   "its peers, in a prototari message, that it is a backbone of cluster NAME; once "
+                   "it knows --cluster-size - 1 others it fixes the member list and starts as "
+                   "with --peers (a member started later adopts the list the others announce). "
+                   "--host defaults to the LAN interface's address (prototari's choice: the one "
+                   "private interface). Clients find it with `pub|sub --discover NAME`.")
+@click.option("--cluster-size", type=click.IntRange(2, 5), default=None, metavar="N",
+              help="(--cluster) The number of members, this one included (needed with "
+                   "--discover: configured, never inferred, since discovery may see one side of "
+                   "a partition; the majority is N // 2 + 1). With --peers: the list's length + 1.")
+@click.option("--discover-interval", type=FiniteRange(0.1, 60), default=1.0, show_default=True,
+              help="(--discover) Seconds between this member's prototari broadcasts and its "
+                   "announcements (clients hear a member within one).")
 @click.option("--bully-port", type=click.IntRange(1, 65535), default=2324, show_default=True,
               help="(--cluster) TCP port of the members' bully election.")
 @click.option("--cluster-port", type=click.IntRange(1, 65535), default=2325, show_default=True,
@@ -104,7 +120,8 @@ BACKBONE_OPTION = click.option(
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
              first_sequence, stats_interval, json_stats, no_gso, no_packing, max_pack,
              max_pack_frames, max_per_address, repair_rate, repair_burst, cluster, peers,
-             bully_port, cluster_port, cluster_key_file, state_dir, metrics):
+             discover, cluster_size, discover_interval, bully_port, cluster_port,
+             cluster_key_file, state_dir, metrics):
     """Run a fyrehose backbone until Ctrl-C or SIGTERM.
 
     The backbone numbers every PUSH it receives with a continuous 48-bit SEQUENCE and DELIVERs
@@ -117,8 +134,10 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     from pelotari.fyrehose import Backbone
     from pelotari.fyrehose.metrics import BackboneMetrics
 
-    members = _cluster_members(cluster, host, peers, port, first_sequence)
-    key = _cluster_key(cluster, cluster_key_file, port, bully_port, cluster_port, state_dir)
+    host, members, interface = _cluster_members(cluster, host, peers, port, first_sequence,
+                                                discover, cluster_size)
+    key = _cluster_key(cluster, cluster_key_file, port, bully_port, cluster_port, state_dir,
+                       discover)
     bb = Backbone(host=host, port=port, window=window, max_subscribers=max_subscribers,
                   max_request_range=max_request_range,
                   allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence,
@@ -177,7 +196,8 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
             stopped_by = _serve_cluster(bb, cluster, host, members, bound[1], bully_port,
                                         cluster_port, state_dir, tick,
                                         stats_interval or status.interval, status, roles,
-                                        source, key)
+                                        source, key, (interface, cluster_size, discover_interval)
+                                        if discover else None)
         else:
             stopped_by = bb.serve_forever(on_tick=tick,
                                           interval=stats_interval or status.interval)
@@ -196,35 +216,48 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     exit_if_interrupted(signal.Signals(stopped_by).name if stopped_by else None)
 
 
-def _cluster_members(cluster, host, peers, port, first_sequence):
-    """--cluster's checks: its other members' addresses (one clear line for a user's error)."""
+def _cluster_members(cluster, host, peers, port, first_sequence, discover=False, size=None):
+    """--cluster's checks (one clear line for a user's error): (this member's address, the
+    other members' addresses ([] with --discover), the interface --discover runs on)."""
     import ipaddress
 
     if cluster is None:
-        if peers:
-            raise click.UsageError("--peers needs --cluster NAME")
-        return []
+        for given, option in ((peers, "--peers"), (discover, "--discover"),
+                              (size, "--cluster-size")):
+            if given:
+                raise click.UsageError(f"{option} needs --cluster NAME")
+        return host, [], None
+    if discover and peers:
+        raise click.UsageError("--discover and --peers exclude each other (the members are "
+                               "found, or listed)")
+    if discover and size is None:
+        raise click.UsageError("--discover needs --cluster-size N: the number of members (the "
+                               "size is configured, never inferred from what answers)")
     try:
-        size = len(cluster.encode())
+        name_size = len(cluster.encode())
     except UnicodeEncodeError:
         raise click.UsageError("--cluster NAME must be text (UTF-8)") from None
-    if not 1 <= size <= 32:
+    if not 1 <= name_size <= 32:
         raise click.UsageError("--cluster NAME is 1 to 32 bytes")
     try:
         ipaddress.IPv4Address(host)
     except ValueError:
         raise click.UsageError(f"--host {host}: --cluster needs this member's IPv4 "
                                "address") from None
-    if host in ("0.0.0.0", ""):
+    if host in ("0.0.0.0", "") and not discover:
         raise click.UsageError("--cluster needs --host: this member's own address (the others "
                                "know it by it)")
-    if not peers:
-        raise click.UsageError("--cluster needs --peers HOST,HOST: the other members")
+    if not peers and not discover:
+        raise click.UsageError("--cluster needs --peers HOST,HOST (the other members) or "
+                               "--discover --cluster-size N (find them on the LAN)")
     if first_sequence is not None:
         raise click.UsageError("--first-sequence is the cluster's to choose (each epoch starts "
                                "past every sequence the last one may have used)")
     if port == 0:
         raise click.UsageError("--cluster needs a fixed --port (every member uses the same)")
+    if discover:
+        host, interface = _discover_interface(host)
+        return host, [], interface
     out = []
     for text in peers.split(","):
         text = text.strip()
@@ -237,10 +270,34 @@ def _cluster_members(cluster, host, peers, port, first_sequence):
         out.append(text)
     if len(out) + 1 > 5:
         raise click.UsageError("a cluster has at most 5 members")
-    return out
+    if size is not None and size != len(out) + 1:
+        raise click.UsageError(f"--cluster-size {size}, but --peers lists {len(out)} other "
+                               f"members ({len(out) + 1} in all)")
+    return host, out, None
 
 
-def _cluster_key(cluster, path, port, bully_port, cluster_port, state_dir):
+def _discover_interface(host):
+    """(--discover) This member's address and the interface its prototari node runs on: the
+    one with --host's address, or prototari's default choice (one line if none or several)."""
+    from pelotari.prototari.node import choose_interface, interfaces
+
+    found = interfaces()
+    if host not in ("0.0.0.0", ""):
+        named = [i for i in found if i.address == host]
+        if not named or not named[0].broadcast:
+            raise click.UsageError(f"--host {host}: --discover needs the primary address of an "
+                                   "interface with a broadcast address (prototari broadcasts "
+                                   "on it)")
+        return host, named[0].name
+    try:
+        chosen = choose_interface(found)
+    except ValueError as exc:
+        raise click.UsageError(f"--discover: {str(exc).replace('-i/--interface', '--host')}"
+                               ) from None
+    return chosen.address, chosen.name
+
+
+def _cluster_key(cluster, path, port, bully_port, cluster_port, state_dir, discover=False):
     """--cluster's other checks (before anything binds); the key's bytes, or None."""
     if cluster is None:
         if path:
@@ -252,21 +309,22 @@ def _cluster_key(cluster, path, port, bully_port, cluster_port, state_dir):
         raise click.UsageError(f"--state-dir {state_dir}: not a directory")
     if path is None:
         click.echo("warning: the cluster port is not authenticated (no --cluster-key-file): a "
-                   "host that can forge a member's address can force elections", err=True)
+                   "host that can forge a member's address can force elections"
+                   + (", and a stranger announcing itself can make a starting member fix "
+                      "another member list" if discover else ""), err=True)
         return None
+    from pelotari.fyrehose.discover import read_key
+
     try:
-        with open(path, "rb") as f:
-            key = f.read().strip()
-    except OSError as exc:
-        raise click.UsageError(f"--cluster-key-file: {exc.strerror}: {path}") from None
-    if len(key) < 16:
-        raise click.UsageError("--cluster-key-file: the key is at least 16 bytes")
-    return key
+        return read_key(path)
+    except ValueError as exc:
+        raise click.UsageError(f"--cluster-key-file: {exc}") from None
 
 
 def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_dir, tick,
-                   interval, status, roles, metrics_source, key):
-    """Run this member until SIGINT or SIGTERM; the signal that stopped it."""
+                   interval, status, roles, metrics_source, key, discover=None):
+    """Run this member until SIGINT or SIGTERM; the signal that stopped it. `discover`:
+    (interface, cluster size, interval) to find the members first (--discover)."""
     import asyncio
 
     from pelotari.bully.node import BindError
@@ -296,15 +354,38 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
 
     async def run():
         stopper = Stopper()
-        member = ClusterBackbone(bb, host, peers=peers, data_port=port, bully_port=bully_port,
-                                 cluster_port=cluster_port, state_dir=state_dir,
-                                 name=name.encode(), on_event=on_event, key=key)
+        finder = None
         try:
-            await member.start()
-        except (BindError, OSError, ValueError) as exc:
+            if discover is not None:
+                finder = await _discover_members(name, host, port, bully_port, cluster_port,
+                                                 key, discover, stopper, say)
+                if finder is None:  # stopped while discovering
+                    stopper.close()
+                    return stopper.why
+                others = [h for h in finder.core.fixed if h != host]
+            else:
+                others = peers
+            member = ClusterBackbone(bb, host, peers=others, data_port=port,
+                                     bully_port=bully_port, cluster_port=cluster_port,
+                                     state_dir=state_dir, name=name.encode(), on_event=on_event,
+                                     key=key, answer=finder.answer if finder else None)
+            try:
+                await member.start()
+            except (BindError, OSError, ValueError) as exc:
+                raise click.ClickException(str(exc)) from None
+        except BaseException:
             stopper.close()
-            raise click.ClickException(str(exc)) from None
-        metrics_source.cluster = member.status
+            if finder is not None:
+                await finder.close()
+            raise
+        def status_of():
+            out = member.status()
+            if finder is not None:  # /status: the list found, and the discovery's counters
+                core = finder.core
+                out["discovery"] = {"members": list(core.fixed), "peers": len(core.peers),
+                                    "stats": dict(core.stats)}
+            return out
+        metrics_source.cluster = status_of
         ready.announce()
         try:
             while not stopper.stopped.is_set():
@@ -317,6 +398,8 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
             metrics_source.cluster = None
             stopper.close()
             await member.close()
+            if finder is not None:
+                await finder.close()
         return stopper.why
 
     why = asyncio.run(run())
@@ -324,12 +407,129 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
     return getattr(signal, why, None) if why else None
 
 
+async def _discover_members(name, host, port, bully_port, cluster_port, key, discover,
+                            stopper, say):
+    """(--discover) Find the members on the LAN: the running DiscoveringMember once the list
+    is fixed, None if stopped first; one clear line (ClickException) if it cannot be."""
+    import asyncio
+
+    from pelotari.fyrehose import discover as found
+
+    interface, size, every = discover
+
+    def on_event(ev):
+        if isinstance(ev, found.Heard):
+            say(f"discovered: member at {ev.host} ({min(ev.count + 1, size)} of {size} known)")
+        elif isinstance(ev, found.Fixed):
+            how = (f"adopted from {ev.source} and a majority" if ev.how == "adopted"
+                   else "counted")
+            say(f"members fixed ({how}): {', '.join(ev.members)}")
+        elif isinstance(ev, found.TooMany):
+            say(f"warning: {len(ev.hosts)} backbones announce cluster {name!r} "
+                f"({', '.join(ev.hosts)}) and --cluster-size is {size}: no member list is fixed "
+                "while they do (stop the extra ones)")
+        elif isinstance(ev, found.Mismatch):
+            say(f"warning: the backbone at {ev.host} announces cluster {name!r} with {ev.what}: "
+                "not counted (give every member the same options)")
+        elif isinstance(ev, found.Waiting):
+            lists = "; ".join(", ".join(m) for m in ev.lists)
+            say(f"waiting: members announce the fixed list(s) {lists}, not yet a majority of "
+                "one that names this member")
+        elif isinstance(ev, found.Stranger):
+            say(f"warning: the backbone at {ev.host} announces cluster {name!r} but is not one "
+                "of its fixed members: ignored")
+        elif isinstance(ev, found.NotAMember):
+            pass  # (wait_fixed says it)
+        else:  # a prototari NodeWarning
+            say(f"warning: discovery: {getattr(ev, 'message', ev)}")
+
+    core = found.MemberDiscovery(name.encode(), host, size, (port, bully_port, cluster_port),
+                                 time.monotonic(), key=key, interval=every)
+    try:
+        finder = await found.DiscoveringMember.start(core, interface=interface, host=host,
+                                                     on_event=on_event)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise click.ClickException(f"--discover: cannot start prototari on {interface} "
+                                   f"({host}, UDP 21450/21451): {why}") from None
+    say(f"discovering: cluster {name!r} of {size} members, on {interface} ({host}), "
+        "prototari broadcasts every " + f"{every:g} s")
+    fixed = asyncio.ensure_future(finder.wait_fixed())
+    stop = asyncio.ensure_future(stopper.stopped.wait())
+    try:
+        await asyncio.wait({fixed, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not fixed.done():
+        fixed.cancel()
+        await finder.close()
+        return None
+    try:
+        fixed.result()
+    except (ValueError, RuntimeError) as exc:
+        await finder.close()
+        raise click.ClickException(str(exc)) from None
+    return finder
+
+
 def drop_summary(drops: dict) -> str:
     """{'truncated': 2, 'table_full': 0, 'oversize': 1} -> 'truncated 2, oversize 1' ('none')."""
     return ", ".join(f"{reason} {count}" for reason, count in drops.items() if count) or "none"
 
 
+class Backbones(list):
+    """-b's addresses, and what --discover asked for (resolved by _backbones)."""
+
+    discover = None  # None, or (NAME or "", timeout, cluster port, key file) with --discover
+
+
+def _discover_options(fn):
+    """--discover [NAME] and its settings; they become the `backbone` argument's (Backbones)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, discover, discover_timeout, cluster_port, cluster_key_file, **kwargs):
+        from click.core import ParameterSource
+
+        found = Backbones(kwargs["backbone"])
+        ctx = click.get_current_context()
+        if discover is not None:
+            if ctx.get_parameter_source("backbone") != ParameterSource.DEFAULT:
+                raise click.UsageError("give -b (the members' addresses) or --discover, not both")
+            found.discover = (discover, discover_timeout, cluster_port, cluster_key_file)
+        elif cluster_key_file or ctx.get_parameter_source("cluster_port") != \
+                ParameterSource.DEFAULT:
+            raise click.UsageError("--cluster-port and --cluster-key-file need --discover")
+        kwargs["backbone"] = found
+        return fn(*args, **kwargs)
+
+    for option in reversed((
+        click.option("--discover", "discover", is_flag=False, flag_value="", default=None,
+                     metavar="[NAME]",
+                     help="Find the backbone cluster NAME (pelotari backbone --cluster NAME "
+                          "--discover) on the LAN, with no address typed, then behave as with -b "
+                          "and every member's address. Passive: it listens to prototari's "
+                          "broadcasts (UDP 21451) and asks each broadcaster's cluster port; it "
+                          "is no prototari node. Without NAME: the one cluster that answers. "
+                          "(Put it after MESSAGES, or write --discover=NAME: a word after it is "
+                          "taken as NAME.)"),
+        click.option("--discover-timeout", type=FiniteRange(0.1, 3600), default=10.0,
+                     show_default=True,
+                     help="(--discover) Seconds to search before giving up with one line."),
+        click.option("--cluster-port", type=click.IntRange(1, 65535), default=2325,
+                     show_default=True,
+                     help="(--discover) The members' --cluster-port, where they are asked."),
+        click.option("--cluster-key-file", default=None, metavar="FILE",
+                     help="(--discover) The members' secret: believe only answers that carry "
+                          "its HMAC (without it, an answer from a keyed cluster is believed "
+                          "unchecked)."),
+    )):
+        wrapper = option(wrapper)
+    return wrapper
+
+
 def _client_options(fn):
+    fn = _discover_options(fn)
     fn = click.option("--bind", type=AddressType(0), default="0.0.0.0:0", show_default=True,
                       help="Local address for this client's socket.")(fn)
     fn = click.option("--pack", type=click.IntRange(0, MAX_DATAGRAM), default=0, show_default=True,
@@ -340,13 +540,47 @@ def _client_options(fn):
     return BACKBONE_OPTION(fn)
 
 
-def _backbones(addresses):
-    """-b's addresses: (the first, the cluster's members or () for a single backbone)."""
+def _backbones(addresses, terminated=None):
+    """-b's addresses, or the members --discover found: (the first, the cluster's members or
+    () for a single backbone). Interrupted while discovering: one line, and exit 130 (0 after
+    a SIGTERM that `terminated` saw)."""
+    if getattr(addresses, "discover", None) is not None:
+        try:
+            addresses = _discover(*addresses.discover)
+        except KeyboardInterrupt:
+            click.echo("interrupted while discovering the cluster", err=True)
+            sys.exit(0 if terminated is not None and terminated.came else INTERRUPTED)
     if len(addresses) > 10:
         raise click.UsageError("--backbone: at most 10 addresses")
     if len(set(addresses)) != len(addresses):
         raise click.UsageError("--backbone: an address given twice")
     return addresses[0], tuple(addresses) if len(addresses) > 1 else ()
+
+
+def _discover(name, timeout, cluster_port, key_file):
+    """(--discover) The members' data addresses, found on the LAN; one line if none are."""
+    from pelotari.fyrehose.discover import DiscoverError, find_cluster, read_key
+
+    key = None
+    if key_file:
+        try:
+            key = read_key(key_file)
+        except ValueError as exc:
+            raise click.UsageError(f"--cluster-key-file: {exc}") from None
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise click.UsageError("--discover NAME must be text (UTF-8)") from None
+    if len(name.encode()) > 32:
+        raise click.UsageError("--discover NAME is at most 32 bytes")
+    what = f"cluster {name!r}" if name else "a cluster"
+    click.echo(f"discovering {what} on the LAN (up to {timeout:g} s)", err=True)
+    try:
+        members = find_cluster(name or None, timeout, key=key, cluster_port=cluster_port)
+    except DiscoverError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"discovered {what}: {', '.join(f'{h}:{p}' for h, p in members)}", err=True)
+    return list(members)
 
 
 def _client_config(**options):
@@ -600,7 +834,7 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
 
     if raw and as_json:
         raise click.UsageError("--raw and --json exclude each other")
-    backbone, members = _backbones(backbone)
+    backbone, members = _backbones(backbone, terminated)
     config = _client_config(flags=NOJOURNAL if no_journal else 0, journal_size=journal_size,
                             pack=pack, cluster=members)
     received = 0

@@ -78,7 +78,8 @@ class ClusterBackbone:
                  bully_port: int, cluster_port: int, state_dir: str, name: bytes,
                  config: Optional[Config] = None,
                  on_event: Optional[Callable[[object], None]] = None,
-                 key: Optional[bytes] = None):
+                 key: Optional[bytes] = None,
+                 answer: Optional[Callable[[bytes, tuple], Optional[bytes]]] = None):
         self.backbone = backbone
         self.host = host
         self.peers = list(peers)
@@ -93,6 +94,7 @@ class ClusterBackbone:
         digest = hashlib.sha256(",".join(sorted([host, *self.peers])).encode()).hexdigest()[:8]
         self.name = name + b"#" + digest.encode()
         self.key = key
+        self.answer = answer  # (--discover) clients' ASKs on the cluster port
         self.config = config or Config(cluster_size=len(self.peers) + 1)
         self.on_event = on_event or (lambda ev: None)
         self.plane = BackbonePlane(backbone)
@@ -111,6 +113,7 @@ class ClusterBackbone:
             plane=self.plane, config=self.config, state_path=self.state_path, name=self.name,
             bully_leader=None if first == self.host else (first, self.bully_port),
             on_event=self._event, key=self.key)
+        self.node.answer = self.answer
         core = self.node.core
         self.plane.reference = lambda: core.active_next or core.reserved
         self.node.on_tick = self._set_info

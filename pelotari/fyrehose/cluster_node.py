@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pelotari.bully.node import BACKLOG, BindError, Node
 from pelotari.fyrehose.cluster import (MAX_FIELD, BecameActive, ClusterCore, Config, State,
                                        SteppedDown)
+from pelotari.fyrehose.discover import MAGIC as DISCOVERY_MAGIC
 
 log = logging.getLogger("pelotari.fyrehose.cluster")
 
@@ -157,6 +158,9 @@ class ClusterNode(Node):
         self._ticker: asyncio.Task | None = None
         self._active = False
         self.on_tick: Callable[[], None] | None = None  # after each synchronisation
+        # (--discover) A client's ASK, from any host, to its ANSWER (or None): see
+        # pelotari.fyrehose.discover. None: ASKs are dropped as any non-member's datagram.
+        self.answer: Callable[[bytes, Address], bytes | None] | None = None
         user = self.on_event
 
         def handler(ev):
@@ -250,6 +254,11 @@ class ClusterNode(Node):
 
     def _datagram(self, data: bytes, addr) -> None:
         if self._closed:
+            return
+        if self.answer is not None and data[:len(DISCOVERY_MAGIC)] == DISCOVERY_MAGIC:
+            reply = self.answer(data, (addr[0], addr[1]))  # (rate-limited; as large as the ASK)
+            if reply is not None and self._udp is not None and not self._udp.is_closing():
+                self._udp.sendto(reply, addr)
             return
         if addr[0] not in self._member_hosts:  # counted, before any work (floods)
             self.stats["cluster_dropped_not_member"] += 1
