@@ -3,7 +3,7 @@ import pytest
 
 from fastpath import refcodec as wire
 from fastpath.packets import NOJOURNAL, NOSUBSCRIBE, Keepalive, Push, Request
-from pelotari.fyrehose.core import ClientConfig, ClientCore
+from pelotari.fyrehose.core import MAX_HOLD, ClientConfig, ClientCore
 from pelotari.fyrehose.events import (BackboneDown, BackboneUp, Lost, Message,
                                       PublishConfirmed, PublishFailed, Resync)
 
@@ -472,6 +472,51 @@ def test_after_a_failover_the_gap_below_the_new_actives_first_deliver_is_given_u
     core.receive_datagram(wire.encode_deliver(203, b"d"), M2, now + 0.2)
     core.handle_timer(now + 0.5)
     assert events(core) == []
+
+
+def test_delivers_from_a_new_active_are_kept_until_it_answers_as_the_active():
+    """A new active that adopted our table entry sends DELIVERs before we know it leads: they
+    are kept (not believed yet), we ask, and once it answers our QUERY as the active of a newer
+    epoch they are ours, in order. A non-member's DELIVERs are never kept."""
+    from pelotari.fyrehose.events import BackboneMoved, Lost, Message
+
+    core = clustered()
+    core.handle_timer(0.0)
+    token = sent(core)[1][0].token
+    core.receive_datagram(info(token, 5, M1), M1, 0.001)
+    core.receive_datagram(wire.encode_deliver(100, b"a"), M1, 0.002)
+    events(core)
+    sent(core)
+    core.receive_datagram(wire.encode_deliver(500, b"x"), PEER, 0.030)  # a stranger: dropped
+    assert core.stats["dropped_unsolicited_deliver"] == 1
+    core.receive_datagram(wire.encode_deliver(200, b"n1"), M2, 0.031)
+    core.receive_datagram(wire.encode_deliver(201, b"n2"), M2, 0.032)
+    assert events(core) == [] and core.stats["hold_kept"] == 2
+    queries = [p for p, _ in sent(core) if type(p).__name__ == "Query"]
+    assert len(queries) == 3  # asked at once, every member (one round, not one per DELIVER)
+    core.receive_datagram(info(queries[-1].token, 6, M2), M2, 0.033)
+    got = events(core)
+    assert got[0] == BackboneMoved(M1, M2, 6, 0)
+    core.handle_timer(0.033 + 0.2)  # the failover's gap (101..199) is given up
+    got += events(core)
+    assert [e for e in got if not isinstance(e, BackboneMoved)] == [
+        Lost(101, 199, "failover"), Message(200, b"n1"), Message(201, b"n2")]
+
+
+def test_kept_delivers_of_a_member_that_is_not_the_new_active_are_dropped():
+    core = clustered()
+    core.handle_timer(0.0)
+    token = sent(core)[1][0].token
+    core.receive_datagram(info(token, 5, M1), M1, 0.001)
+    sent(core)
+    for k in range(MAX_HOLD + 3):  # bounded
+        core.receive_datagram(wire.encode_deliver(300 + k, b"s"), M3, 0.03)
+    assert core.stats["hold_kept"] == MAX_HOLD and core.stats["hold_dropped"] == 3
+    queries = [p for p, _ in sent(core) if type(p).__name__ == "Query"]
+    assert len(queries) <= 3  # (one round per member, not per DELIVER)
+    core.receive_datagram(info(queries[-1].token, 6, M2), M2, 0.04)  # M2 is the active
+    assert core.backbone == M2 and core.stats["hold_dropped"] == MAX_HOLD + 3
+    assert not [e for e in events(core) if type(e).__name__ == "Message"]
 
 
 def test_a_plain_client_ignores_info_and_sends_no_query():

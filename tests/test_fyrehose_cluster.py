@@ -181,6 +181,37 @@ def test_two_claimants_of_one_epoch_do_not_cancel_each_other():
     assert c.actives() == [3] and c.overlaps == 0
 
 
+def test_the_new_active_adopts_the_clients_the_old_one_told_the_standbys_of():
+    """TABLE: the active tells the standbys its cluster clients (48 a datagram); the one that
+    takes over gets them with what was left of their time; only the active's TABLE counts,
+    and a standby keeps at most max_table."""
+    c = Cluster(3, config=Config(cluster_size=3, max_table=100))
+    assert c.until(lambda: c.actives() == [1], 5)
+    clients = [(f"10.1.{k // 250}.{k % 250 + 1}", 5000 + k, 0x8, 4.0) for k in range(120)]
+    active = c.core(1)
+    active.publish_table(clients, c.sim.now)  # (at most max_table go)
+    active.publish_table(clients[100:], c.sim.now)  # ... and 20 others later
+    out = active.datagrams_to_send()
+    tables = [d for d, dst in out if d[0] == cl.TABLE and dst == member(2)]
+    assert [(len(cl.decode(d)[3]) - 1) // 3 for d in tables] == [48, 48, 4, 20]
+    for d, dst in out:
+        k = next(j for j in (2, 3) if member(j) == dst)
+        c.core(k).receive_datagram(d, member(1), c.sim.now)
+    assert len(c.core(2)._table) == 100 and c.core(2).stats["dropped_table_full"] == 20
+    # A TABLE from a standby (not the active) is dropped.
+    forged = cl.encode(cl.TABLE, c.core(3).name, 3, c.core(3).epoch, 1 << 16 | 9, 0, 1000)
+    c.core(2).receive_datagram(forged, member(3), c.sim.now)
+    assert c.core(2).stats["dropped_table_not_active"] == 1
+    c.sim.kill(member(1))
+    assert c.until(lambda: len(c.actives()) == 1, 2)
+    (new,) = c.actives()
+    # What the adapter adopts when the core says it won: once, with the time left.
+    got = c.core(new).adoptable(c.sim.now)
+    assert len(got) == 100 and all(0 < left < 4.0 for *_, left in got)
+    assert {(h, p, f) for h, p, f, _ in got} <= {(h, p, f) for h, p, f, _ in clients}
+    assert c.core(new).adoptable(c.sim.now) == []
+
+
 def test_a_silent_active_is_replaced_after_its_lease_and_never_overlaps():
     c = Cluster(3)
     assert c.until(lambda: c.actives() == [1], 5)
