@@ -48,6 +48,7 @@ class Host:
     namespace: str
     interface: str
     address: str
+    outside: str = ""  # the veth's end on the bridge (link(host, up=False) cuts the host off)
 
 
 class LanHarness:
@@ -120,7 +121,7 @@ class LanHarness:
             self._remove(self.namespaces[before[0]:], self.links[before[1]:])
             del self.namespaces[before[0]:], self.links[before[1]:]
             raise
-        host = Host(name, ns, inside, address)
+        host = Host(name, ns, inside, address, outside)
         self.hosts.append(host)
         return host
 
@@ -167,6 +168,21 @@ class LanHarness:
         subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"], input=rules,
                        text=True, check=True, capture_output=True)
         return "nftables"
+
+    def link(self, host: Host, up: bool) -> None:
+        """Cut host off the bridge (its veth's bridge end down: as a cable pulled) or heal it."""
+        self._ipr.link("set", index=self._index(host.outside), state="up" if up else "down")
+
+    def loss_from(self, host: Host, percent: int, sources: list[str]) -> None:
+        """Drop `percent` % of the UDP datagrams arriving at host from the given addresses
+        (an nftables `numgen random` rule; 1..99)."""
+        if not 0 < percent < 100:
+            raise ValueError(f"loss is a percentage (1 to 99), not {percent}")
+        rules = ("table inet lossfrom {\n chain input {\n  type filter hook input priority 0;\n"
+                 f"  ip saddr {{ {', '.join(sources)} }} meta l4proto udp "
+                 f"numgen random mod 100 < {percent} drop\n }}\n}}\n")
+        subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"], input=rules,
+                       text=True, check=True, capture_output=True)
 
     def _remove(self, namespaces: list[str], links: list[str]) -> None:
         """Kill every process in the namespaces, delete them, then delete the links (what does

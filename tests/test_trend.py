@@ -1088,3 +1088,66 @@ def test_readme_bully_table_is_the_committed_records_as_plotted(spark):
     assert is_written_as(error, berkeley["max_abs_error_ms"])
     assert is_written_as(blind_spread, blind["spread_ms"])
     assert is_written_as(moved, blind["mean_error_ms"] / 1000)
+
+
+# ---- the backbone cluster's failover benchmark (pelotari/harness/failover.py) -----------------
+
+def failover_kill(clients, kill, new, arrive, deliver, confirm, commit="aaa",
+                  time="2026-11-01T10:00:00+00:00"):
+    return {"kind": "fyrehose-failover", "clients": clients, "kill": kill, "rate": 10000.0,
+            "subscribers": 3, "members": 3, "new_active_s": new, "arrive_s": arrive,
+            "deliver_s": deliver, "confirm_s": confirm, "deliver_each_s": [deliver],
+            "old": "b1", "new": "b2", "env": bully_env(commit, time)}
+
+
+def failover_run(clients, lost=0, twice=0, commit="aaa", time="2026-11-01T10:00:00+00:00"):
+    return {"kind": "fyrehose-failover-run", "clients": clients, "rate": 10000.0,
+            "subscribers": 3, "members": 3, "kills": 3, "confirmed": 1000, "sent": 1000,
+            "failed": 0, "confirmed_not_delivered": lost, "sequences_two_messages": twice,
+            "duplicates_delivered": 2, "resent": 40, "moves": 3, "lost_ranges": 9,
+            "resyncs": 0, "env": bully_env(commit, time)}
+
+
+FAILOVER_RECORDS = [
+    failover_kill("pelotari", 1, 0.010, 0.020, 0.170, 0.015),
+    failover_kill("pelotari", 2, 0.030, 0.040, 0.190, 0.035),
+    failover_kill("pelotari", 3, 0.020, None, 0.180, 0.025),  # one subscriber never saw it
+    failover_run("pelotari"),
+    failover_kill("floating", 1, 0.012, 0.300, 0.450, 0.310),
+    failover_run("floating", lost=1),
+]
+
+
+def test_failovers_are_medians_and_worst_per_clients_and_commit(spark):
+    raw = spark.createDataFrame(FAILOVER_RECORDS, schema=trend.FAILOVER_SCHEMA)
+    kills = collect(trend.failover_kills(raw), "clients", "kill")
+    assert [(r["clients"], r["kill"]) for r in kills] == [
+        ("floating", 1), ("pelotari", 1), ("pelotari", 2), ("pelotari", 3)]
+    rows = {r["clients"]: r for r in collect(trend.failovers(raw), "clients")}
+    p = rows["pelotari"]
+    assert (p["kills"], p["runs"], p["missing"]) == (3, 1, 1)
+    assert p["new_active_median_s"] == pytest.approx(0.020)
+    assert p["new_active_worst_s"] == pytest.approx(0.030)
+    assert p["arrive_median_s"] == pytest.approx(0.030)  # of the two seen
+    assert p["confirm_worst_s"] == pytest.approx(0.035)
+    assert (p["confirmed_not_delivered"], p["duplicates_delivered"], p["resent"]) == (0, 2, 40)
+    assert rows["floating"]["confirmed_not_delivered"] == 1
+
+
+def test_report_on_failover_records_only(spark, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    with open(results / "cluster.jsonl", "w") as f:
+        for rec in FAILOVER_RECORDS:
+            f.write(json.dumps(rec) + "\n")
+    frames = report.load(spark, report.find(results))
+    assert set(frames) == {"failover"}
+    out = tmp_path / "trend"
+    written = report.write(report.analyse(frames, 0.1), out, 0.1)
+    assert {p.name for p in written} == {"failover_kills", "failovers", "failover.png",
+                                         "summary.md"}
+    assert (out / "failover.png").read_bytes()[:4] == b"\x89PNG"
+    summary = (out / "summary.md").read_text()
+    assert ("| pelotari | kill | 10,000 | 3 | 20.0 ms / 30.0 ms | 30.0 ms / 40.0 ms | "
+            "180 ms / 190 ms | 25.0 ms / 35.0 ms | 0 | 0 | 2 | 40 | `aaa` |") in summary
+    assert "| floating | kill | 10,000 | 1 |" in summary and "![failover.png](failover.png)" in summary

@@ -545,6 +545,62 @@ def swarm_speedups(bench: DataFrame) -> DataFrame:
 
 # ---- fuzzing (bench/fuzz `run --out`) ---------------------------------------------------------
 
+# ---- the backbone cluster's failover benchmark (pelotari/harness/failover.py) --------------
+
+FAILOVER_KINDS = ("fyrehose-failover", "fyrehose-failover-run")
+FAILOVER_MEASURES = ("new_active_s", "arrive_s", "deliver_s", "confirm_s")
+FAILOVER_COUNTS = ("confirmed", "sent", "failed", "confirmed_not_delivered",
+                   "sequences_two_messages", "duplicates_delivered", "resent", "moves",
+                   "lost_ranges", "resyncs")
+
+FAILOVER_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("clients", StringType()),
+    StructField("fault", StringType()),
+    StructField("kill", LongType()),
+    StructField("kills", LongType()),
+    StructField("rate", DoubleType()),
+    StructField("subscribers", LongType()),
+    StructField("members", LongType()),
+    *[StructField(m, DoubleType()) for m in FAILOVER_MEASURES],
+    *[StructField(c, LongType()) for c in FAILOVER_COUNTS],
+    StructField("env", BENCH_SCHEMA["env"].dataType),
+])
+
+
+def failover_kills(raw: DataFrame) -> DataFrame:
+    """fyrehose-failover records → one row per fault: clients (pelotari: given every member;
+    floating: seed clients of the floating address), the fault (kill when the record has
+    none: pelotari.harness.failover.FAULTS), rate, subscribers, commit, the run's
+    time, and seconds from the SIGKILL until the new active sequenced (`new_active_s`), its
+    first DELIVER reached every subscriber (`arrive_s`), every subscriber had it in order
+    (`deliver_s`) and the publisher was confirmed again (`confirm_s`); null: never seen."""
+    return (raw.where(F.col("kind") == "fyrehose-failover")
+            .select("clients", F.coalesce("fault", F.lit("kill")).alias("fault"), "rate",
+                    "subscribers", "kill", *FAILOVER_MEASURES,
+                    F.col("env.commit").alias("commit"),
+                    F.to_timestamp("env.time").alias("time")))
+
+
+def failovers(raw: DataFrame) -> DataFrame:
+    """Per (clients, fault, rate, subscribers, commit), dated by the commit's first run: kills, the
+    median and worst of each FAILOVER_MEASURES (a kill never seen counts as worst: `missing`),
+    and the runs' counts summed (confirmed but never delivered, sequence numbers naming two
+    messages, duplicates delivered, re-sends, ...)."""
+    key = ["clients", "fault", "rate", "subscribers", "commit"]
+    kills = failover_kills(raw).groupBy(*key).agg(
+        F.min("time").alias("time"), F.count(F.lit(1)).alias("kills"),
+        *[F.median(m).alias(f"{m[:-2]}_median_s") for m in FAILOVER_MEASURES],
+        *[F.max(m).alias(f"{m[:-2]}_worst_s") for m in FAILOVER_MEASURES],
+        F.sum(sum(F.col(m).isNull().cast("long") for m in FAILOVER_MEASURES)).alias("missing"))
+    runs = (raw.where(F.col("kind") == "fyrehose-failover-run")
+            .select("clients", F.coalesce("fault", F.lit("kill")).alias("fault"), "rate",
+                    "subscribers", F.col("env.commit").alias("commit"), *FAILOVER_COUNTS)
+            .groupBy(*key).agg(F.count(F.lit(1)).alias("runs"),
+                               *[F.sum(c).alias(c) for c in FAILOVER_COUNTS]))
+    return kills.join(runs, key, "left")
+
+
 FUZZ_KINDS = ("fuzz",)
 FUZZ_SCHEMA = StructType([
     StructField("kind", StringType()),

@@ -117,14 +117,24 @@ def _verdict(summary, say) -> bool:
 @click.option("--keepalive", type=click.FloatRange(0.01, 1.0), default=0.1, show_default=True,
               help="(floating) The seed clients' KEEPALIVE interval: a new active learns a "
                    "subscriber at its next KEEPALIVE.")
+@click.option("--fault", type=click.Choice(["kill", "cut", "standby", "double", "loss"]),
+              default="kill", show_default=True,
+              help="kill: SIGKILL the active; cut: cut its link (it lives on, alone) and heal "
+                   "it later; standby: SIGKILL a standby (no failover may follow); double: "
+                   "SIGKILL the active, then the new one as soon as it sequences (give "
+                   "--members 5: 3 cannot keep a majority); loss: SIGKILL the active with 5 % "
+                   "of UDP between the backbones dropped.")
+@click.option("--members", type=click.IntRange(3, 5), default=3, show_default=True,
+              help="Backbones in the cluster.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               default="results/cluster.jsonl", show_default=True,
               help="JSON-lines file the records are appended to (`pelotari trend` reads it).")
-def cluster_bench(kills, rate, subscribers, clients, keepalive, output):
-    """Measure failovers: SIGKILL the active backbone KILLS times under RATE messages/s.
+def cluster_bench(kills, rate, subscribers, clients, keepalive, fault, members, output):
+    """Measure failovers: SIGKILL the active backbone (or another --fault) KILLS times under
+    RATE messages/s.
 
-    3 backbones, SUBSCRIBERS subscribers and a publisher, each in a namespace of its own on a
-    bridge. Per kill: the new active's first sequenced message, its first DELIVER at every
+    MEMBERS backbones, SUBSCRIBERS subscribers and a publisher, each in a namespace of its
+    own on a bridge. Per kill: the new active's first sequenced message, its first DELIVER at every
     subscriber, every subscriber in order again, the publisher confirmed again (all from the
     kill, on one clock). Per run: messages confirmed to the publisher and never delivered to
     a subscriber, sequence numbers naming two messages, duplicates delivered, re-sends.
@@ -145,7 +155,7 @@ def cluster_bench(kills, rate, subscribers, clients, keepalive, output):
     for kind in kinds:
         def body(lan, workdir, check, kind=kind):
             return failover.run(lan, workdir, kills=kills, rate=rate, subscribers=subscribers,
-                                floating=kind == "floating",
+                                floating=kind == "floating", fault=fault, members=members,
                                 keepalive=keepalive if kind == "floating" else 0.0,
                                 say=say, interrupted=check)
         per_kill, summary = _run_lab("cluster-bench", body)
@@ -158,16 +168,16 @@ def cluster_bench(kills, rate, subscribers, clients, keepalive, output):
 
 def _table(records) -> str:
     """Medians and worst cases per client kind, as a Markdown table."""
-    lines = ["| clients | kills | new active | first DELIVER at every subscriber | "
+    lines = ["| clients | fault | kills | new active | first DELIVER at every subscriber | "
              "every subscriber in order | publisher confirmed again | lost confirmed | "
              "two messages, one number | duplicates | re-sent |",
-             "|---|---:|---|---|---|---|---:|---:|---:|---:|"]
+             "|---|---|---:|---|---|---|---|---:|---:|---:|---:|"]
     for s in records:
         if s["kind"] != "fyrehose-failover-run":
             continue
         cells = [f"{_ms(s[f'{k}_median'])} / {_ms(s[f'{k}_worst'])}"
                  for k in ("new_active_s", "arrive_s", "deliver_s", "confirm_s")]
-        lines.append(f"| {s['clients']} | {s['kills']} | " + " | ".join(cells) +
+        lines.append(f"| {s['clients']} | {s['fault']} | {s['kills']} | " + " | ".join(cells) +
                      f" | {s['confirmed_not_delivered']} | {s['sequences_two_messages']} | "
                      f"{s['duplicates_delivered']} | {s['resent']} |")
     lines.append("(median / worst, from the kill)")

@@ -329,7 +329,9 @@ class ClusterLab:
         peers = ",".join(a for a in self.addresses if a != m.host.address)
         argv = [sys.executable, "-m", "pelotari", "backbone", "--host", m.host.address,
                 "--port", str(self.port), "--cluster", "lab", "--peers", peers,
-                "--cluster-key-file", self.key, "--stats-interval", "0.5", "--json-stats",
+                "--cluster-key-file", self.key,
+                *(["--stats-interval", "0.5", "--json-stats"] if os.environ.get(
+                    "PELOTARI_LAB_LOGS") else ["--stats-interval", "3600"]),
                 "--state-dir", os.path.join(self.workdir, f"state{i}")]
         if self.floating:
             argv += ["--floating-address", f"{self.floating}/24",
@@ -498,22 +500,49 @@ def position(sequence: int, reference: int) -> int:
     return min((base - WRAP, base, base + WRAP), key=lambda p: abs(p - reference))
 
 
+FAULTS = {
+    "kill": "SIGKILL the active",
+    "cut": "cut the active's link (the veth's bridge end down), heal it later",
+    "standby": "SIGKILL a standby (the active goes on: no failover)",
+    "double": "SIGKILL the active, then the new one as soon as it sequences",
+    "loss": "SIGKILL the active, with 5 % of UDP between the backbones dropped",
+}
+
+
 def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: int = 3,
         floating: bool = False, keepalive: float = 0.0, settle: float = 2.0,
-        say=lambda text: None, interrupted=lambda: None,
-        on_line=None) -> tuple[list[dict], dict]:
-    """Kill the active `kills` times under `rate` messages/s; one record per kill and a
-    summary (pelotari.harness.failover.judge's counts, medians and worst cases)."""
+        say=lambda text: None, interrupted=lambda: None, on_line=None, fault: str = "kill",
+        members: int = 3) -> tuple[list[dict], dict]:
+    """Make `fault` (FAULTS) `kills` times under `rate` messages/s; one record per fault and a
+    summary (judge's counts, medians and worst cases)."""
     def check_wait(pred, timeout, what):
         if not lab.wait(pred, timeout, interrupted):
             raise RuntimeError(f"gave up waiting {timeout:.0f} s for {what}")
 
-    lab = ClusterLab(lan, clients=subscribers + 1, workdir=workdir, floating=floating,
-                     on_line=on_line)
+    def pause(seconds):
+        deadline = time.monotonic() + seconds
+        check_wait(lambda: time.monotonic() >= deadline, seconds + 1, "a pause")
+
+    def new_active(exclude, since):
+        """A member other than those excluded that became active after `since`."""
+        for m in lab.members:
+            if m not in exclude and m.proc and m.proc.alive() and m.role == "active" and \
+                    m.since >= since:
+                return m
+        return None
+
+    if fault not in FAULTS:
+        raise ValueError(f"fault is one of {', '.join(FAULTS)}")
+    lab = ClusterLab(lan, members=members, clients=subscribers + 1, workdir=workdir,
+                     floating=floating, on_line=on_line)
     names = {m.host.address: f"b{m.index + 1}" for m in lab.members}
     say(f"{len(lab.members)} backbones ({', '.join(lab.addresses)}), "
         f"{subscribers} subscribers and a publisher on a namespaced LAN"
         + (f"; clients use the floating address {lab.floating} only" if floating else ""))
+    if fault == "loss":
+        for m in lab.members:
+            lan.loss_from(m.host, 5, [o for o in lab.addresses if o != m.host.address])
+        say("5 % of UDP between the backbones dropped (nftables, at each backbone)")
     for i in range(len(lab.members)):
         lab.start_member(i)
     check_wait(lambda: lab.active() is not None
@@ -537,30 +566,76 @@ def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: 
         raise RuntimeError("the publisher did not sign on: "
                            + "; ".join(line.text for line in pub.err[-3:]))
     say(f"publishing {rate:g} messages/s")
-    kill_log = []
+    log = []
     try:
         for k in range(kills):
-            deadline = time.monotonic() + settle
-            check_wait(lambda: time.monotonic() >= deadline, settle + 1, "a steady state")
+            pause(settle)
             old = lab.active()
             if old is None:
-                raise RuntimeError("no single active before a kill")
-            say(f"kill {k + 1}/{kills}: SIGKILL b{old.index + 1}, the active")
-            t0 = lab.kill(old)
-            before = {m.index: len(m.events) for m in lab.members}
-            check_wait(lambda: lab.active() is not None, 60, "a new active")
-            new = lab.active()
-            t_active = next(t for kind, t, *_ in new.events[before[new.index]:])
-            kill_log.append({"kill": k + 1, "t_kill": t0, "old": names[old.host.address],
-                             "new": names[new.host.address], "epoch": new.epoch,
-                             "first": new.first, "new_active_s": t_active - t0})
-            say(f"  b{new.index + 1} took over {1000 * (t_active - t0):.0f} ms after the kill "
-                f"(epoch {new.epoch}, sequencing from {new.first})")
-            deadline = time.monotonic() + settle / 2
-            check_wait(lambda: time.monotonic() >= deadline, settle, "traffic")
-            lab.start_member(old.index)
-            check_wait(lambda: old.role == "standby", 60, f"b{old.index + 1} to stand by")
-            say(f"  b{old.index + 1} restarted: standing by, following b{new.index + 1}")
+                raise RuntimeError("no single active before a fault")
+            entry = {"fault": k + 1, "old": names[old.host.address]}
+            if fault == "standby":
+                victim = next(m for m in lab.members if m is not old and m.role == "standby")
+                say(f"fault {k + 1}/{kills}: SIGKILL b{victim.index + 1}, a standby")
+                t0 = lab.kill(victim)
+                pause(settle / 2)
+                same = lab.active() is old and old.epoch == entry.setdefault("epoch", old.epoch)
+                say(f"  b{old.index + 1} still active in epoch {old.epoch}" if same else
+                    "  the active changed!")
+                entry.update(t_kill=t0, new=names[old.host.address], first=None,
+                             new_active_s=None, failover=not same)
+                lab.start_member(victim.index)
+                check_wait(lambda: victim.role == "standby", 60, "the standby to come back")
+                log.append(entry)
+                continue
+            if fault == "cut":
+                say(f"fault {k + 1}/{kills}: b{old.index + 1}'s link cut (it lives on, alone)")
+                t0 = time.monotonic()
+                lan.link(old.host, up=False)
+            else:
+                say(f"fault {k + 1}/{kills}: SIGKILL b{old.index + 1}, the active")
+                t0 = lab.kill(old)
+            check_wait(lambda: new_active([old], t0) is not None, 60, "a new active")
+            new = new_active([old], t0)
+            gone = [old]
+            if fault == "double":
+                say(f"  b{new.index + 1} took over {1000 * (new.since - t0):.0f} ms later: "
+                    "SIGKILL it too")
+                t0 = lab.kill(new)
+                gone.append(new)
+                check_wait(lambda: new_active(gone, t0) is not None, 60, "a third active")
+                new = new_active(gone, t0)
+            entry.update(t_kill=t0, new=names[new.host.address], epoch=new.epoch,
+                         first=new.first, new_active_s=new.since - t0)
+            say(f"  b{new.index + 1} took over {1000 * (new.since - t0):.0f} ms after the "
+                f"{'cut' if fault == 'cut' else 'kill'} (epoch {new.epoch}, sequencing from "
+                f"{new.first})")
+            if fault == "cut":
+                # The cut-off active stops by itself (its lease): before the new one began?
+                check_wait(lambda: old.role != "active", 60, "the cut-off active to stop")
+                entry["old_stopped_s"] = old.since - t0
+                entry["overlap_s"] = old.since - new.since  # < 0: never two at once
+                say(f"  b{old.index + 1} stopped {1000 * (old.since - t0):.0f} ms after the "
+                    f"cut, {1000 * (new.since - old.since):.0f} ms before b{new.index + 1} "
+                    "began")
+                pause(settle / 2)
+                lan.link(old.host, up=True)
+                healed = time.monotonic()
+                check_wait(lambda: old.role == "standby", 60, "the healed one to stand by")
+                pause(settle / 2)
+                entry["second_outage"] = any(m.since > healed and m.role == "active"
+                                             for m in lab.members)
+                say(f"  link healed: b{old.index + 1} stands by, "
+                    + ("a SECOND OUTAGE" if entry["second_outage"] else "no second outage"))
+            else:
+                pause(settle / 2)
+                for m in gone:
+                    lab.start_member(m.index)
+                check_wait(lambda: all(m.role == "standby" for m in gone), 60,
+                           "the killed to stand by")
+                say(f"  {' and '.join(f'b{m.index + 1}' for m in gone)} restarted: standing "
+                    f"by, following b{new.index + 1}")
+            log.append(entry)
     finally:
         if os.environ.get("PELOTARI_LAB_LOGS"):
             lab.save_logs()
@@ -578,36 +653,48 @@ def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: 
                                + "; ".join(line.text for p in [pub, *agents]
                                            for line in p.err[-3:])) from None
     subs = [data[f"sub{k}"] for k in range(subscribers)]
+    clients = "floating" if floating else "pelotari"
     records = []
     ref = subs[0]["seqs"][0] if subs[0]["seqs"] else 0
-    pos = {}
-    for name, d in data.items():
-        pos[name] = [position(s, ref) for s in d["seqs"]]
-    for kl in kill_log:
-        start = position(kl["first"], ref)
+    pos = {name: [position(q, ref) for q in d["seqs"]] for name, d in data.items()}
+    for e in log:
+        t_kill = e.pop("t_kill")
         each, arrived = [], []
-        for k, s in enumerate(subs):
-            t = first_at_or_after(s["times"], pos[f"sub{k}"], start, kl["t_kill"])
-            each.append(None if t is None else t - kl["t_kill"])
-            t = first_at_or_after([j[0] for j in s["jumps"]],
-                                  [position(j[1], ref) for j in s["jumps"]], start, kl["t_kill"])
-            arrived.append(None if t is None else t - kl["t_kill"])
-        t = first_at_or_after(data["pub"]["times"], pos["pub"], start, kl["t_kill"])
-        records.append({"kind": "fyrehose-failover",
-                        "clients": "floating" if floating else "pelotari",
-                        "kill": kl["kill"], "rate": rate, "subscribers": subscribers,
-                        "members": len(lab.members), "new_active_s": kl["new_active_s"],
-                        "arrive_s": None if None in arrived else max(arrived),
+        confirm = None
+        if e["first"] is not None:
+            start = position(e["first"], ref)
+            for k, s in enumerate(subs):
+                t = first_at_or_after(s["times"], pos[f"sub{k}"], start, t_kill)
+                each.append(None if t is None else t - t_kill)
+                t = first_at_or_after([j[0] for j in s["jumps"]],
+                                      [position(j[1], ref) for j in s["jumps"]], start, t_kill)
+                arrived.append(None if t is None else t - t_kill)
+            t = first_at_or_after(data["pub"]["times"], pos["pub"], start, t_kill)
+            confirm = None if t is None else t - t_kill
+        # The longest the publisher went unconfirmed around the fault (a standby's death
+        # should not show; a failover's is about confirm_s).
+        times = [t for t in data["pub"]["times"] if t_kill - 0.5 <= t <= t_kill + 2.0]
+        pause_s = max((b - a for a, b in zip(times, times[1:])), default=None)
+        e.pop("first", None)
+        records.append({"kind": "fyrehose-failover", "clients": clients, "fault": fault,
+                        "kill": e.pop("fault"), "rate": rate, "subscribers": subscribers,
+                        "members": len(lab.members),
+                        "arrive_s": None if not arrived or None in arrived else max(arrived),
                         "arrive_each_s": arrived,
-                        "deliver_s": None if None in each else max(each), "deliver_each_s": each,
-                        "confirm_s": None if t is None else t - kl["t_kill"],
-                        "old": kl["old"], "new": kl["new"]})
-    summary = {"kind": "fyrehose-failover-run", "clients": "floating" if floating else "pelotari",
-               "rate": rate, "subscribers": subscribers, "members": len(lab.members),
-               "kills": len(kill_log), **judge(data["pub"], subs)}
-    for key in ("new_active_s", "arrive_s", "deliver_s", "confirm_s"):
-        values = sorted(r[key] for r in records if r[key] is not None)
+                        "deliver_s": None if not each or None in each else max(each),
+                        "deliver_each_s": each, "confirm_s": confirm,
+                        "publisher_pause_s": pause_s, **e})
+    summary = {"kind": "fyrehose-failover-run", "clients": clients, "fault": fault, "rate": rate,
+               "subscribers": subscribers, "members": len(lab.members), "kills": len(log),
+               **judge(data["pub"], subs)}
+    for key in ("new_active_s", "arrive_s", "deliver_s", "confirm_s", "publisher_pause_s"):
+        values = sorted(r[key] for r in records if r.get(key) is not None)
         summary[f"{key}_median"] = values[len(values) // 2] if values else None
         summary[f"{key}_worst"] = values[-1] if values else None
-        summary[f"{key}_missing"] = sum(r[key] is None for r in records)
+        summary[f"{key}_missing"] = sum(r.get(key) is None for r in records)
+    if fault == "cut":
+        summary["overlap_worst_s"] = max(r["overlap_s"] for r in records)
+        summary["second_outages"] = sum(r["second_outage"] for r in records)
+    if fault == "standby":
+        summary["failovers"] = sum(r["failover"] for r in records)
     return records, summary
