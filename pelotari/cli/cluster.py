@@ -7,7 +7,7 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import plural
+from pelotari.cli.common import FiniteRange, plural
 from pelotari.cli.lan_demo import _Interrupted, _Interrupts
 
 ROOT_ONLY = ("Creates network namespaces on a bridge: root only. Ctrl-C (SIGINT) or SIGTERM at "
@@ -41,7 +41,7 @@ def _run_lab(what, body):
 
 
 @main.command("cluster-demo", epilog=ROOT_ONLY)
-@click.option("--rate", type=click.FloatRange(1, 20000), default=1000, show_default=True,
+@click.option("--rate", type=FiniteRange(1, 20000), default=1000, show_default=True,
               help="Messages per second the publisher sends.")
 @click.option("--kills", type=click.IntRange(1, 10), default=2, show_default=True,
               help="How many times the active backbone is killed.")
@@ -107,14 +107,14 @@ def _verdict(summary, say) -> bool:
 @main.command("cluster-bench", epilog=ROOT_ONLY)
 @click.option("--kills", type=click.IntRange(1, 200), default=20, show_default=True,
               help="Kills of the active backbone per client kind.")
-@click.option("--rate", type=click.FloatRange(1, 100000), default=10000, show_default=True,
+@click.option("--rate", type=FiniteRange(1, 100000), default=10000, show_default=True,
               help="Messages per second the publisher sends.")
 @click.option("--subscribers", type=click.IntRange(1, 8), default=3, show_default=True)
 @click.option("--clients", type=click.Choice(["pelotari", "floating", "both"]), default="both",
               show_default=True,
               help="pelotari: clients given every member (-b A,B,C); floating: seed clients of "
                    "the floating address only; both: one run each.")
-@click.option("--keepalive", type=click.FloatRange(0.01, 1.0), default=0.1, show_default=True,
+@click.option("--keepalive", type=FiniteRange(0.01, 1.0), default=0.1, show_default=True,
               help="(floating) The seed clients' KEEPALIVE interval: a new active learns a "
                    "subscriber at its next KEEPALIVE.")
 @click.option("--fault", type=click.Choice(["kill", "cut", "standby", "double", "loss"]),
