@@ -6,6 +6,7 @@ Used by the tests (the `lan` fixture) and by `pelotari lan-demo`.
         a = lan.add_host("a")            # namespace, veth, 10.<k>.0.2/24 with a broadcast address
         proc = lan.spawn(a, [...])       # a process inside the host's namespace
         lan.loss(a, 20)                  # drop 20 % of UDP arriving at a
+        lan.set_link(a, False)           # cut a off (True heals it)
 
 Namespaces, links and addresses are made over netlink (pyroute2). Loss uses tc netem when the
 kernel has it, else an nftables `numgen random` rule (the project's CI kernel is built without
@@ -48,6 +49,7 @@ class Host:
     namespace: str
     interface: str
     address: str
+    outside: str = ""  # the veth's end on the bridge
 
 
 class LanHarness:
@@ -120,7 +122,7 @@ class LanHarness:
             self._remove(self.namespaces[before[0]:], self.links[before[1]:])
             del self.namespaces[before[0]:], self.links[before[1]:]
             raise
-        host = Host(name, ns, inside, address)
+        host = Host(name, ns, inside, address, outside)
         self.hosts.append(host)
         return host
 
@@ -149,6 +151,11 @@ class LanHarness:
         proc = subprocess.Popen(["ip", "netns", "exec", host.namespace, *argv], **popen)
         self.procs.append(proc)
         return proc
+
+    def set_link(self, host: Host, up: bool) -> None:
+        """Cut (False) or heal (True) the host's link, at the bridge's end: the host keeps its
+        addresses and sees its carrier go."""
+        self._ipr.link("set", index=self._index(host.outside), state="up" if up else "down")
 
     def loss(self, host: Host, percent: int) -> str:
         """Drop `percent` % of the UDP datagrams arriving at host; return the mechanism used."""
