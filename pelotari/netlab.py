@@ -6,6 +6,7 @@ Used by the tests (the `lan` fixture) and by `pelotari lan-demo`.
         a = lan.add_host("a")            # namespace, veth, 10.<k>.0.2/24 with a broadcast address
         proc = lan.spawn(a, [...])       # a process inside the host's namespace
         lan.loss(a, 20)                  # drop 20 % of UDP arriving at a
+        lan.set_link(a, False)           # cut a off (True heals it)
 
 Namespaces, links and addresses are made over netlink (pyroute2). Loss uses tc netem when the
 kernel has it, else an nftables `numgen random` rule (the project's CI kernel is built without
@@ -48,7 +49,7 @@ class Host:
     namespace: str
     interface: str
     address: str
-    outside: str = ""  # the veth's end on the bridge (link(host, up=False) cuts the host off)
+    outside: str = ""  # the veth's end on the bridge (set_link(host, False) cuts the host off)
 
 
 class LanHarness:
@@ -151,6 +152,11 @@ class LanHarness:
         self.procs.append(proc)
         return proc
 
+    def set_link(self, host: Host, up: bool) -> None:
+        """Cut (False) or heal (True) the host's link, at the bridge's end: the host keeps its
+        addresses and sees its carrier go."""
+        self._ipr.link("set", index=self._index(host.outside), state="up" if up else "down")
+
     def loss(self, host: Host, percent: int) -> str:
         """Drop `percent` % of the UDP datagrams arriving at host; return the mechanism used."""
         if not 0 <= percent <= 100:
@@ -168,10 +174,6 @@ class LanHarness:
         subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"], input=rules,
                        text=True, check=True, capture_output=True)
         return "nftables"
-
-    def link(self, host: Host, up: bool) -> None:
-        """Cut host off the bridge (its veth's bridge end down: as a cable pulled) or heal it."""
-        self._ipr.link("set", index=self._index(host.outside), state="up" if up else "down")
 
     def loss_from(self, host: Host, percent: int, sources: list[str]) -> None:
         """Drop `percent` % of the UDP datagrams arriving at host from the given addresses

@@ -101,3 +101,39 @@ def test_a_broken_state_file_is_one_clear_error(tmp_path):
         bad.write_text(f'{{"promised": {promised}, "reserved": 0}}')
         with pytest.raises(ValueError, match="not a cluster state file"):
             StateFile(str(bad)).load()
+
+
+def test_a_reservation_used_up_between_two_looks_leaves_the_gate_at_its_end():
+    """_sync_plane looks at may_issue, reports the plane's progress, and looks again: a plane
+    that used its whole reservation meanwhile gets no new limit (it raised a TypeError)."""
+    from types import SimpleNamespace
+
+    class Core(SimpleNamespace):
+        def may_issue(self, now):
+            return None if self.next > self.reserved else self.reserved
+
+        def issued(self, position, now):
+            self.next = position
+
+        def table_due(self, now):
+            return False
+
+    class Plane(MemoryPlane):
+        def __init__(self):
+            super().__init__()
+            self.allowed = []
+
+        def position(self):
+            return 11  # it issued up to the reservation's end, 10
+
+        def allow(self, limit, until):
+            self.allowed.append(limit)
+
+    node = ClusterNode.__new__(ClusterNode)
+    node.core = Core(next=5, reserved=10, lease_until=1.0)
+    node.plane, node._active, node._now = Plane(), False, lambda: 0.0
+    node._sync_plane()
+    assert node.plane.allowed == [] and node._active
+    node.core.reserved = 20  # the next reservation confirmed
+    node._sync_plane()
+    assert node.plane.allowed == [20]

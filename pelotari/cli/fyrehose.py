@@ -116,12 +116,22 @@ BACKBONE_OPTION = click.option(
 @click.option("--state-dir", default=None, metavar="DIR",
               help="(--cluster) Where this member keeps the epoch it promised and the sequences "
                    "it confirmed, across restarts [default: ~/.local/state/pelotari].")
+@click.option("--floating-address", default=None, metavar="ADDR/PREFIX",
+              help="(--cluster, with --floating-dev; root or CAP_NET_ADMIN) An address for "
+                   "seed clients that know one backbone: the active member holds it as a "
+                   "secondary address of --floating-dev, DNATs it to --host with an nftables "
+                   "table of its own (pelotari_float_PORT) and announces it with gratuitous "
+                   "ARP; a new active takes it over, a stopped one removes it. Every member "
+                   "gets the same.")
+@click.option("--floating-dev", default=None, metavar="DEV",
+              help="(--floating-address) The Ethernet device on the clients' LAN that holds "
+                   "the floating address.")
 @metrics_option
 def backbone(host, port, window, max_subscribers, max_request_range, allow_foreign_addresses,
              first_sequence, stats_interval, json_stats, no_gso, no_packing, max_pack,
              max_pack_frames, max_per_address, repair_rate, repair_burst, cluster, peers,
              discover, cluster_size, discover_interval, bully_port, cluster_port,
-             cluster_key_file, state_dir, metrics):
+             cluster_key_file, state_dir, floating_address, floating_dev, metrics):
     """Run a fyrehose backbone until Ctrl-C or SIGTERM.
 
     The backbone numbers every PUSH it receives with a continuous 48-bit SEQUENCE and DELIVERs
@@ -131,13 +141,32 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     table and each subscriber's counters as JSON at /status. It stops with a line of totals;
     exit status 130 after Ctrl-C, 0 after SIGTERM.
     """
-    from pelotari.fyrehose import Backbone
-    from pelotari.fyrehose.metrics import BackboneMetrics
-
     host, members, interface = _cluster_members(cluster, host, peers, port, first_sequence,
                                                 discover, cluster_size)
     key = _cluster_key(cluster, cluster_key_file, port, bully_port, cluster_port, state_dir,
                        discover)
+    floating = _floating(cluster, floating_address, floating_dev, host, members, port)
+    discovery = (interface, cluster_size, discover_interval) if discover else None
+    try:
+        _backbone(floating, host, port, window, max_subscribers, max_request_range,
+                  allow_foreign_addresses, first_sequence, stats_interval, json_stats, no_gso,
+                  no_packing, max_pack, max_pack_frames, max_per_address, repair_rate,
+                  repair_burst, cluster, bully_port, cluster_port, state_dir, metrics, members,
+                  key, discovery)
+    finally:
+        if floating is not None:
+            floating.close()  # (released already, unless the member never ran)
+
+
+def _backbone(floating, host, port, window, max_subscribers, max_request_range,
+              allow_foreign_addresses, first_sequence, stats_interval, json_stats, no_gso,
+              no_packing, max_pack, max_pack_frames, max_per_address, repair_rate, repair_burst,
+              cluster, bully_port, cluster_port, state_dir, metrics, members, key, discovery):
+    """`backbone` once its options are checked (`discovery`: --discover's interface, cluster
+    size and interval, or None)."""
+    from pelotari.fyrehose import Backbone
+    from pelotari.fyrehose.metrics import BackboneMetrics
+
     bb = Backbone(host=host, port=port, window=window, max_subscribers=max_subscribers,
                   max_request_range=max_request_range,
                   allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence,
@@ -196,8 +225,7 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
             stopped_by = _serve_cluster(bb, cluster, host, members, bound[1], bully_port,
                                         cluster_port, state_dir, tick,
                                         stats_interval or status.interval, status, roles,
-                                        source, key, (interface, cluster_size, discover_interval)
-                                        if discover else None)
+                                        source, key, floating, discovery)
         else:
             stopped_by = bb.serve_forever(on_tick=tick,
                                           interval=stats_interval or status.interval)
@@ -321,8 +349,29 @@ def _cluster_key(cluster, path, port, bully_port, cluster_port, state_dir, disco
         raise click.UsageError(f"--cluster-key-file: {exc}") from None
 
 
+def _floating(cluster, address, dev, host, members, port):
+    """--floating-address's checks, its leftovers removed (before anything binds): a prepared
+    FloatingAddress, or None."""
+    if address is None and dev is None:
+        return None
+    if cluster is None:
+        raise click.UsageError("--floating-address needs --cluster NAME")
+    if address is None or dev is None:
+        raise click.UsageError("--floating-address and --floating-dev go together")
+    from pelotari.fyrehose.floating import FloatingAddress, FloatingError
+
+    try:
+        floating = FloatingAddress(address, dev, host, port)
+        if floating.address in (host, *members):
+            raise FloatingError(f"--floating-address {address}: a member's own address")
+        floating.prepare(on_leftover=lambda what: click.echo(what, err=True))
+    except FloatingError as exc:
+        raise click.UsageError(str(exc)) from None
+    return floating
+
+
 def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_dir, tick,
-                   interval, status, roles, metrics_source, key, discover=None):
+                   interval, status, roles, metrics_source, key, floating, discover=None):
     """Run this member until SIGINT or SIGTERM; the signal that stopped it. `discover`:
     (interface, cluster size, interval) to find the members first (--discover)."""
     import asyncio
@@ -332,6 +381,7 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
     from pelotari.fyrehose.cluster import (BecameActive, Following, MembersDiffer,
                                            SteppedDown)
     from pelotari.fyrehose.cluster_backbone import ClusterBackbone
+    from pelotari.fyrehose.floating import FloatingFailed, FloatingReleased, FloatingTaken
 
     state_dir = state_dir or os.path.join(os.path.expanduser("~"), ".local", "state",
                                           "pelotari")
@@ -351,6 +401,12 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
             say(f"warning: the member at {ev.address[0]} was given other --peers (or another "
                 "--cluster-key-file): its datagrams are not counted; give every member the "
                 "same list")
+        elif isinstance(ev, FloatingTaken):
+            say(f"floating address {ev.address} taken (gratuitous ARP on {ev.dev})")
+        elif isinstance(ev, FloatingReleased):
+            say(f"floating address {ev.address} released")
+        elif isinstance(ev, FloatingFailed):
+            say(f"warning: floating address {ev.address} on {ev.dev}: {ev.what}")
 
     async def run():
         stopper = Stopper()
@@ -368,7 +424,8 @@ def _serve_cluster(bb, name, host, peers, port, bully_port, cluster_port, state_
             member = ClusterBackbone(bb, host, peers=others, data_port=port,
                                      bully_port=bully_port, cluster_port=cluster_port,
                                      state_dir=state_dir, name=name.encode(), on_event=on_event,
-                                     key=key, answer=finder.answer if finder else None)
+                                     key=key, answer=finder.answer if finder else None,
+                                     floating=floating)
             try:
                 await member.start()
             except (BindError, OSError, ValueError) as exc:
@@ -530,6 +587,13 @@ def _discover_options(fn):
 
 def _client_options(fn):
     fn = _discover_options(fn)
+    fn = click.option("--keepalive", type=FiniteRange(0.01, 1.0), default=1.0,
+                      show_default=True, metavar="SECONDS",
+                      help="Seconds between KEEPALIVEs to a single backbone (at most 1: the "
+                           "seed's rule). Behind a cluster's floating address a new active "
+                           "learns this client only from its next KEEPALIVE, so this bounds "
+                           "the failover a subscriber sees. (A cluster's members, -b A,B,C, "
+                           "get one every 0.05 s.)")(fn)
     fn = click.option("--bind", type=AddressType(0), default="0.0.0.0:0", show_default=True,
                       help="Local address for this client's socket.")(fn)
     fn = click.option("--pack", type=click.IntRange(0, MAX_DATAGRAM), default=0, show_default=True,
@@ -612,7 +676,7 @@ def _client_config(**options):
 @click.option("--in-flight", type=click.IntRange(1, 65536), default=256,
               show_default=True, help="Most unconfirmed messages at once.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary.")
-def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, timeout, in_flight,
+def pub(backbone, bind, pack, keepalive, messages, count, rate, binary, file, no_confirm, timeout, in_flight,
         quiet):
     """Publish MESSAGES (or stdin lines) through the backbone.
 
@@ -644,7 +708,8 @@ def pub(backbone, bind, pack, messages, count, rate, binary, file, no_confirm, t
     # Following a cluster, a publisher journals what it saw confirmed: if the old active died
     # before every subscriber had it, the new one's subscribers can be repaired from us.
     flags = (0 if members else NOJOURNAL) | (NOSUBSCRIBE if no_confirm else 0)
-    config = _client_config(flags=flags, publish_timeout=timeout, pack=pack, cluster=members)
+    config = _client_config(flags=flags, publish_timeout=timeout, pack=pack, cluster=members,
+                            keepalive_interval=keepalive)
     skipped = 0
 
     def skip(label, why):
@@ -811,7 +876,7 @@ MAX_QUEUED_BYTES = 32 << 20  # ... DEFAULT_MAX_QUEUED_BYTES
 @click.option("--gro", is_flag=True,
               help="Read with UDP_GRO (Linux >= 5.0): a run of DELIVERs the backbone sends with "
                    "GSO arrives in one read and is split here; nothing changes on the wire.")
-def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, timeout, max_queued,
+def sub(backbone, bind, pack, keepalive, count, as_json, raw, no_journal, journal_size, timeout, max_queued,
         max_queued_bytes, gro):
     """Subscribe and print every message in sequence order.
 
@@ -836,7 +901,7 @@ def sub(backbone, bind, pack, count, as_json, raw, no_journal, journal_size, tim
         raise click.UsageError("--raw and --json exclude each other")
     backbone, members = _backbones(backbone, terminated)
     config = _client_config(flags=NOJOURNAL if no_journal else 0, journal_size=journal_size,
-                            pack=pack, cluster=members)
+                            pack=pack, cluster=members, keepalive_interval=keepalive)
     received = 0
     interrupted = False
     try:

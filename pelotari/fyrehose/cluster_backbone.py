@@ -14,6 +14,7 @@ from pelotari.fyrehose.aio import AsyncClient
 from pelotari.fyrehose.backbone import Backbone
 from pelotari.fyrehose.cluster import (BecameActive, Config)
 from pelotari.fyrehose.cluster_node import ClusterNode
+from pelotari.fyrehose.floating import FloatingAddress
 
 log = logging.getLogger("pelotari.fyrehose.cluster")
 
@@ -79,7 +80,8 @@ class ClusterBackbone:
                  config: Optional[Config] = None,
                  on_event: Optional[Callable[[object], None]] = None,
                  key: Optional[bytes] = None,
-                 answer: Optional[Callable[[bytes, tuple], Optional[bytes]]] = None):
+                 answer: Optional[Callable[[bytes, tuple], Optional[bytes]]] = None,
+                 floating: Optional[FloatingAddress] = None):
         self.backbone = backbone
         self.host = host
         self.peers = list(peers)
@@ -101,6 +103,9 @@ class ClusterBackbone:
         self.node: Optional[ClusterNode] = None
         self.failovers = 0
         self._info: Optional[bytes] = None
+        # (--floating-address) prepared by the caller; held while this member serves
+        self.floating = floating
+        self._floating_epoch = None  # the epoch in which this member last served
 
     async def start(self) -> "ClusterBackbone":
         os.makedirs(self.state_dir, exist_ok=True)
@@ -116,8 +121,8 @@ class ClusterBackbone:
         self.node.answer = self.answer
         core = self.node.core
         self.plane.reference = lambda: core.active_next or core.reserved
-        self.node.on_tick = self._set_info
-        self._set_info()
+        self.node.on_tick = self._tick
+        self._tick()
         # The member's journal: one subscription that follows the cluster's active (itself,
         # when it is) and keeps what it holds across failovers, so a new active's subscribers
         # can be repaired from it.
@@ -127,8 +132,12 @@ class ClusterBackbone:
         return self
 
     async def close(self) -> None:
-        """Stop sequencing, then the member, then the journal."""
+        """Stop sequencing, release the floating address, then the member, then the journal
+        (the address is gone before the standbys see this member go)."""
         self.plane.stop()
+        if self.floating is not None:
+            self.floating.close()
+            self._floating_events()
         if self.node is not None:
             await self.node.close()
         journal, self.plane.journal = self.plane.journal, None
@@ -144,7 +153,25 @@ class ClusterBackbone:
             self.on_event(ev)
         finally:
             if self.node is not None:
-                self._set_info()
+                self._tick()
+
+    def _tick(self) -> None:
+        self._set_info()
+        if self.floating is not None:
+            core = self.node.core
+            now = self.node._now()
+            if core.may_issue(now) is not None:
+                self._floating_epoch = core.epoch
+            # Held from the first moment this member may sequence in its epoch until it is no
+            # longer active or its lease lapsed (not while a reservation is merely used up):
+            # only winning an epoch takes it, whatever strangers send.
+            self.floating.want(core.role == "active" and now < core.lease_until
+                               and self._floating_epoch == core.epoch)
+            self._floating_events()
+
+    def _floating_events(self) -> None:
+        for ev in self.floating.events():
+            self.on_event(ev)
 
     def _set_info(self) -> None:
         """The INFO a QUERY gets, when it changed. ACTIVE only once this member may sequence
@@ -182,4 +209,7 @@ class ClusterBackbone:
                 "may_sequence": core.may_issue(now) is not None,
                 "promised": core.promised, "reserved": core.reserved,
                 "held": self.plane.held(), "lag": lag, "became_active": self.failovers,
-                "bully_id": core.bully.id, "stats": dict(core.stats)}
+                "bully_id": core.bully.id, "stats": dict(core.stats),
+                "floating": None if self.floating is None else {
+                    "address": self.floating.text, "dev": self.floating.dev,
+                    "held": self.floating.held, "gratuitous_arps": self.floating.garps_sent}}

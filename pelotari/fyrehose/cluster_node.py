@@ -292,7 +292,9 @@ class ClusterNode(Node):
             core.holding(self.plane.held())
             return
         core.issued(self.plane.position(), now)
-        self.plane.allow(core.may_issue(now), core.lease_until)
+        limit = core.may_issue(now)
+        if limit is not None:  # (None: its reservation used up; the gate holds at its end)
+            self.plane.allow(limit, core.lease_until)
         self._active = True
         if core.table_due(now):
             core.publish_table(self.plane.table(), now)

@@ -89,6 +89,9 @@ class BackboneMetrics:
                     -1 if c["lag"] is None else c["lag"])
         yield counter(PREFIX + "cluster_became_active", "Times this member became the active "
                       "(a failover, or the first election).", c["became_active"])
+        if c.get("floating") is not None:
+            yield gauge(PREFIX + "cluster_floating_held", "(--floating-address) 1 while this "
+                        "member holds the floating address.", int(c["floating"]["held"]))
 
     def status(self) -> dict:
         """Counters and the subscriber table; each entry's `loss_hint` is the share of the

@@ -591,7 +591,7 @@ def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: 
             if fault == "cut":
                 say(f"fault {k + 1}/{kills}: b{old.index + 1}'s link cut (it lives on, alone)")
                 t0 = time.monotonic()
-                lan.link(old.host, up=False)
+                lan.set_link(old.host, False)
             else:
                 say(f"fault {k + 1}/{kills}: SIGKILL b{old.index + 1}, the active")
                 t0 = lab.kill(old)
@@ -619,7 +619,7 @@ def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: 
                     f"cut, {1000 * (new.since - old.since):.0f} ms before b{new.index + 1} "
                     "began")
                 pause(settle / 2)
-                lan.link(old.host, up=True)
+                lan.set_link(old.host, True)
                 healed = time.monotonic()
                 check_wait(lambda: old.role == "standby", 60, "the healed one to stand by")
                 pause(settle / 2)
