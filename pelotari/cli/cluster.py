@@ -46,8 +46,8 @@ def _run_lab(what, body):
 @click.option("--kills", type=click.IntRange(1, 10), default=2, show_default=True,
               help="How many times the active backbone is killed.")
 @click.option("--floating", is_flag=True,
-              help="Clients know only a floating address the active holds (seed clients' way; "
-                   "see `pelotari backbone --floating-address`).")
+              help="Clients know only a floating address the active holds (seed clients' way, "
+                   "a KEEPALIVE every 0.1 s; see `pelotari backbone --floating-address`).")
 def cluster_demo(rate, kills, floating):
     """Show a highly available backbone: 3 backbones, 3 subscribers, a publisher; the active
     is killed, another takes over, the killed one comes back as a standby, and again.
@@ -62,24 +62,30 @@ def cluster_demo(rate, kills, floating):
     from pelotari.harness import failover
 
     start = time.monotonic()
+    narrating = [True]  # (the members' lines while the demo runs, not while it tears down)
 
     def say(text):
         click.secho(f"[{time.monotonic() - start:6.2f}s] {text}", bold=True)
 
+    def member_line(member, line):
+        if narrating[0]:
+            _member_line(member, line)
+
     def body(lan, workdir, check):
         records, summary = failover.run(lan, workdir, kills=kills, rate=rate, floating=floating,
-                                        settle=3.0, say=say, interrupted=check,
-                                        on_line=_member_line)
+                                        keepalive=0.1 if floating else 0.0, settle=3.0,
+                                        say=say, interrupted=check, on_line=member_line)
+        narrating[0] = False
         for r in records:
             say(f"kill {r['kill']}: {r['old']} → {r['new']}: new active after "
                 f"{_ms(r['new_active_s'])}, its first message at every subscriber after "
                 f"{_ms(r['arrive_s'])}, in order after {_ms(r['deliver_s'])}, publisher "
                 f"confirmed again after {_ms(r['confirm_s'])}")
-        ok = _verdict(summary, say)
-        say("stopped every process; namespaces and bridge removed")
-        return ok
+        return _verdict(summary, say)
 
-    sys.exit(0 if _run_lab("cluster-demo", body) else 1)
+    ok = _run_lab("cluster-demo", body)
+    say("stopped every process; namespaces and bridge removed")
+    sys.exit(0 if ok else 1)
 
 
 def _member_line(member, line):
