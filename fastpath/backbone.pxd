@@ -18,6 +18,7 @@ cdef struct Subscriber:
     int64_t repair_ns     # when repair_tokens was last refilled
     # Per-entry counters for the status view (--metrics /status); zeroed when the entry is made.
     int64_t since_ns      # when this entry was made (the core's clock)
+    uint64_t since_seq    # the SEQUENCE next at that moment: it holds none of ours before
     uint64_t delivered    # DELIVER frames sent to it
     uint64_t datagrams    # DELIVER datagrams sent to it (a pack counts once)
     uint64_t keepalives   # KEEPALIVEs from it
@@ -105,6 +106,7 @@ cdef class BackboneCore:
     cdef int npacks
     cdef Py_ssize_t packs_limit  # the limit `packs` was built for; 0 = not built
     # Backbone-cluster extension (off unless gate() / set_info() are called)
+    cdef uint64_t epoch_start    # the first SEQUENCE this core gave (set_next_sequence moves it)
     cdef bint gated              # sequence only up to limit_seq, only while now < until_ns
     cdef uint64_t limit_seq
     cdef int64_t until_ns

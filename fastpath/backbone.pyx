@@ -137,6 +137,7 @@ cdef class BackboneCore:
         if not 0 <= first_sequence <= SEQ_MASK:
             raise ValueError("first_sequence must fit in 48 bits")
         self.next_seq = first_sequence
+        self.epoch_start = first_sequence
         self.rng = seed or (<uint64_t>monotonic_ns() ^ <uint64_t>0xD1B54A32D192ED03) | 1
         self.rx = RecvBatch(batch, HEADER_SIZE + max_data + 1)  # +1 so oversize shows as such
         self.tx = SendBatch(1024, 0)  # never wait for buffer space: drop and count
@@ -212,6 +213,7 @@ cdef class BackboneCore:
         if sequence > SEQ_MASK:
             raise ValueError("sequence must fit in 48 bits")
         self.next_seq = sequence
+        self.epoch_start = sequence
 
     def set_info(self, info):
         """(Cluster member) the 64-byte INFO a QUERY is answered with (TOKEN replaced by the
@@ -275,6 +277,8 @@ cdef class BackboneCore:
                 continue
             if s.expires_ns >= expires:
                 continue  # its own KEEPALIVE reached us: fresher than the old active's word
+            if s.keepalives == 0:  # (made here) the old active's client: it holds what it had
+                s.since_seq = self.epoch_start
             self.c.adopted += 1
             self.set_flags(s, a.flags)
             s.expires_ns = expires
@@ -617,6 +621,8 @@ cdef class BackboneCore:
         # subscribed, and toward a subscriber they are bounded (docs: Security).
         cdef uint32_t addr, port
         cdef uint64_t lo = get_u48(p + 7), hi = get_u48(p + 13), key
+        cdef uint64_t given = (self.next_seq - self.epoch_start) & SEQ_MASK
+        cdef uint64_t need = SEQ_MASK  # (no journal is left out)
         cdef Subscriber* s
         cdef Subscriber* chosen = NULL
         cdef Subscriber* requester
@@ -646,10 +652,19 @@ cdef class BackboneCore:
             self.c.drops[DROP_REPAIR_BUDGET] += 1
             return
         requester.repair_tokens -= <double>(hi - lo + 1)
+        # A range that reaches what we gave ourselves goes only to journals signed on before we
+        # gave its first part (a new active's first messages: not to a client that signed on
+        # again after them, which cannot hold them).
+        if ((hi - self.epoch_start) & SEQ_MASK) < given:
+            need = (lo - self.epoch_start) & SEQ_MASK
+            if need >= given:
+                need = 0  # (it begins before our first: journals there from our first on)
         for k in range(self.nsubs):
             s = &self.subs[k]
             if s.expires_ns <= now or (s.flags & (NOSUBSCRIBE | NOJOURNAL)) or s.key == key:
                 continue
+            if need < ((s.since_seq - self.epoch_start) & SEQ_MASK):
+                continue  # signed on after we gave part of the range: it cannot hold it
             # Weighted reservoir sampling: each entry weighs 1 / (entries its host holds), so
             # every host is as likely to be asked as any other, however many sockets it opens.
             hosts = self.host_slot(<uint32_t>(s.key >> 16), False)
@@ -751,6 +766,7 @@ cdef class BackboneCore:
         s.repair_tokens = self.repair_burst
         s.repair_ns = now
         s.since_ns = now
+        s.since_seq = self.next_seq
         return s
 
     cdef void sweep(self, int64_t now) noexcept nogil:

@@ -530,3 +530,41 @@ def test_a_new_active_adopts_the_old_ones_entries_without_extending_them(make_co
     assert core.datagrams_to_send() == []  # adoption is answered with nothing
     sends = push(core, [b"x"], now=300)
     assert sorted(a for _, a in sends) == sorted([host(1), host(2), host(3)])
+
+
+def test_a_request_is_never_forwarded_to_a_client_that_signed_on_after_those_sequences(make_core):
+    """A journal holds none of what we sequenced before it signed on: a REQUEST for it goes to
+    those that were there (after a failover: the old active's clients the new one adopted,
+    not a seed client that signed on again a moment later)."""
+    core = make_core(first_sequence=1000)
+    early, requester = host(1), host(2)
+    sign_on(core, early)
+    sign_on(core, requester)
+    push(core, [b"a", b"b", b"c"])  # 1000..1002
+    late = host(3)
+    sign_on(core, late)  # signs on at 1003
+    for _ in range(20):  # 1000..1002: only `early` can hold them
+        core.receive_datagrams([(wire.encode_request("", 0, 1000, 1002), requester)], 0)
+        assert [to for _, to in core.datagrams_to_send()] == [early]
+    push(core, [b"d"])  # 1003: either may hold it
+    chosen = set()
+    for _ in range(40):
+        core.receive_datagrams([(wire.encode_request("", 0, 1003, 1003), requester)], 0)
+        chosen |= {to for _, to in core.datagrams_to_send()}
+    assert chosen == {early, late}
+    # A new epoch (a cluster member's takeover): adopted entries hold what they had; a client
+    # signing on again later is left out of the new epoch's first sequences only.
+    core.set_next_sequence(5000)
+    core.adopt([(*host(4), 0, 10 * S)])
+    core.handle_timer(1)
+    push(core, [b"e", b"f"], now=2)  # 5000, 5001
+    sign_on(core, host(5), now=3)  # at 5002
+    for lo, hi in ((5000, 5001), (4990, 5001)):  # (the second reaches back into the old epoch)
+        for _ in range(20):
+            core.receive_datagrams([(wire.encode_request("", 0, lo, hi), requester)], 4)
+            assert host(5) not in [to for _, to in core.datagrams_to_send()]
+    old = set()
+    for _ in range(60):  # the old epoch's: anyone of ours may hold them (we did not give them)
+        core.receive_datagrams([(wire.encode_request("", 0, 900, 905), requester)], 4)
+        old |= {to for _, to in core.datagrams_to_send()}
+    assert {host(4), host(5)} <= old

@@ -75,8 +75,11 @@ BACKBONE_OPTION = click.option(
                    "table (0: no limit).")
 @click.option("--repair-rate", type=FiniteRange(0), default=16384, show_default=True,
               help="Sequences per second each subscriber may REQUEST (its budget's refill).")
-@click.option("--repair-burst", type=FiniteRange(1), default=16384, show_default=True,
-              help="Sequences a subscriber may REQUEST at once (its budget's size).")
+@click.option("--repair-burst", type=FiniteRange(1), default=None, metavar="FLOAT",
+              help="Sequences one subscriber may REQUEST at once (its budget refills at "
+                   "--repair-rate).  [default: 16384; with --cluster 65536: after a failover "
+                   "a seed client REQUESTs the old active's unused reservation, up to half a "
+                   "second of its rate, five times, before it gives it up]")
 @click.option("--cluster", "cluster", default=None, metavar="NAME",
               help="Be one member of a highly available backbone cluster NAME (an extension: "
                    "docs/protocols/fyrehose-cluster.md): the members elect one active backbone "
@@ -172,7 +175,9 @@ def _backbone(floating, host, port, window, max_subscribers, max_request_range,
                   allow_foreign_addresses=allow_foreign_addresses, first_sequence=first_sequence,
                   gso=False if no_gso else None, packing=not no_packing, max_pack=max_pack,
                   max_pack_frames=max_pack_frames, max_per_address=max_per_address,
-                  repair_rate=repair_rate, repair_burst=repair_burst, gated=bool(cluster))
+                  repair_rate=repair_rate,
+                  repair_burst=repair_burst or (65536 if cluster else 16384),
+                  gated=bool(cluster))
     try:
         bb.start()
     except OSError as exc:

@@ -44,10 +44,10 @@ def gso_supported():
 
 class _Subscriber:
     __slots__ = ("key", "address", "expires_ns", "flags", "pack_limit", "repair_tokens",
-                 "repair_ns", "since_ns", "delivered", "datagrams", "keepalives", "requested",
-                 "refused", "forwarded")
+                 "repair_ns", "since_ns", "since_seq", "delivered", "datagrams", "keepalives",
+                 "requested", "refused", "forwarded")
 
-    def __init__(self, key, now, repair_burst):
+    def __init__(self, key, now, repair_burst, since_seq=0):
         self.key = key  # (IPv4 address << 16) | port
         self.address = (socket.inet_ntoa((key >> 16).to_bytes(4, "big")), key & 0xffff)
         self.expires_ns = 0
@@ -57,6 +57,7 @@ class _Subscriber:
         self.repair_ns = now
         # Per-entry counters for the status view, as the compiled core's Subscriber has them.
         self.since_ns = now
+        self.since_seq = since_seq  # the SEQUENCE next then: it holds none of ours before
         self.delivered = self.datagrams = self.keepalives = 0
         self.requested = self.refused = self.forwarded = 0
 
@@ -102,6 +103,7 @@ class BackboneCore:
         self.max_request_range = max_request_range
         self.allow_foreign = bool(allow_foreign_addresses)
         self.next_sequence = first_sequence
+        self.epoch_start = first_sequence  # the first SEQUENCE this core gave
         self.rng = seed or ((time.monotonic_ns() ^ 0xD1B54A32D192ED03) | 1) & MASK64
         self.batch = batch
         self.slot_size = HEADER_SIZE + max_data + 1  # a longer datagram arrives truncated
@@ -151,6 +153,7 @@ class BackboneCore:
         if not 0 <= sequence <= MAX_SEQUENCE:
             raise ValueError("sequence must fit in 48 bits")
         self.next_sequence = sequence
+        self.epoch_start = sequence
 
     def set_info(self, info):
         """(Cluster member) the 64-byte INFO a QUERY is answered with (TOKEN replaced by the
@@ -186,6 +189,8 @@ class BackboneCore:
                 continue
             if s.expires_ns >= expires:
                 continue  # its own KEEPALIVE reached us: fresher than the old active's word
+            if s.keepalives == 0:  # (made here) the old active's client: it holds what it had
+                s.since_seq = self.epoch_start
             self.counters["adopted"] += 1
             self._set_flags(s, flags)
             s.expires_ns = expires
@@ -419,9 +424,21 @@ class BackboneCore:
             return
         requester.repair_tokens -= float(hi - lo + 1)
         chosen, total = None, 0.0
+        # A range that reaches what we gave ourselves goes only to journals signed on before we
+        # gave its first part (a new active's first messages: not to a client that signed on
+        # again after them, which cannot hold them).
+        start = self.epoch_start
+        given = (self.next_sequence - start) & MAX_SEQUENCE
+        need = MAX_SEQUENCE
+        if (hi - start) & MAX_SEQUENCE < given:
+            need = (lo - start) & MAX_SEQUENCE
+            if need >= given:
+                need = 0  # (it begins before our first: journals there from our first on)
         for s in self._subs:
             if s.expires_ns <= now or s.flags & (NOSUBSCRIBE | NOJOURNAL) or s.key == key:
                 continue
+            if need < (s.since_seq - start) & MAX_SEQUENCE:
+                continue  # signed on after we gave part of the range: it cannot hold it
             # Weighted reservoir sampling, each entry weighing 1 / (entries its host holds),
             # drawn with the compiled core's xorshift64 so both choose alike.
             weight = 1.0 / (self._hosts.get(s.key >> 16) or 1)
@@ -463,7 +480,7 @@ class BackboneCore:
             if self.max_per_address and self._hosts.get(host, 0) >= self.max_per_address:
                 self._refused = "address_limit"
                 return None
-        s = _Subscriber(key, now, self.repair_burst)
+        s = _Subscriber(key, now, self.repair_burst, self.next_sequence)
         self._subs.append(s)
         self._index[key] = s
         self._hosts[host] = self._hosts.get(host, 0) + 1

@@ -118,7 +118,7 @@ class Config:
     # whose control loops stall for less than half of it (a loaded host) never stops the
     # data plane.
     reserve_min: int = 1024
-    reserve_ahead: float = 1.0
+    reserve_ahead: float = 0.5
     reserve_max: int = 16384
     # A new epoch's first reservation: this many seconds of the rate the old active had (seen
     # in its LEASEs), so that the clients' re-sends of what it never confirmed (a failover's
