@@ -210,10 +210,13 @@ cdef class BackboneCore:
 
     def set_next_sequence(self, uint64_t sequence):
         """(Cluster member, gated closed) the SEQUENCE the next PUSH gets: a new epoch's first."""
+        cdef Py_ssize_t k
         if sequence > SEQ_MASK:
             raise ValueError("sequence must fit in 48 bits")
         self.next_seq = sequence
         self.epoch_start = sequence
+        for k in range(self.nsubs):  # (signed on before our first: they get all of it)
+            self.subs[k].since_seq = sequence
 
     def set_info(self, info):
         """(Cluster member) the 64-byte INFO a QUERY is answered with (TOKEN replaced by the
@@ -665,6 +668,8 @@ cdef class BackboneCore:
                 continue
             if need < ((s.since_seq - self.epoch_start) & SEQ_MASK):
                 continue  # signed on after we gave part of the range: it cannot hold it
+            if s.keepalives == 0:
+                continue  # adopted, not heard from yet: perhaps gone with the old active
             # Weighted reservoir sampling: each entry weighs 1 / (entries its host holds), so
             # every host is as likely to be asked as any other, however many sockets it opens.
             hosts = self.host_slot(<uint32_t>(s.key >> 16), False)

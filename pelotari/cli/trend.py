@@ -29,15 +29,17 @@ def trend(results, out, master, threshold):
     """Analyse every bench result under RESULTS in Spark.
 
     Loads every JSON-lines file (`pelotari bench` records, the bully benchmark's, `pelotari
-    potato simulate` and `potato bench` records, and `pelotari swarm simulate` and `swarm
-    bench` records) and pytest-benchmark JSON file under the folder, and writes: throughput per
+    potato simulate` and `potato bench` records, `pelotari swarm simulate` and `swarm bench`
+    records, and `pelotari cluster-bench` records) and pytest-benchmark JSON file under the
+    folder, and writes: throughput per
     scenario and system over commits, pelotari's ratios to the reference and the peers,
     regressions, latency percentiles, micro-benchmarks, bully election times, election messages
     and clock-sync spreads, potato's simulated broadcast reach, redundancy and latency,
     election times, messages per edge and clients counted, and its real meshes' set-up and
     election times and CPU per delivery, and swarm's simulated join and recovery times and
     GetConnections/Connections traffic per node, and its benchmark's bytes per connection and
-    Pongs per second, pure Python against Cython — as Parquet tables, PNG plots and summary.md.
+    Pongs per second, pure Python against Cython, and the backbone cluster's failover times
+    and losses per fault — as Parquet tables, PNG plots and summary.md.
     """
     _require_analysis_extra()
     from pelotari.analysis import report

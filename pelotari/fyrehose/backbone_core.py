@@ -154,6 +154,8 @@ class BackboneCore:
             raise ValueError("sequence must fit in 48 bits")
         self.next_sequence = sequence
         self.epoch_start = sequence
+        for s in self._subs:  # (signed on before our first: they get all of it)
+            s.since_seq = sequence
 
     def set_info(self, info):
         """(Cluster member) the 64-byte INFO a QUERY is answered with (TOKEN replaced by the
@@ -439,6 +441,8 @@ class BackboneCore:
                 continue
             if need < (s.since_seq - start) & MAX_SEQUENCE:
                 continue  # signed on after we gave part of the range: it cannot hold it
+            if s.keepalives == 0:
+                continue  # adopted, not heard from yet: perhaps gone with the old active
             # Weighted reservoir sampling, each entry weighing 1 / (entries its host holds),
             # drawn with the compiled core's xorshift64 so both choose alike.
             weight = 1.0 / (self._hosts.get(s.key >> 16) or 1)
