@@ -149,9 +149,10 @@ def cluster_bench(kills, rate, subscribers, clients, keepalive, fault, members, 
     import pathlib
 
     from pelotari.harness import failover
-    from pelotari.harness.results import write
+    from pelotari.harness.results import environment, write
 
     start = time.monotonic()
+    env = environment()  # (commit, time, machine: `pelotari trend` dates the figures by it)
 
     def say(text):
         click.echo(f"[{time.monotonic() - start:6.1f}s] {text}", err=True)
@@ -165,7 +166,7 @@ def cluster_bench(kills, rate, subscribers, clients, keepalive, fault, members, 
                                 keepalive=keepalive if kind == "floating" else 0.0,
                                 say=say, interrupted=check)
         per_kill, summary = _run_lab("cluster-bench", body)
-        records += [*per_kill, summary]
+        records += [{**r, "env": env} for r in (*per_kill, summary)]
         _verdict(summary, say)
     write(pathlib.Path(output), records)
     click.echo(_table(records))
