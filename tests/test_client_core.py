@@ -519,6 +519,28 @@ def test_kept_delivers_of_a_member_that_is_not_the_new_active_are_dropped():
     assert not [e for e in events(core) if type(e).__name__ == "Message"]
 
 
+def test_a_silent_active_and_a_member_without_quorum_is_said_once():
+    """The minority side of a partition: the client is told (NoQuorum), once per silence, and
+    goes on asking; an ACK (or a move) makes the next silence say it again."""
+    from pelotari.fyrehose.events import NoQuorum
+
+    core = clustered()
+    core.handle_timer(0.0)
+    token = sent(core)[1][0].token
+    core.receive_datagram(info(token, 5, M1), M1, 0.001)
+    events(core)
+    now, said = 0.001, []
+    while now < 1.0:  # M1 silent; M2 answers every round: no quorum, no active
+        now = core.get_timer()
+        core.handle_timer(now)
+        for p, to in sent(core):
+            if type(p).__name__ == "Query" and to == M2:
+                core.receive_datagram(wire.encode_info(p.token, 5, "0.0.0.0", 0, 0x1,
+                                                       (M1, M2, M3)), M2, now)
+        said += [e for e in events(core) if isinstance(e, NoQuorum)]
+    assert said == [NoQuorum(M2, 5)] and core.backbone == M1
+
+
 def test_a_plain_client_ignores_info_and_sends_no_query():
     core = make()
     core.handle_timer(0.0)

@@ -911,7 +911,8 @@ def sub(backbone, bind, pack, keepalive, count, as_json, raw, no_journal, journa
     interrupted = False
     try:
         client = Client(backbone, bind=bind, config=config, gro=gro, max_queued=max_queued,
-                        max_queued_bytes=max_queued_bytes).start()
+                        max_queued_bytes=max_queued_bytes,
+                        on_event=_cluster_notices if members else None).start()
     except OSError as exc:
         raise click.ClickException(f"cannot open the client socket: {exc.strerror or exc}") from None
     with client:
@@ -953,6 +954,19 @@ def sub(backbone, bind, pack, keepalive, count, as_json, raw, no_journal, journa
         sys.exit(INTERRUPTED)
     if not stats.get("acks_in"):
         raise click.ClickException(f"the backbone at {backbone[0]}:{backbone[1]} never answered")
+
+
+def _cluster_notices(ev):
+    """(sub -b A,B,C) the cluster's events, a line each on stderr."""
+    from pelotari.fyrehose.events import BackboneMoved, NoQuorum
+
+    if isinstance(ev, BackboneMoved):
+        click.echo(f"{time.strftime('%H:%M:%S')} following the new active backbone at "
+                   f"{ev.new[0]}:{ev.new[1]} (epoch {ev.epoch})", err=True)
+    elif isinstance(ev, NoQuorum):
+        click.echo(f"{time.strftime('%H:%M:%S')} no quorum: the member at {ev.member[0]} "
+                   "reaches no majority of the cluster (a partition?); nothing is sequenced "
+                   "on this side until it heals — still asking", err=True)
 
 
 def _show(data):

@@ -11,7 +11,8 @@ from typing import Deque, Dict, List, Optional, Tuple
 from pelotari.fyrehose.journal import LOST, MESSAGE, RESET, DUPLICATE, GapTracker, Journal
 from pelotari.fyrehose import codec
 from pelotari.fyrehose.events import (BackboneDown, BackboneMoved, BackboneUp, Event, Lost,
-                                      Message, PublishConfirmed, PublishFailed, Resync)
+                                      Message, NoQuorum, PublishConfirmed, PublishFailed,
+                                      Resync)
 
 log = logging.getLogger("pelotari.fyrehose.client")
 
@@ -146,6 +147,7 @@ class ClientCore:
         # DELIVERs from another member, kept until it proves to be the new active (_hold).
         self._held: List[Tuple[int, bytes]] = []
         self._held_from: Optional[Address] = None
+        self._said_no_quorum = False
 
     @property
     def clustered(self) -> bool:
@@ -329,6 +331,7 @@ class ClientCore:
             self.stats["backbone_source_changes"] += 1
         self.stats["acks_in"] += 1
         self._last_ack = now
+        self._said_no_quorum = False
         self.rtt = now - sent
         if self._up is not True:
             self._up = True
@@ -367,6 +370,9 @@ class ClientCore:
             self.stats["dropped_info_not_member"] += 1
             return
         self.stats["infos"] += 1
+        if info.flags & codec.INFO_NO_QUORUM and self._silent(now) and not self._said_no_quorum:
+            self._said_no_quorum = True  # (once per silence: an ACK or a move resets it)
+            self._events.append(NoQuorum(addr, info.epoch))
         active = (info.addr, int(info.port))
         if info.epoch <= self.epoch or not info.port:
             return  # nothing newer (or this member knows no active)
@@ -382,6 +388,7 @@ class ClientCore:
         """Follow the active of a newer epoch: sign on there, and re-send what the old one
         did not confirm (at least once)."""
         old, first, self.epoch = self.backbone, not self.epoch, epoch
+        self._said_no_quorum = False
         self._query_tokens.clear()
         self._next_query = None
         if active != self.backbone:

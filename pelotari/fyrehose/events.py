@@ -70,6 +70,16 @@ class BackboneDown(Event):
 
 
 @dataclass(frozen=True)
+class NoQuorum(Event):
+    """(Backbone cluster) the active is silent and a member that answers says no majority
+    can be reached (the minority side of a partition: nothing sequences here until it heals).
+    Said once per silence; the client goes on asking, and moves when an active answers."""
+
+    member: tuple
+    epoch: int
+
+
+@dataclass(frozen=True)
 class BackboneMoved(Event):
     """(Backbone cluster) a new active backbone serves, in a newer epoch: this client now
     talks to it, and re-sent `resent` publishes the old one had not confirmed (at least once:
