@@ -503,6 +503,27 @@ def test_delivers_from_a_new_active_are_kept_until_it_answers_as_the_active():
         Lost(101, 199, "failover"), Message(200, b"n1"), Message(201, b"n2")]
 
 
+def test_kept_delivers_older_than_hold_for_are_never_believed():
+    """A stranger forging a standby's address long before a failover: what it sent is dropped,
+    not replayed as the new active's first messages when that standby wins."""
+    from pelotari.fyrehose.core import HOLD_FOR
+
+    core = clustered()
+    core.handle_timer(0.0)
+    token = sent(core)[1][0].token
+    core.receive_datagram(info(token, 5, M1), M1, 0.001)
+    core.receive_datagram(wire.encode_deliver(100, b"a"), M1, 0.002)
+    events(core)
+    core.receive_datagram(wire.encode_deliver(150, b"FORGED"), M2, 0.03)
+    later = 0.03 + HOLD_FOR + 0.1
+    core.receive_datagram(wire.encode_deliver(200, b"real"), M2, later)  # M2 took over
+    queries = [p for p, _ in sent(core) if type(p).__name__ == "Query"]
+    core.receive_datagram(info(queries[-1].token, 6, M2), M2, later + 0.001)
+    core.handle_timer(later + 0.5)
+    got = [e for e in events(core) if type(e).__name__ == "Message"]
+    assert got == [Message(200, b"real")] and core.stats["hold_dropped"] == 1
+
+
 def test_kept_delivers_of_a_member_that_is_not_the_new_active_are_dropped():
     core = clustered()
     core.handle_timer(0.0)

@@ -24,7 +24,9 @@ class Cluster:
     holds them (its journal). It checks, every millisecond, that at most one member may issue,
     and that no position is issued twice."""
 
-    def __init__(self, n, seed=0, loss=0.0, config=None, witness=(), size=None, rate=10_000):
+    def __init__(self, n, seed=0, loss=0.0, config=None, witness=(), size=None, rate=10_000,
+                 key=None):
+        self.key = key
         self.sim = Simulator(seed=seed, default=LinkSpec(delay=0.0002, jitter=0.0001,
                                                          loss=loss))
         self.n = n
@@ -47,7 +49,7 @@ class Cluster:
         return lambda now: ClusterCore(member(k), peers, now, bully_port=BPORT,
                                        bully_leader=leader, config=cfg, incarnation=k,
                                        wall=lambda: WALL + self.sim.now,
-                                       state=self.states.get(k))
+                                       state=self.states.get(k), key=self.key)
 
     def start(self, k, founder=False, leader=None):
         make = self.make(k, founder)
@@ -185,7 +187,8 @@ def test_the_new_active_adopts_the_clients_the_old_one_told_the_standbys_of():
     """TABLE: the active tells the standbys its cluster clients (48 a datagram); the one that
     takes over gets them with what was left of their time; only the active's TABLE counts,
     and a standby keeps at most max_table."""
-    c = Cluster(3, config=Config(cluster_size=3, max_table=100))
+    key = b"k" * 32
+    c = Cluster(3, config=Config(cluster_size=3, max_table=100), key=key)
     assert c.until(lambda: c.actives() == [1], 5)
     clients = [(f"10.1.{k // 250}.{k % 250 + 1}", 5000 + k, 0x8, 4.0) for k in range(120)]
     active = c.core(1)
@@ -193,13 +196,14 @@ def test_the_new_active_adopts_the_clients_the_old_one_told_the_standbys_of():
     active.publish_table(clients[100:], c.sim.now)  # ... and 20 others later
     out = active.datagrams_to_send()
     tables = [d for d, dst in out if d[0] == cl.TABLE and dst == member(2)]
-    assert [(len(cl.decode(d)[3]) - 1) // 3 for d in tables] == [48, 48, 4, 20]
+    assert [(len(cl.decode(d, key)[3]) - 1) // 3 for d in tables] == [48, 48, 4, 20]
     for d, dst in out:
         k = next(j for j in (2, 3) if member(j) == dst)
         c.core(k).receive_datagram(d, member(1), c.sim.now)
     assert len(c.core(2)._table) == 100 and c.core(2).stats["dropped_table_full"] == 20
     # A TABLE from a standby (not the active) is dropped.
-    forged = cl.encode(cl.TABLE, c.core(3).name, 3, c.core(3).epoch, 1 << 16 | 9, 0, 1000)
+    forged = cl.encode(cl.TABLE, c.core(3).name, 3, c.core(3).epoch, 1 << 16 | 9, 0, 1000,
+                       key=key)
     c.core(2).receive_datagram(forged, member(3), c.sim.now)
     assert c.core(2).stats["dropped_table_not_active"] == 1
     c.sim.kill(member(1))
@@ -210,6 +214,18 @@ def test_the_new_active_adopts_the_clients_the_old_one_told_the_standbys_of():
     assert len(got) == 100 and all(0 < left < 4.0 for *_, left in got)
     assert {(h, p, f) for h, p, f, _ in got} <= {(h, p, f) for h, p, f, _ in clients}
     assert c.core(new).adoptable(c.sim.now) == []
+
+
+def test_without_a_key_no_table_is_sent_nor_taken():
+    """Whoever can forge the active's address could aim the next active at any address (5 s of
+    DELIVERs) or fill its table: an unkeyed cluster adopts nobody."""
+    c = Cluster(3)
+    assert c.until(lambda: c.actives() == [1], 5)
+    c.core(1).publish_table([("10.9.9.9", 5000, 0x8, 4.0)], c.sim.now)
+    assert not [d for d, _ in c.core(1).datagrams_to_send() if d[0] == cl.TABLE]
+    forged = cl.encode(cl.TABLE, c.core(2).name, 1, c.core(2).epoch, 1 << 16 | 9, 0, 1000)
+    c.core(2).receive_datagram(forged, member(1), c.sim.now)
+    assert c.core(2).stats["dropped_table_unkeyed"] == 1 and c.core(2).adoptable(c.sim.now) == []
 
 
 def test_a_silent_active_is_replaced_after_its_lease_and_never_overlaps():

@@ -137,3 +137,22 @@ def test_a_reservation_used_up_between_two_looks_leaves_the_gate_at_its_end():
     node.core.reserved = 20  # the next reservation confirmed
     node._sync_plane()
     assert node.plane.allowed == [20]
+
+
+def test_a_member_hosts_datagrams_are_rate_limited_before_any_work():
+    """A flood forged from a member's address costs a lookup per datagram (no HMAC, no
+    decoding) past MEMBER_BURST at once and MEMBER_RATE a second; the member's own pace (tens
+    a second) is far below."""
+    from pelotari.fyrehose.cluster_node import MEMBER_BURST, MEMBER_RATE
+
+    node = ClusterNode.__new__(ClusterNode)
+    node._buckets = {}
+    passed = sum(node._allowed("10.0.0.2", 1.0) for _ in range(int(MEMBER_BURST) + 100))
+    assert passed == int(MEMBER_BURST)
+    assert node._allowed("10.0.0.3", 1.0)  # another host has its own
+    assert not node._allowed("10.0.0.2", 1.0)
+    assert node._allowed("10.0.0.2", 1.0 + 2 / MEMBER_RATE)  # refilled
+    # A member at its normal pace (LEASEs and answers every 50 ms, a TABLE, a RESERVE) for a
+    # minute is never refused.
+    node._buckets = {}
+    assert all(node._allowed("10.0.0.4", t / 200) for t in range(200 * 60))

@@ -149,6 +149,8 @@ def backbone(host, port, window, max_subscribers, max_request_range, allow_forei
     key = _cluster_key(cluster, cluster_key_file, port, bully_port, cluster_port, state_dir,
                        discover)
     floating = _floating(cluster, floating_address, floating_dev, host, members, port)
+    if cluster and key is None:
+        _unkeyed_warning(discover)
     discovery = (interface, cluster_size, discover_interval) if discover else None
     try:
         _backbone(floating, host, port, window, max_subscribers, max_request_range,
@@ -341,17 +343,22 @@ def _cluster_key(cluster, path, port, bully_port, cluster_port, state_dir, disco
     if state_dir and os.path.exists(state_dir) and not os.path.isdir(state_dir):
         raise click.UsageError(f"--state-dir {state_dir}: not a directory")
     if path is None:
-        click.echo("warning: the cluster port is not authenticated (no --cluster-key-file): a "
-                   "host that can forge a member's address can force elections"
-                   + (", and a stranger announcing itself can make a starting member fix "
-                      "another member list" if discover else ""), err=True)
-        return None
+        return None  # (warned once every check passed: _unkeyed_warning)
     from pelotari.fyrehose.discover import read_key
 
     try:
         return read_key(path)
     except ValueError as exc:
         raise click.UsageError(f"--cluster-key-file: {exc}") from None
+
+
+def _unkeyed_warning(discover):
+    click.echo("warning: the cluster port is not authenticated (no --cluster-key-file): a "
+               "host that can forge a member's address can force elections"
+               + (", and a stranger announcing itself can make a starting member fix another "
+                  "member list" if discover else "")
+               + "; a new active will not take over the old one's clients (they move after "
+                 "their own silence)", err=True)
 
 
 def _floating(cluster, address, dev, host, members, port):
@@ -929,7 +936,9 @@ def sub(backbone, bind, pack, keepalive, count, as_json, raw, no_journal, journa
                     received += 1
                     _print_message(item, as_json, raw)
                 elif isinstance(item, Lost):
-                    why = " (overflow: output not read in time)" if item.reason == "overflow" else ""
+                    why = {"overflow": " (overflow: output not read in time)",
+                           "failover": " (failover: numbers the dead active reserved and never "
+                                       "used, or messages no journal held)"}.get(item.reason, "")
                     _notice({"lost": [item.first, item.last], "reason": item.reason},
                             f"lost {item.first}..{item.last}{why}", as_json)
                 elif isinstance(item, Resync):

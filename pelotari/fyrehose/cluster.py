@@ -418,8 +418,8 @@ class ClusterCore:
         """(Active) tell the standbys who our clients are: [(host, port, flags, seconds
         left)], in TABLE datagrams of TABLE_ENTRIES."""
         self._next_table = now + self.config.table_interval
-        if self.role != "active":
-            return
+        if self.role != "active" or not self.key:
+            return  # (without a key a forged TABLE could aim a new active at anyone: none)
         flat = []
         for host, port, flags, left in entries[:self.config.max_table]:
             try:
@@ -434,6 +434,11 @@ class ClusterCore:
             self._to_all(TABLE, self.epoch, *(f for entry in chunk for f in entry))
 
     def _on_table(self, src: Address, f: tuple[int, ...], now: float) -> None:
+        if not self.key:
+            # Whoever can forge the active's address could make the next active send DELIVERs
+            # to any address for 5 s, or fill its table: without a key, nothing is adopted.
+            self._count("dropped_table_unkeyed")
+            return
         if self.role != "standby" or src != self.active or f[0] != self.epoch:
             self._count("dropped_table_not_active")
             return

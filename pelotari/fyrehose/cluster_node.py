@@ -36,6 +36,8 @@ log = logging.getLogger("pelotari.fyrehose.cluster")
 
 Address = tuple[str, int]
 TICK = 0.005  # data plane <-> core
+MEMBER_RATE = 2000.0  # cluster datagrams a second taken from one member host ...
+MEMBER_BURST = 500.0  # ... and at once
 
 
 class StateFile:
@@ -152,6 +154,7 @@ class ClusterNode(Node):
         self.name = name
         self.key = key
         self._member_hosts = {p[0] for p in self.peers}
+        self._buckets: dict[str, tuple[float, float]] = {}  # member host -> (tokens, when)
         self.tick = tick
         self._udp: asyncio.DatagramTransport | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -263,10 +266,27 @@ class ClusterNode(Node):
         if addr[0] not in self._member_hosts:  # counted, before any work (floods)
             self.stats["cluster_dropped_not_member"] += 1
             return
+        now = self._now()
+        if not self._allowed(addr[0], now):  # (before the tag's HMAC and the decoding)
+            self.stats["cluster_dropped_rate"] += 1
+            return
         try:
-            self.core.receive_datagram(data, (addr[0], addr[1]), self._now())
+            self.core.receive_datagram(data, (addr[0], addr[1]), now)
         finally:
             self._process_events()
+
+    def _allowed(self, host: str, now: float) -> bool:
+        """A member host's datagrams, at most MEMBER_RATE a second (MEMBER_BURST at once): a
+        member sends tens (LEASEs and their answers every 50 ms, TABLE, RESERVE), so a flood
+        forged from its address costs a lookup each, not an HMAC and a decoding, and cannot
+        hold up this member's own leases."""
+        tokens, then = self._buckets.get(host, (MEMBER_BURST, now))
+        tokens = min(MEMBER_BURST, tokens + (now - then) * MEMBER_RATE)
+        if tokens < 1:
+            self._buckets[host] = (tokens, now)
+            return False
+        self._buckets[host] = (tokens - 1, now)
+        return True
 
     def _send_datagrams(self) -> None:
         for data, dst in self.core.datagrams_to_send():

@@ -92,6 +92,7 @@ class ClientConfig:
 
 
 MAX_HOLD = 8192  # DELIVERs from another member kept until it answers as the new active
+HOLD_FOR = 0.5  # ... for at most this long (seconds): a new active answers in a round trip
 
 
 class ClientCore:
@@ -145,7 +146,7 @@ class ClientCore:
         self._failover_gap: Optional[Tuple[int, int, float]] = None
         self._failover_lost: Optional[Tuple[int, int]] = None
         # DELIVERs from another member, kept until it proves to be the new active (_hold).
-        self._held: List[Tuple[int, bytes]] = []
+        self._held: List[Tuple[int, bytes, float]] = []  # (sequence, data, when)
         self._held_from: Optional[Address] = None
         self._said_no_quorum = False
 
@@ -250,7 +251,9 @@ class ClientCore:
         before we know it is one. Kept (MAX_HOLD, from one member at a time) until that member
         answers our QUERY as the active of a newer epoch (then they are ours, in order), and a
         reason to ask (paced as any QUERY round)."""
-        if src != self._held_from:
+        if src != self._held_from or (self._held and now - self._held[0][2] > HOLD_FOR):
+            # Another member, or ours grew stale: what a stranger forging a member's address
+            # sent long before a failover is never taken for the new active's first messages.
             self.stats["hold_dropped"] += len(self._held)
             self._held.clear()
             self._held_from = src
@@ -258,7 +261,7 @@ class ClientCore:
         if len(self._held) >= MAX_HOLD:
             self.stats["hold_dropped"] += 1
         else:
-            self._held.append((seq, data))
+            self._held.append((seq, data, now))
             self.stats["hold_kept"] += 1
         if self._next_query is None:
             self._next_query = now + self.config.cluster_keepalive
@@ -408,9 +411,11 @@ class ClientCore:
         self.stats["resent"] += resent
         self._events.append(BackboneMoved(old, active, epoch, resent))
         held, self._held = self._held, []
+        fresh = [(seq, data) for seq, data, t in held if now - t <= HOLD_FOR]
         if self._held_from == active:  # the new active's first DELIVERs, now believed
-            for seq, data in held:
+            for seq, data in fresh:
                 self._on_deliver(seq, data, now, True)
+            self.stats["hold_dropped"] += len(held) - len(fresh)
         else:
             self.stats["hold_dropped"] += len(held)
         self._held_from = None
