@@ -17,6 +17,7 @@ class PelotariGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except KeyboardInterrupt:
+            _deaf_to_stops()  # (exiting: another Ctrl-C must not cut the exit short, -2)
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except BrokenPipeError:  # `pelotari sub | head`: the reader is gone, so are we
@@ -29,6 +30,17 @@ class PelotariGroup(click.Group):
 
     def list_commands(self, ctx):
         return list(self.commands)  # registration order: the order a new user needs them
+
+
+def _deaf_to_stops() -> None:
+    """Ignore SIGINT and SIGTERM from here on: the process is ending with its status already
+    decided, and a signal during the interpreter's shutdown would end it by the signal."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _one_line(exc: BaseException) -> str:
