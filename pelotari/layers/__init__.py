@@ -24,6 +24,7 @@ LAYERS: Dict[str, str] = {
     "bully": "pelotari.layers.bully",
     "potato": "pelotari.layers.potato",
     "swarm": "pelotari.layers.swarm",
+    "cluster": "pelotari.layers.cluster",
 }
 
 
