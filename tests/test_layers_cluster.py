@@ -40,3 +40,27 @@ def test_what_is_no_cluster_datagram_is_unknown(garbage):
     pkt = layer.Cluster(garbage)
     assert type(pkt) is layer.FyrehoseClusterUnknown
     assert layer.describe(pkt)["type"] == "UNKNOWN"
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_discovery_asks_and_answers_dissect_and_build_exactly(key):
+    from pelotari.fyrehose import discover
+
+    ask = discover.encode_ask(b"t" * 16, b"prod")
+    pkt = layer.Cluster(ask)
+    assert type(pkt) is layer.FyrehoseClusterDiscovery and raw(pkt) == ask
+    assert (pkt.kind, pkt.cname[:pkt.nlen], pkt.token) == (discover.ASK, b"prod", b"t" * 16)
+    answer = discover.encode(discover.Announcement(
+        kind=discover.ANSWER, name=b"prod", host="10.0.0.1", data_port=2323, bully_port=2324,
+        cluster_port=2325, size=3, incarnation=9, token=b"t" * 16,
+        members=("10.0.0.1", "10.0.0.2", "10.0.0.3")), key=key)
+    pkt = layer.Cluster(answer)
+    assert raw(pkt) == answer and pkt.host == "10.0.0.1" and pkt.members[:3] == [
+        "10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    assert layer.describe(pkt) == {
+        "protocol": "cluster", "type": "ANSWER",
+        "summary": "cluster discovery ANSWER prod from 10.0.0.1 members=10.0.0.1,10.0.0.2,10.0.0.3"}
+    assert raw(layer.FyrehoseClusterDiscovery(
+        kind=pkt.kind, flags=pkt.flags, size=3, count=pkt.count, nlen=4, host="10.0.0.1",
+        incarnation=9, token=b"t" * 16, members=pkt.members, cname=pkt.cname,
+        tag=pkt.tag)) == answer

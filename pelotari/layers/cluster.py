@@ -13,12 +13,13 @@ entries of three) · with a cluster key, a 16-byte HMAC-SHA256 tag.
     ...                     values=[1795000000000, 4, 99, 90]))
 """
 
-from scapy.fields import (ByteEnumField, FieldLenField, FieldListField, LongField, StrField,
-                          StrLenField)
+from scapy.fields import (ByteEnumField, ByteField, FieldLenField, FieldListField, FlagsField,
+                          IPField, LongField, ShortField, StrField, StrFixedLenField, StrLenField)
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
 from pelotari.fyrehose.cluster import FIELDS, NAMES, TABLE, TAG_SIZE, _table_fields
+from pelotari.fyrehose.discover import KINDS as DISCOVERY_KINDS, MAGIC as DISCOVERY_MAGIC
 
 DEFAULT_PORTS = (2325,)
 DEFAULT_PORT = 2325
@@ -78,6 +79,42 @@ class FyrehoseCluster(Packet):
         return f"cluster {kind} {self.cname.decode(errors='replace')} {body}{tag}"
 
 
+class FyrehoseClusterDiscovery(Packet):
+    """`--discover`'s ASK and ANSWER on the cluster port (ANNOUNCE travels as prototari DATA):
+    128 bytes, fyrehose-cluster.md "Layout"."""
+
+    name = "fyrehose cluster discovery"
+    fields_desc = [
+        StrFixedLenField("magic", DISCOVERY_MAGIC, len(DISCOVERY_MAGIC)),
+        ByteField("version", 1),
+        ByteEnumField("kind", 2, DISCOVERY_KINDS),
+        FlagsField("flags", 0, 8, ["KEYED", "FIXED"]),
+        ByteField("size", 0),
+        ByteField("count", 0),
+        ByteField("nlen", 0),
+        ShortField("data_port", 2323),
+        ShortField("bully_port", 2324),
+        ShortField("cluster_port", 2325),
+        IPField("host", "0.0.0.0"),
+        LongField("incarnation", 0),
+        StrFixedLenField("token", bytes(16), 16),
+        FieldListField("members", ["0.0.0.0"] * 5, IPField("", "0.0.0.0"), count_from=lambda p: 5),
+        StrFixedLenField("cname", bytes(32), 32),
+        StrFixedLenField("reserved", bytes(4), 4),
+        StrFixedLenField("tag", bytes(16), 16),
+    ]
+
+    def extract_padding(self, s):
+        return b"", s
+
+    def mysummary(self):
+        kind = DISCOVERY_KINDS.get(self.kind, f"kind {self.kind}")
+        name = self.cname[:self.nlen].decode(errors="replace") or "any"
+        members = [m for m in self.members if m != "0.0.0.0"]
+        return (f"cluster discovery {kind} {name} from {self.host}"
+                + (f" members={','.join(members)}" if members else ""))
+
+
 class FyrehoseClusterUnknown(Packet):
     """A datagram on the cluster port that is no cluster datagram (or discovery's ASK)."""
 
@@ -97,15 +134,21 @@ class Cluster(Packet):
     def dispatch_hook(cls, _pkt=None, *args, **kargs):
         if _pkt is None:
             return FyrehoseCluster
-        return FyrehoseCluster if _layout(bytes(_pkt)) else FyrehoseClusterUnknown
+        data = bytes(_pkt)
+        if data.startswith(DISCOVERY_MAGIC) and len(data) == len(FyrehoseClusterDiscovery()):
+            return FyrehoseClusterDiscovery
+        return FyrehoseCluster if _layout(data) else FyrehoseClusterUnknown
 
 
-CRAFT = {"cluster": FyrehoseCluster}
+CRAFT = {"cluster": FyrehoseCluster, "cluster-discovery": FyrehoseClusterDiscovery}
 dissect = Cluster
 
 
 def describe(layer):
     """What `pelotari inspect` shows of one dissected UDP payload, or None if it is not ours."""
+    if isinstance(layer, FyrehoseClusterDiscovery):
+        return {"protocol": "cluster", "type": DISCOVERY_KINDS.get(layer.kind, "UNKNOWN"),
+                "summary": layer.summary()}
     if isinstance(layer, FyrehoseClusterUnknown):
         return {"protocol": "cluster", "type": "UNKNOWN", "summary": layer.summary()}
     if isinstance(layer, FyrehoseCluster):
