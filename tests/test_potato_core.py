@@ -1,5 +1,6 @@
 """The potato core's rules through pelotari.sim: relay, loops, and the seed's election example."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -33,22 +34,28 @@ def do(sim, name, fn):
     return sim.do((name, 1), lambda c, now: fn(c.core, now))
 
 
-# The seed's example: A proposes; B, D, E vote YES; C, F, G NO (their frame is not A's).
-EXAMPLE = [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("C", "E"), ("D", "E"), ("D", "F"),
-           ("D", "G"), ("E", "G")]
+# The seed's example, from the vectors the browser's JS core reads too (tests/vectors/): A
+# proposes; B, D, E vote YES; C, F, G NO (their frame is not A's).
+VECTORS = json.loads((Path(__file__).parent / "vectors" / "potato.json").read_text())
+WORKED = VECTORS["worked_example"]
+EXAMPLE = [tuple(e) for e in WORKED["edges"]]
 # Slow ways so that D hears B before C, E hears C before D, G hears D before E (as told).
-ORDER = {("C", "D"): 0.005, ("D", "E"): 0.005, ("E", "G"): 0.005, ("E", "D"): 0.005}
+ORDER = {(a, b): d for a, b, d in WORKED["slow_links_s"]}
+FRAMES = WORKED["frames"]
 
 
 def test_the_seeds_worked_example():
-    sim = mesh(EXAMPLE, frames={"C": "OTHER", "F": "OTHER", "G": "OTHER"}, delays=ORDER)
-    nxt = do(sim, "A", lambda c, now: c.propose(now))
+    # (mesh() gives every other node frame "F0" and links of 1 ms, as the vectors say)
+    assert (WORKED["default_frame"], WORKED["link_delay_s"]) == ("F0", 0.001)
+    sim = mesh(EXAMPLE, frames=FRAMES, delays=ORDER)
+    nxt = do(sim, WORKED["proposer"], lambda c, now: c.propose(now))
     sim.run(0.5)
-    votes = {n: [e.vote for e in sim.events((n, 1), VoteCast)] for n in "BCDEFG"}
-    assert votes == {"B": ["YES"], "C": ["NO"], "D": ["YES"], "E": ["YES"], "F": ["NO"],
-                     "G": ["NO"]}
-    (result,) = sim.events(("A", 1), ElectionResult)
-    assert (result.yes, result.no, result.won) == (4.5, 3, True)
+    votes = {n: [e.vote for e in sim.events((n, 1), VoteCast)] for n in WORKED["votes"]}
+    assert votes == {n: [v] for n, v in WORKED["votes"].items()}
+    (result,) = sim.events((WORKED["proposer"], 1), ElectionResult)
+    expected = WORKED["result"]
+    assert (result.yes, result.no, result.won) == (expected["yes"], expected["no"],
+                                                   expected["won"])
     # B answered 2 YES 2 NO and C 1 YES 1 NO: what A tallied came from those two.
     assert core(sim, "B").stats["sent_direct_election_response"] == 1
     for n in "ABCDEFG":
@@ -57,7 +64,7 @@ def test_the_seeds_worked_example():
 
 
 def test_example_responses_carry_the_counts_of_the_table():
-    sim = mesh(EXAMPLE, frames={"C": "OTHER", "F": "OTHER", "G": "OTHER"}, delays=ORDER)
+    sim = mesh(EXAMPLE, frames=FRAMES, delays=ORDER)
     seen = []
     original = sim._deliver
 
@@ -71,13 +78,10 @@ def test_example_responses_carry_the_counts_of_the_table():
     do(sim, "A", lambda c, now: c.propose(now))
     sim.run(0.5)
     answers = {(a, b): (y, n) for a, b, v, y, n in seen if v != "ABSTAIN"}
-    assert answers[("B", "A")] == (2, 2)
-    assert answers[("C", "A")] == (1, 1)
-    assert answers[("D", "B")] == (1, 2)
-    assert answers[("E", "C")] == (1, 0)
-    assert answers[("F", "D")] == (0, 1)
-    assert answers[("G", "D")] == (0, 1)
-    assert ("D", "C", "ABSTAIN", 0, 0) in seen
+    for r in WORKED["responses"]:
+        assert answers[(r["from"], r["to"])] == (r["yes"], r["no"]), r
+    for r in WORKED["abstentions"]:
+        assert (r["from"], r["to"], "ABSTAIN", 0, 0) in seen
 
 
 def test_broadcast_reaches_everybody_once_and_loops_die():
