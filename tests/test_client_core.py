@@ -363,6 +363,17 @@ def info(token, epoch, active, flags=0x2):
     return wire.encode_info(token, epoch, active[0], active[1], flags, (M1, M2, M3))
 
 
+def following_m1(**kw):
+    """A cluster client that follows M1 (epoch 5) and got SEQUENCE 100 from it."""
+    core = clustered(**kw)
+    core.handle_timer(0.0)
+    token = sent(core)[1][0].token
+    core.receive_datagram(info(token, 5, M1), M1, 0.001)
+    core.receive_datagram(wire.encode_deliver(100, b"a"), M1, 0.002)
+    events(core)
+    return core
+
+
 def test_a_cluster_client_asks_every_member_and_follows_only_the_active_itself():
     from fastpath.packets import CLUSTER, Query
     from pelotari.fyrehose.events import BackboneMoved
@@ -480,12 +491,7 @@ def test_delivers_from_a_new_active_are_kept_until_it_answers_as_the_active():
     epoch they are ours, in order. A non-member's DELIVERs are never kept."""
     from pelotari.fyrehose.events import BackboneMoved, Lost, Message
 
-    core = clustered()
-    core.handle_timer(0.0)
-    token = sent(core)[1][0].token
-    core.receive_datagram(info(token, 5, M1), M1, 0.001)
-    core.receive_datagram(wire.encode_deliver(100, b"a"), M1, 0.002)
-    events(core)
+    core = following_m1()
     sent(core)
     core.receive_datagram(wire.encode_deliver(500, b"x"), PEER, 0.030)  # a stranger: dropped
     assert core.stats["dropped_unsolicited_deliver"] == 1
@@ -508,12 +514,7 @@ def test_kept_delivers_older_than_hold_for_are_never_believed():
     not replayed as the new active's first messages when that standby wins."""
     from pelotari.fyrehose.core import HOLD_FOR
 
-    core = clustered()
-    core.handle_timer(0.0)
-    token = sent(core)[1][0].token
-    core.receive_datagram(info(token, 5, M1), M1, 0.001)
-    core.receive_datagram(wire.encode_deliver(100, b"a"), M1, 0.002)
-    events(core)
+    core = following_m1()
     core.receive_datagram(wire.encode_deliver(150, b"FORGED"), M2, 0.03)
     later = 0.03 + HOLD_FOR + 0.1
     core.receive_datagram(wire.encode_deliver(200, b"real"), M2, later)  # M2 took over

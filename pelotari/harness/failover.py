@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from fastpath.packets import MAX_SEQUENCE
+from pelotari.fyrehose.cluster_backbone import nearest_position
 
 ACTIVE = re.compile(r"active: epoch (\d+), sequencing from (\d+)")
 STANDBY = re.compile(r"standby: following the active at ([\d.]+):")
@@ -443,16 +444,6 @@ def stop_agent(p: Proc, timeout: float = 30.0) -> None:
 
 # ---- what the files say ----------------------------------------------------------------------
 
-def unwrap(seqs: list[int], reference: int) -> list[int]:
-    """SEQUENCEs (mod 2^48) as positions, each the one nearest the previous."""
-    out, ref = [], reference
-    for s in seqs:
-        base = ref - (ref % WRAP) + s
-        ref = min((base - WRAP, base, base + WRAP), key=lambda p: abs(p - ref))
-        out.append(ref)
-    return out
-
-
 def first_at_or_after(times: list[float], positions: list[int], start: int,
                       after: float) -> Optional[float]:
     """The first time ≥ `after` of a message at position ≥ start."""
@@ -493,12 +484,6 @@ if __name__ == "__main__":
 
 
 # ---- the run: kills, restarts, records ---------------------------------------------------------
-
-def position(sequence: int, reference: int) -> int:
-    """The position congruent to `sequence` mod 2^48 nearest to `reference`."""
-    base = reference - (reference % WRAP) + sequence
-    return min((base - WRAP, base, base + WRAP), key=lambda p: abs(p - reference))
-
 
 FAULTS = {
     "kill": "SIGKILL the active",
@@ -656,18 +641,18 @@ def run(lan, workdir: str, kills: int = 20, rate: float = 10000.0, subscribers: 
     clients = "floating" if floating else "pelotari"
     records = []
     ref = subs[0]["seqs"][0] if subs[0]["seqs"] else 0
-    pos = {name: [position(q, ref) for q in d["seqs"]] for name, d in data.items()}
+    pos = {name: [nearest_position(q, ref) for q in d["seqs"]] for name, d in data.items()}
     for e in log:
         t_kill = e.pop("t_kill")
         each, arrived = [], []
         confirm = None
         if e["first"] is not None:
-            start = position(e["first"], ref)
+            start = nearest_position(e["first"], ref)
             for k, s in enumerate(subs):
                 t = first_at_or_after(s["times"], pos[f"sub{k}"], start, t_kill)
                 each.append(None if t is None else t - t_kill)
-                t = first_at_or_after([j[0] for j in s["jumps"]],
-                                      [position(j[1], ref) for j in s["jumps"]], start, t_kill)
+                jumps = [nearest_position(j[1], ref) for j in s["jumps"]]
+                t = first_at_or_after([j[0] for j in s["jumps"]], jumps, start, t_kill)
                 arrived.append(None if t is None else t - t_kill)
             t = first_at_or_after(data["pub"]["times"], pos["pub"], start, t_kill)
             confirm = None if t is None else t - t_kill
