@@ -189,8 +189,11 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
                  parent=ev.parent, next=ev.next)
         elif isinstance(ev, c.FrameChanged):
             via = f" via {ev.via}" if ev.via and ev.via != ev.by else ""
-            emit("frame", f"frame is now {ev.frame[:12]} (by {ev.by}{via})", frame=ev.frame, parent=ev.parent, by=ev.by,
-                 via=ev.via)
+            drawn = "" if ev.picture is None else \
+                f", {len(ev.picture)} stroke{'s' * (len(ev.picture) != 1)}"
+            emit("frame", f"frame is now {ev.frame[:12]} (by {ev.by}{via}{drawn})",
+                 frame=ev.frame, parent=ev.parent, by=ev.by, via=ev.via,
+                 strokes=None if ev.picture is None else len(ev.picture))
 
     node = Node(name, listen[0], listen[1], transport=transport, on_event=on_event)
     exporter = None

@@ -120,6 +120,7 @@ class FrameChanged:
     parent: str
     by: str
     via: str = ""
+    picture: list | None = None  # its stroke list (None: it carried none, or a bad one)
 
 
 # ---- state -------------------------------------------------------------------------------
@@ -171,6 +172,10 @@ class PotatoNode:
         # a frame broadcast is taken only for an election we heard, never an old frame.
         self._seen: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._history: OrderedDict[str, None] = OrderedDict({frame: None})
+        # The picture our frame broadcast carries when we win (body["strokes"]; None: only
+        # the seed's frame and parent). The application sets it (a page: its canvas); taking
+        # a frame with a picture sets it to that picture.
+        self.picture: list | None = None
 
     # ---- peers ---------------------------------------------------------------------------
 
@@ -280,12 +285,23 @@ class PotatoNode:
             if why:
                 self.stats[f"frame_refused_{why}"] += 1
             else:
-                self._take_frame(frame, parent, msg.sender, peer)
+                self._take_frame(frame, parent, msg.sender, peer, self._picture(msg.body))
         else:
             self._events.append(Delivered("broadcast", msg.sender, msg.body, msg.identifier,
                                           _hops(msg, peer), peer))
         # Relayed whatever we make of it: relaying is the seed's rule, taking a frame our own.
         self._relay(msg, now, exclude=peer)
+
+    def _picture(self, body: dict) -> list | None:
+        """A frame broadcast's stroke list if it keeps the picture rules, else None (counted:
+        the frame is still taken, the seed's rule; its picture is not)."""
+        if "strokes" not in body:
+            return None
+        try:
+            return wire.strokes(body["strokes"])
+        except PotatoError as e:
+            self.stats[f"picture_refused_{e.reason}"] += 1
+            return None
 
     def _frame_refused(self, frame: str, parent, sender: str) -> str | None:
         """Why a frame broadcast is not taken, or None. Taken: a frame we never had, on our
@@ -481,14 +497,20 @@ class PotatoNode:
         self._events.append(ElectionResult(req.parent, req.next, yes, v.no, won,
                                            tuple(v.abstained)))
         if won and self.frame == req.parent:
-            self.broadcast({"frame": req.next, "parent": req.parent}, now)
-            self._take_frame(req.next, req.parent, self.name)
+            body = {"frame": req.next, "parent": req.parent}
+            if self.picture is not None:
+                body["strokes"] = self.picture
+            self.broadcast(body, now)
+            self._take_frame(req.next, req.parent, self.name, picture=self.picture)
 
-    def _take_frame(self, frame: str, parent: str, by: str, via: str = "") -> None:
+    def _take_frame(self, frame: str, parent: str, by: str, via: str = "",
+                    picture: list | None = None) -> None:
         """A frame was broadcast: every open election ends without a result (the seed)."""
         if frame == self.frame:
             return
         self.frame = frame
+        if picture is not None:
+            self.picture = picture
         self._history[frame] = None
         while len(self._history) > self.config.frame_history:
             self._history.popitem(last=False)
@@ -497,7 +519,7 @@ class PotatoNode:
                 v.done = True
                 self.stats["elections_ended_by_frame"] += 1
         self._mine = None
-        self._events.append(FrameChanged(frame, parent, by, via))
+        self._events.append(FrameChanged(frame, parent, by, via, picture))
 
     # ---- timers --------------------------------------------------------------------------
 

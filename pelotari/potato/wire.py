@@ -63,6 +63,12 @@ class BadField(PotatoError):
     reason = "bad_field"
 
 
+class BadPicture(PotatoError):
+    """A frame's stroke list that breaks the picture rules (docs/protocols/potato.md)."""
+
+    reason = "bad_picture"
+
+
 @dataclass(frozen=True)
 class Limits:
     """Every bound on a received message."""
@@ -248,6 +254,47 @@ def response_body(body, limits: Limits) -> Response:
     return Response(parent, nxt, vote,
                     counts[0] if counts[0] >= 0 and counts[1] >= 0 else -1,
                     counts[1] if counts[0] >= 0 and counts[1] >= 0 else -1)
+
+
+# A frame's picture (pelotari's, docs/protocols/potato.md "Frames are pictures"): a stroke list
+# on a WIDTH x HEIGHT grid, carried in the winner's frame broadcast as body["strokes"].
+WIDTH, HEIGHT = 1024, 768
+MAX_STROKES = 256
+MAX_POINTS = 4096  # (x, y) pairs in all strokes together: at most 44,802 bytes of JSON, so a
+# frame broadcast with its picture fits a 64 KiB message with ~200 names in `visited`
+MAX_WIDTH = 32  # a stroke's line width, 1..32
+_COLOUR = re.compile(r"#[0-9a-f]{6}\Z")
+
+
+def _coordinate(value, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit
+
+
+def strokes(value) -> list:
+    """A frame's stroke list, checked: [{"c": "#rrggbb", "w": 1..32, "p": [x0, y0, ...]}, ...]
+    with integer points on the 1,024 x 768 grid. BadPicture (or TooLarge) says why not."""
+    if not isinstance(value, list):
+        raise BadPicture("strokes must be an array")
+    if len(value) > MAX_STROKES:
+        raise TooLarge(f"{len(value)} strokes; at most {MAX_STROKES}")
+    points = 0
+    for stroke in value:
+        if not isinstance(stroke, dict) or set(stroke) != {"c", "w", "p"}:
+            raise BadPicture('a stroke is an object with exactly "c", "w" and "p"')
+        c, w, p = stroke["c"], stroke["w"], stroke["p"]
+        if not isinstance(c, str) or not _COLOUR.match(c):
+            raise BadPicture("a stroke's colour is #rrggbb (lower-case hex)")
+        if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= MAX_WIDTH:
+            raise BadPicture(f"a stroke's width is an integer in 1..{MAX_WIDTH}")
+        if not isinstance(p, list) or not p or len(p) % 2:
+            raise BadPicture("a stroke's points are a non-empty array of x, y pairs")
+        points += len(p) // 2
+        if points > MAX_POINTS:
+            raise TooLarge(f"over {MAX_POINTS} points")
+        if not all(_coordinate(x, WIDTH) for x in p[0::2]) or \
+                not all(_coordinate(y, HEIGHT) for y in p[1::2]):
+            raise BadPicture(f"a point is off the {WIDTH} x {HEIGHT} grid (integers)")
+    return value
 
 
 def decode(data: bytes, limits: Limits = Limits()) -> Message:
