@@ -53,7 +53,8 @@ def extensions():
 setup(
     packages=PACKAGES,
     package_data={"fastpath": ["*.pxd", "*.pxi", "*.pyi", "py.typed", "include/*.h"],
-                  "pelotari.analysis": ["log4j2.properties"]},
+                  "pelotari.analysis": ["log4j2.properties"],
+                  "pelotari.potato": ["web/*.html", "web/*.js", "web/*.css"]},
     exclude_package_data={"fastpath": ["*.c"]},
     include_package_data=False,
     ext_modules=extensions(),

@@ -251,6 +251,7 @@ SLOW_MODULES = {
     "test_backbone", "test_backbone_gso", "test_backbone_packing", "test_hostile_fyrehose",
     "test_repair", "test_harness_ports", "test_netlab", "test_codec_crosscheck",
     "test_bully_node", "test_potato_node", "test_potato_transport", "test_potato_hostile",
+    "test_potato_page", "test_potato_browser", "test_potato_js",
     "test_prototari_node", "test_swarm_node", "test_swarm_hostile", "test_swarm_load",
     "test_swarm_bench", "test_swarm_path", "test_swarm_sim", "test_report_plots",
     "test_pure_python", "test_loadgen",
@@ -267,6 +268,7 @@ SLOW_MODULES = {
 # run swarm's table, whose twin test_swarm_table, _core and _sim cover on both builds.)
 ONE_BUILD_MODULES = {
     "test_potato_core", "test_potato_hostile", "test_potato_node", "test_potato_transport",
+    "test_potato_picture", "test_potato_page", "test_potato_browser", "test_potato_js",
     "test_layers_potato", "test_bully_core", "test_bully_javalike", "test_bully_node",
     "test_bully_wire",
     "test_layers_bully", "test_prototari_core", "test_prototari_rules", "test_prototari_node",

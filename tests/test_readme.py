@@ -56,6 +56,8 @@ EXCLUDED = {
     "three hosts, each running until Ctrl-C; tests/test_cluster_backbone.py runs three members "
     "on 127.0.0.x, kills the active and starts it again",
     "pelotari potato node --name A --listen 127.0.0.1:4001": TERMINALS.format("three", "test_potato_node.py"),
+    "pelotari potato node --name A --listen 127.0.0.1:4001 --http 8080":
+    TERMINALS.format("three", "test_potato_browser.py") + " with pages in headless chromium",
     "pelotari swarm keygen -o swarm.key": TERMINALS.format("three", "test_swarm_node.py")
     + " (keygen runs alone: ALONE)",
     "pelotari swarm simulate --nodes 10000 -o swarm.jsonl": MINUTES,

@@ -76,7 +76,8 @@ def analyse(frames: Dict[str, object], threshold: float) -> Dict[str, object]:
     if "potato" in frames:
         out.update(potato_broadcasts=trend.potato_broadcasts(frames["potato"]),
                    potato_elections=trend.potato_elections(frames["potato"]),
-                   potato_meshes=trend.potato_meshes(frames["potato"]))
+                   potato_meshes=trend.potato_meshes(frames["potato"]),
+                   potato_mixed=trend.potato_mixed(frames["potato"]))
     if "swarm" in frames:
         bench = trend.swarm_bench(frames["swarm"]).cache()
         out.update(swarm_joins=trend.swarm_joins(frames["swarm"]),
@@ -118,7 +119,7 @@ def _short(commit: str) -> str:
 
 def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]:
     if not any(data.get(t) for t in ("throughput", "bully_elections", "bully_sync",
-                                     "potato_broadcasts", "potato_elections", "potato_meshes",
+                                     "potato_broadcasts", "potato_elections", "potato_meshes", "potato_mixed",
                                      "swarm_joins", "swarm_recoveries", "swarm_bench",
                                      "failover_kills")):
         return []
@@ -1144,7 +1145,8 @@ def _potato_markdown(data: Dict[str, List[dict]]) -> List[str]:
     broadcasts = data.get("potato_broadcasts", [])
     elections = data.get("potato_elections", [])
     meshes = data.get("potato_meshes", [])
-    if not (broadcasts or elections or meshes):
+    mixed = data.get("potato_mixed", [])
+    if not (broadcasts or elections or meshes or mixed):
         return []
     lines = ["## potato", "",
              "Potato's latest figures per configuration (medians over its runs).", ""]
@@ -1216,6 +1218,34 @@ def _potato_markdown(data: Dict[str, List[dict]]) -> List[str]:
                          f"{r['setup_s']:.2f} s | {_ms(r['election_p50_ms'])} / "
                          f"{_ms(r['election_p99_ms'])} | {r['cpu_us_per_delivery']:.0f} µs | "
                          f"{r['runs']} | `{_short(r['commit'])}` |")
+        lines.append("")
+    if mixed:
+        rows = sorted(latest_per(mixed, "mesh", "transport", "python_clients", "pages", "edges"),
+                      key=lambda r: (r["python_clients"] + r["pages"], r["mesh"]))
+        lines += ["### Pages in a browser beside Python clients", "",
+                  "Pages in headless chromium, each linked to the Python client that served it "
+                  "and to that client's other pages; elections proposed by a page. set-up: "
+                  "from the first client's start until every client and page has all its "
+                  "peers; page to first peer: from the page's start (navigation) to its first "
+                  "link open; election: from `propose` until the page has its result "
+                  "(medians of each run's p50 and p99, smallest – largest in brackets); "
+                  "agreed: elections won whose frame every client and page took; node CPU: "
+                  "a page-serving node's CPU, idle, and what each page adds to it.", "",
+                  "| mesh | Python clients | pages | links | transport | set-up | page to "
+                  "first peer | election p50 / p99 | agreed | node CPU idle / per page | "
+                  "runs | commit |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(
+                f"| {r['mesh']} | {r['python_clients']} | {r['pages']} | {r['edges']} | "
+                f"{TRANSPORTS.get(r['transport'], r['transport'])} | {r['setup_s']:.2f} s | "
+                f"{r['page_first_peer_ms']:.0f} ms | {_ms(r['election_p50_ms'])} "
+                f"({_ms(r['election_p50_ms_min'])} – {_ms(r['election_p50_ms_max'])}) / "
+                f"{_ms(r['election_p99_ms'])} ({_ms(r['election_p99_ms_min'])} – "
+                f"{_ms(r['election_p99_ms_max'])}) | {r['frames_agreed']} of "
+                f"{r['elections_won']} won ({r['elections']} run) | "
+                f"{r['node_cpu_idle_pct']:.1f} % / {r['node_cpu_pct_per_page']:.1f} % | "
+                f"{r['runs']} | `{_short(r['commit'])}` |")
         lines.append("")
     return lines
 

@@ -232,7 +232,7 @@ def bully_sync(raw: DataFrame) -> DataFrame:
 
 # ---- potato: the simulator (pelotari/potato/simulate.py) and real meshes (bench.py) ------------
 
-POTATO_KINDS = ("potato-sim-broadcast", "potato-sim-election", "potato-mesh")
+POTATO_KINDS = ("potato-sim-broadcast", "potato-sim-election", "potato-mesh", "potato-mixed")
 
 POTATO_SCHEMA = StructType([
     StructField("kind", StringType()),
@@ -271,6 +271,15 @@ POTATO_SCHEMA = StructType([
     StructField("election_p99_ms", DoubleType()),
     StructField("broadcasts", LongType()),
     StructField("cpu_us_per_delivery", DoubleType()),
+    # potato-mixed: pages in headless chromium beside Python clients (bench.run_mixed)
+    StructField("python_clients", LongType()),
+    StructField("pages", LongType()),
+    StructField("page_first_peer_ms_p50", DoubleType()),  # page start to its first peer
+    StructField("page_first_peer_ms_max", DoubleType()),
+    StructField("elections_won", LongType()),
+    StructField("frames_agreed", LongType()),  # elections won whose frame every client took
+    StructField("node_cpu_idle_pct", DoubleType()),  # a page-serving node, no page yet
+    StructField("node_cpu_pct_per_page", DoubleType()),  # what each page added to it, idle
     StructField("env", BENCH_SCHEMA["env"].dataType),
 ])
 
@@ -335,6 +344,32 @@ def potato_meshes(raw: DataFrame) -> DataFrame:
                  F.median("election_p99_ms").alias("election_p99_ms"),
                  F.median("cpu_us_per_delivery").alias("cpu_us_per_delivery"),
                  F.sum("elections").alias("elections"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def potato_mixed(raw: DataFrame) -> DataFrame:
+    """potato-mixed records (pages in chromium and Python clients) → per (mesh, transport,
+    python_clients, pages, edges, commit): medians over the runs of set-up, page start to first
+    peer, each run's election p50 and p99 (with their smallest and largest), the node's idle
+    CPU and what each page adds to it; elections, won and agreed by every client, summed;
+    `runs`."""
+    return (raw.where(F.col("kind") == "potato-mixed")
+            .groupBy("mesh", "transport", "python_clients", "pages", "edges",
+                     F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("setup_s").alias("setup_s"),
+                 F.median("page_first_peer_ms_p50").alias("page_first_peer_ms"),
+                 F.median("election_p50_ms").alias("election_p50_ms"),
+                 F.min("election_p50_ms").alias("election_p50_ms_min"),
+                 F.max("election_p50_ms").alias("election_p50_ms_max"),
+                 F.median("election_p99_ms").alias("election_p99_ms"),
+                 F.min("election_p99_ms").alias("election_p99_ms_min"),
+                 F.max("election_p99_ms").alias("election_p99_ms_max"),
+                 F.median("node_cpu_idle_pct").alias("node_cpu_idle_pct"),
+                 F.median("node_cpu_pct_per_page").alias("node_cpu_pct_per_page"),
+                 F.sum("elections").alias("elections"),
+                 F.sum("elections_won").alias("elections_won"),
+                 F.sum("frames_agreed").alias("frames_agreed"),
                  F.count(F.lit(1)).alias("runs")))
 
 

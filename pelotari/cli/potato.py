@@ -6,8 +6,8 @@ import time
 import click
 
 from pelotari.cli import main
-from pelotari.cli.common import (FiniteRange, PelotariGroup, metrics_option, plural,
-                                 start_metrics)
+from pelotari.cli.common import (FiniteRange, MetricsAddressType, PelotariGroup, metrics_option,
+                                 plural, start_metrics)
 
 GROUP_HELP = """Potato mesh: relay and elections among clients that are not all peers.
 
@@ -114,9 +114,14 @@ does not stop the client; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP, then 
 @click.option("--transport", type=click.Choice(["webrtc", "tcp"]), default="webrtc",
               show_default=True, help="WebRTC data channels (aiortc; host candidates only, no "
                                       "STUN), or plain TCP with one JSON message per line.")
+@click.option("--http", "http", type=MetricsAddressType(), default=None, metavar="HOST:PORT",
+              help="Serve the potato page at http://HOST:PORT/: a canvas to draw on that joins "
+                   "the mesh as a client of its own, over WebRTC from the browser (HOST "
+                   "defaults to 127.0.0.1, loopback; PORT alone is enough; 0 picks a free port "
+                   "and prints it).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
 @metrics_option
-def node(name, listen, connect, transport, as_json, metrics):
+def node(name, listen, connect, transport, http, as_json, metrics):
     import asyncio
 
     from pelotari.cli.service import ensure_standard_fds
@@ -133,21 +138,21 @@ def node(name, listen, connect, transport, as_json, metrics):
                                      param_hint="--connect")
     ensure_standard_fds()
     # (Ctrl-C before the signal handlers are installed: KeyboardInterrupt, "interrupted", 130)
-    failure = asyncio.run(_run(name, listen, targets, transport, as_json, metrics))
+    failure = asyncio.run(_run(name, listen, targets, transport, as_json, metrics, http))
     if failure:
         raise click.ClickException(failure)
 
 
-async def _run(name, listen, targets, transport, as_json, metrics=None):
+async def _run(name, listen, targets, transport, as_json, metrics=None, http=None):
     """Run the client until a signal or `quit` (None; exit status 130 after Ctrl-C), or its
     one-line failure."""
     from pelotari.cli.service import Output
 
     with Output(as_json) as out:
-        return await _serve(name, listen, targets, transport, as_json, out, metrics)
+        return await _serve(name, listen, targets, transport, as_json, out, metrics, http)
 
 
-async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
+async def _serve(name, listen, targets, transport, as_json, out, metrics=None, http=None):
     from pelotari.cli.common import escape_text
     from pelotari.cli.service import (Stopper, exit_if_interrupted, read_commands,
                                       run_until_stopped)
@@ -196,7 +201,7 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
                  strokes=None if ev.picture is None else len(ev.picture))
 
     node = Node(name, listen[0], listen[1], transport=transport, on_event=on_event)
-    exporter = None
+    exporter = pages = None
     try:
         try:
             await node.start()
@@ -205,13 +210,25 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
         host, port = listen[0], node.transport.port  # the port taken, when asked for 0
         emit("listening", f"{name} listening on {host}:{port} ({transport})", name=name,
              host=host, port=port, transport=transport)
+        if http is not None:
+            from pelotari.potato.page import PageServer
+
+            try:
+                node.add_browsers(http[0])
+                pages = PageServer(node, http[0], http[1])
+                await pages.start()
+            except (OSError, ValueError) as exc:
+                return f"cannot serve the page on {http[0]}:{http[1]}: {exc}"
+            emit("http", f"open {pages.url} in a browser to draw with the mesh", url=pages.url,
+                 host=http[0], port=pages.port)
         import asyncio
 
         from pelotari.metrics import OnLoop
         from pelotari.potato.metrics import PotatoMetrics
 
         try:
-            exporter = start_metrics(metrics, OnLoop(PotatoMetrics(node), asyncio.get_running_loop()),
+            exporter = start_metrics(metrics, OnLoop(PotatoMetrics(node, pages),
+                                                     asyncio.get_running_loop()),
                                      lambda text, url: emit("metrics", text, url=url))
         except click.ClickException as exc:
             return exc.message
@@ -243,7 +260,7 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
                 emit("peers", "peers: " + (", ".join(node.peers()) or "none"),
                      peers=node.peers())
             elif cmd == "stats" and len(words) == 1:
-                stats = {**node.core.stats, **getattr(node.transport, "stats", {})}
+                stats = PotatoMetrics(node, pages)._stats()
                 emit("stats", " ".join(f"{k}={v}" for k, v in sorted(stats.items())),
                      stats=dict(stats))
             elif cmd == "help":
@@ -270,34 +287,68 @@ async def _serve(name, listen, targets, transport, as_json, out, metrics=None):
         stopper.close()
         if exporter is not None:
             exporter.stop()
+        if pages is not None:
+            await pages.close()
         await node.close()
 
 
 @potato.command("bench")
 @click.option("--port", type=click.IntRange(1, 65535), default=34440, show_default=True,
-              help="The port every client listens on (each on its own 127.0.0.k).")
+              help="The port every client listens on (each on its own 127.0.0.k); pages are "
+                   "served on the next one.")
+@click.option("--mixed", is_flag=True,
+              help="Pages in headless chromium beside Python clients instead: the A-G mesh "
+                   "with 3 pages, and 16 Python clients with 4 pages (needs Debian's chromium "
+                   "and Playwright, which `bash tools/run test` installs).")
+@click.option("--runs", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Run each mesh this many times (a figure is their median; trend shows it).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="results/potato.jsonl",
               show_default=True, help="JSON-lines file the records are appended to.")
-def bench_command(port, output):
+def bench_command(port, mixed, runs, output):
     """Measure real meshes: the seed's A-G example and 20 clients, over WebRTC and TCP.
 
     Clients run as processes on 127.0.0.1..20 (one port, --port). For each mesh and transport:
     the time until every client has all its peers, 20 elections (time from `propose` to the
     result, p50 and p99; every client must take each new frame), and 200 broadcasts (CPU time
-    of all clients per message delivered). Ctrl-C, SIGTERM or an error stops every client.
+    of all clients per message delivered). With --mixed: pages in headless chromium join
+    Python clients over TCP (set-up, page start to first peer, 20 elections proposed by a
+    page and taken by every client, the CPU each page costs the node serving it). Ctrl-C,
+    SIGTERM or an error stops every client, and the browser.
     """
     from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.results import environment, write
     from pelotari.potato import bench
 
     started = time.monotonic()
+
+    def progress(text):
+        click.echo(f"[{time.monotonic() - started:5.1f}s] {text}", err=True)
+
     try:
         with Children(interrupt=STOP_SIGNALS):
             env = environment()
-            records = [{**r, "env": env} for r in bench.run(port=port, progress=lambda s: (
-                click.echo(f"[{time.monotonic() - started:5.1f}s] {s}", err=True)))]
+            records = []
+            for k in range(runs):
+                if runs > 1:
+                    progress(f"run {k + 1} of {runs}")
+                found = bench.run_mixed_all(progress=progress, port=port) if mixed else \
+                    bench.run(port=port, progress=progress)
+                records += [{**r, "env": env} for r in found]
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
+    if mixed:
+        write(pathlib.Path(output), records)
+        click.echo("| mesh | transport | set-up | page to first peer | election p50 / p99 | "
+                   "agreed | node CPU per page |")
+        click.echo("|---|---|---|---|---|---|---|")
+        for r in records:
+            click.echo(f"| {r['mesh']} ({r['python_clients']} Python clients, {r['pages']} "
+                       f"pages, {r['edges']} links) | {r['transport']} | {r['setup_s']:.2f} s | "
+                       f"{r['page_first_peer_ms_p50']:.0f} ms | {r['election_p50_ms']:.1f} / "
+                       f"{r['election_p99_ms']:.1f} ms | {r['frames_agreed']} of "
+                       f"{r['elections_won']} | {r['node_cpu_pct_per_page']:.1f} % |")
+        click.echo(f"{plural(len(records), 'record')} appended to {output}", err=True)
+        return
     write(pathlib.Path(output), records)
     click.echo("| mesh | transport | set-up | election p50 / p99 | CPU per delivery |")
     click.echo("|---|---|---|---|---|")

@@ -1,17 +1,25 @@
 """What a running potato client shows at `--metrics` (pelotari.metrics): its relay, election
 and transport counters as Prometheus metrics, each peer link at /status."""
 PREFIX = "pelotari_potato_"
-DROP_PREFIXES = ("dropped_", "send_dropped_", "frame_refused_", "abstained_")
+DROP_PREFIXES = ("dropped_", "send_dropped_", "frame_refused_", "abstained_",
+                 "picture_refused_", "page_send_dropped_", "page_refused_", "signal_dropped_",
+                 "signal_refused_", "http_refused_")
 
 
 class PotatoMetrics:
     """A MetricsSource for a running potato Node (read on its loop: pelotari.metrics.OnLoop)."""
 
-    def __init__(self, node):
+    def __init__(self, node, pages=None):
         self.node = node
+        self.pages = pages  # the PageServer, with --http
 
     def _stats(self) -> dict:
-        return {**self.node.core.stats, **getattr(self.node.transport, "stats", {})}
+        stats = {**self.node.core.stats, **getattr(self.node.transport, "stats", {})}
+        if self.node.browsers is not None:  # the pages' links, and their server
+            stats.update({f"page_{k}": v for k, v in self.node.browsers.stats.items()})
+        if self.pages is not None:
+            stats.update(self.pages.stats)
+        return stats
 
     def collect(self):
         """Counters by name, drops by reason, the peers and the frame, now."""
@@ -27,9 +35,11 @@ class PotatoMetrics:
         import asyncio
 
         loop_now = asyncio.get_running_loop().time()  # the links' clock (status runs on it)
-        links = getattr(self.node.transport, "_peers", {})
+        links = list(getattr(self.node.transport, "_peers", {}).items())
+        if self.node.browsers is not None:
+            links += list(self.node.browsers._peers.items())
         entries = []
-        for name, link in list(links.items()):
+        for name, link in links:
             entry = {"peer": name, "open": bool(link.is_open), "outgoing": bool(link.outgoing),
                      "remote_host": link.remote_host, "bytes_received": link.rx_bytes,
                      "bytes_spent_replying": link.spent, "held": bool(link.held)}

@@ -45,6 +45,7 @@ class Node:
         cls = tr.TcpTransport if transport == "tcp" else tr.WebRtcTransport
         self.transport = cls(name, host, port, on_peer_up=self._up, on_peer_down=self._down,
                              on_message=self._message, **transport_args)
+        self.browsers = None  # a BrowserTransport once add_browsers() made one
         self._timer: CoreTimer | None = None  # made on the running loop, at the first use
         self._closed = False
         self._keepers: set[asyncio.Task] = set()  # keep_connected tasks
@@ -56,6 +57,24 @@ class Node:
         """Listen for peers."""
         await self.transport.start()
         self._process_events()
+
+    def add_browsers(self, host: str, **transport_args):
+        """A second transport for pages (pelotari.potato.page): WebRTC links signaled over
+        their WebSocket, with ICE on `host`. A name is one peer across both transports."""
+        from pelotari.potato.transport import BrowserTransport
+
+        self.browsers = BrowserTransport(self.name, host, on_peer_up=self._up,
+                                         on_peer_down=self._down, on_message=self._message,
+                                         **transport_args)
+        self.browsers.taken = lambda name: name in self.transport._peers
+        self.transport.taken = lambda name: name in self.browsers._peers
+        return self.browsers
+
+    def _carrier(self, peer: str):
+        """The transport that holds this peer."""
+        if self.browsers is not None and peer in self.browsers._peers:
+            return self.browsers
+        return self.transport
 
     async def connect(self, host: str, port: int) -> str:
         """Become peers with the client at host:port; its name."""
@@ -126,6 +145,8 @@ class Node:
         await asyncio.gather(*self._keepers, return_exceptions=True)
         if self._timer is not None:
             self._timer.cancel()
+        if self.browsers is not None:
+            await self.browsers.close()
         await self.transport.close()
 
     # ---- commands --------------------------------------------------------------------------
@@ -178,7 +199,7 @@ class Node:
         for peer, data in self.core.messages_to_send():
             # An election response answers that peer's request: the transport sends it only
             # within what the peer sent us (wire.encode puts `type` first).
-            if not self.transport.send(peer, data, reply=data.startswith(REPLIES)):
+            if not self._carrier(peer).send(peer, data, reply=data.startswith(REPLIES)):
                 self.core.stats["send_dropped"] += 1
         while (ev := self.core.next_event()) is not None:
             deliver(self.on_event, ev, log)  # (a handler's bug must not stop the timer)

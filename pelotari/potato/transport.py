@@ -199,6 +199,9 @@ class Transport:
         self._keepalive: asyncio.Task | None = None
         self._crossing: dict[str, asyncio.TimerHandle] = {}  # see _crossed()
         self._closed = False
+        # Whether another transport of the same node holds this name (a node with browsers
+        # has two): a name is one peer, whichever way it came.
+        self.taken: Callable[[str], bool] = lambda name: False
 
     async def start(self) -> None:
         """Listen on host:port for peers that connect to us (port 0: any; self.port is set)."""
@@ -268,6 +271,8 @@ class Transport:
         if self._closed:
             return "closing"
         old = self._peers.get(name)
+        if old is None and self.taken(name):
+            return "duplicate"
         if old is None:
             # Only connections peers opened count: the ones we open (--connect) are never
             # refused because strangers took the incoming places.
@@ -1133,7 +1138,6 @@ class WebRtcTransport(Transport):
         task = asyncio.current_task()
         peer = writer.get_extra_info("peername")
         source = peer[0] if peer else None
-        link = None
 
         def reply(obj):
             writer.write(json.dumps({"hello": self.name, **obj}).encode() + b"\n")
@@ -1170,36 +1174,8 @@ class WebRtcTransport(Transport):
                 return
             finally:
                 self._handshakes.discard(marker)
-            reason = self._decide(name, outgoing=False, host=source)
-            if reason not in ("", "swap"):
-                self.stats[f"refused_{reason}"] += 1
-                reply({"refused": reason})
-                return
-            try:
-                offer = self._screen(offer, source)
-            except PeerRefused as exc:
-                reply({"refused": exc.reason})
-                return
-            link = _RtcLink(self, False, self._new_pc())
-            link.remote_host = source
-            self._answering[task] = None  # the link counts for `source` from now on
-            self._claim(link, name, swap=reason == "swap")
-            link.timer = self._loop.call_later(self.handshake_timeout, link.open_timeout)
-            await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(offer, "offer"))
-            answer = await self._describe(link.pc, offer=False)
-            if link.retired:  # replaced or closed meanwhile
-                reply({"refused": "crossed" if self._peers.get(name) else "closing"})
-                return
-            reply({"answer": answer})
-        except Exception as exc:
-            if link is not None and link.retired and self._peers.get(link.name):
-                reply({"refused": "crossed"})  # replaced while we answered
-            else:
-                self.stats["signaling_errors"] += 1
-                log.info("%s: signaling with %s failed: %r", self.name, link and link.name, exc)
-                if link is not None:
-                    self._drop(link, "")
-                    reply({"refused": "error"})
+            self._answering[task] = None  # a link, if any, counts for `source` from now on
+            reply(await self._offered(name, offer, source))
         finally:
             self._answering.pop(task, None)
             writer.close()
@@ -1208,9 +1184,107 @@ class WebRtcTransport(Transport):
             except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
                 pass
 
+    async def _offered(self, name: str, offer: str, source: str | None) -> dict:
+        """An offer from `name` (signaled from `source`): {"answer": SDP}, or {"refused": why}."""
+        reason = self._decide(name, outgoing=False, host=source)
+        if reason not in ("", "swap"):
+            self.stats[f"refused_{reason}"] += 1
+            return {"refused": reason}
+        try:
+            offer = self._screen(offer, source)
+        except PeerRefused as exc:
+            return {"refused": exc.reason}
+        link = _RtcLink(self, False, self._new_pc())
+        link.remote_host = source
+        try:
+            self._claim(link, name, swap=reason == "swap")
+            link.timer = self._loop.call_later(self.handshake_timeout, link.open_timeout)
+            # (an offer without candidates makes aiortc gather here, at end-of-candidates:
+            # on our host only, as in _describe)
+            token = _CANDIDATE_HOSTS.set(self._ice_hosts)
+            try:
+                await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(offer,
+                                                                                     "offer"))
+            finally:
+                _CANDIDATE_HOSTS.reset(token)
+            answer = await self._describe(link.pc, offer=False)
+            if link.retired:  # replaced or closed meanwhile
+                return {"refused": "crossed" if self._peers.get(name) else "closing"}
+            return {"answer": answer}
+        except asyncio.CancelledError:
+            self._drop(link, "")
+            raise
+        except Exception as exc:
+            if link.retired and self._peers.get(link.name):
+                return {"refused": "crossed"}  # replaced while we answered
+            self.stats["signaling_errors"] += 1
+            log.info("%s: signaling with %s failed: %r", self.name, link.name, exc)
+            self._drop(link, "")
+            return {"refused": "error"}
+
     async def _close_links(self) -> None:
         # (the listening socket is the signaling one: answers under way are cancelled)
         for task in list(self._answering):
             task.cancel()
         while self._answering or self._tasks:
             await asyncio.gather(*self._answering, *self._tasks, return_exceptions=True)
+
+
+class BrowserTransport(WebRtcTransport):
+    """Potato over WebRTC data channels with pages: the same links as WebRtcTransport, signaled
+    over the page's WebSocket (pelotari.potato.page) instead of a TCP exchange.
+
+    A browser hides its addresses behind mDNS names (`<uuid>.local`), which are dropped with
+    every candidate not on the signaling address (we never resolve names on the LAN); an offer
+    left with none is still answered: the browser, the controlling side, sends its checks to
+    our candidate, and ICE learns its address from them (a peer-reflexive candidate), so our
+    checks only ever go to the address that sent checks with the offer's credentials. Pings
+    and `dead_after` are those of the other transports, but a hidden tab's timers run at most
+    once a second, so `dead_after` defaults to 3 s here."""
+
+    def __init__(self, name: str, host: str, *, dead_after: float = 3.0,
+                 ping_interval: float = 0.5, **kwargs):
+        super().__init__(name, host, 0, dead_after=dead_after, ping_interval=ping_interval,
+                         **kwargs)
+
+    async def start(self) -> None:
+        """Nothing to listen on: offers come from the page server."""
+        if self._closed:
+            raise RuntimeError("transport closed")
+
+    async def connect(self, host: str, port: int) -> str:
+        raise NotImplementedError("pages connect to us, over their WebSocket")
+
+    def _screen(self, sdp: str, host: str) -> str:
+        try:
+            sdp, kept, dropped = _screen_sdp(sdp, host, self.max_candidates)
+        except ValueError:
+            self.stats["refused_bad_sdp"] += 1
+            raise PeerRefused(f"{host}: the SDP is not one data channel section",
+                              "bad_sdp") from None
+        self.stats["ice_candidates_dropped"] += dropped
+        if not kept:
+            # No end of candidates then: aioice would fail at once with nothing to pair, and
+            # the page's checks, which bring its address, come after our answer.
+            sdp = "".join(line for line in sdp.splitlines(keepends=True)
+                          if line.rstrip("\r\n") != "a=end-of-candidates")
+        return sdp
+
+    def incoming_from(self, host: str | None) -> int:
+        """Links (opening or open) with pages at `host`."""
+        return self._incoming_from(host)
+
+    async def answer(self, name, offer, source: str) -> dict:
+        """A page's offer: {"answer": SDP} or {"refused": why} (counted)."""
+        if not isinstance(offer, str) or len(offer) > SIGNAL_MAX:
+            self.stats["refused_bad_hello"] += 1
+            return {"refused": "bad_hello"}
+        if self._closed or len(self._handshakes) >= self.max_peers:
+            self.stats["refused_busy"] += 1
+            return {"refused": "busy"}
+        marker = object()
+        self._handshakes.add(marker)
+        try:
+            return await self._offered(name, offer, source)
+        finally:
+            self._handshakes.discard(marker)

@@ -1,0 +1,288 @@
+"""The potato page: `pelotari potato node --http` serves a canvas that is a potato client of its
+own (pelotari/potato/web/: the protocol in core.js, the page in page.js), and the WebSocket
+`/signal` that carries its WebRTC signaling (docs/protocols/potato.md, "Browsers").
+
+On `/signal`, one JSON object per text message, at most `max_signal` bytes:
+
+    page -> node   {"hello": NAME, "offer": SDP}          first, within hello_timeout
+    node -> page   {"hello": NODE, "answer": SDP, "pages": [NAME, ...]}
+                   or {"hello": NODE, "refused": REASON}, then the socket closes
+    page -> node   {"to": PAGE, "offer" | "answer": SDP}  or {"to": PAGE, "refused": REASON}
+    node -> PAGE   {"from": NAME, "offer" | "answer" | "refused": ...}
+
+The first answer links the page to this node (BrowserTransport); `pages` are the other pages
+whose WebSocket is open here, and the new page offers a link to each through the node, which
+relays only between its own WebSockets and writes `from` itself (a page cannot speak for
+another). Bounds: `max_per_host` WebSockets per address and `max_pages` in all (429/503 before
+the upgrade); a token bucket per WebSocket on relayed messages and bytes; pages' HTTP requests
+a token bucket per address; a Host header that is not an address, `localhost` or the served
+name is refused (421: DNS rebinding), and so is a WebSocket whose Origin is another site (403:
+another site's page in the user's browser).
+"""
+import asyncio
+import ipaddress
+import json
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+
+from aiohttp import WSMsgType, web
+
+from pelotari.potato.transport import NAME_MAX, SIGNAL_MAX, _valid_name
+
+log = logging.getLogger("pelotari.potato.page")
+
+WEB = Path(__file__).parent / "web"
+FILES = {"/": ("index.html", "text/html"), "/core.js": ("core.js", "text/javascript"),
+         "/page.js": ("page.js", "text/javascript"), "/page.css": ("page.css", "text/css")}
+# What the page may load and talk to: its own files and its own server, nothing inline.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+RELAYED = ("offer", "answer", "refused")
+
+
+class _Bucket:
+    """A token bucket: `rate` a second, holding `burst`."""
+
+    def __init__(self, rate: float, burst: float, now: float):
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
+
+    def take(self, amount: float, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= amount:
+            self.tokens -= amount
+            return True
+        return False
+
+
+class PageServer:
+    """The page's files and its /signal WebSocket, for one Node with browsers (add_browsers)."""
+
+    def __init__(self, node, host: str, port: int, *, max_per_host: int = 4,
+                 max_pages: int = 64, hello_timeout: float = 2.0, max_signal: int = SIGNAL_MAX,
+                 signal_rate: float = 10.0, signal_burst: float = 20.0,
+                 signal_byte_rate: float = 32768.0, signal_byte_burst: float = 131072.0,
+                 http_rate: float = 4.0, http_burst: float = 32.0, max_hosts: int = 4096):
+        if node.browsers is None:
+            raise ValueError("the node has no browser transport (Node.add_browsers)")
+        if min(max_per_host, max_pages, max_signal, max_hosts) < 1 or hello_timeout <= 0:
+            raise ValueError("limits must be positive")
+        self.node, self.host, self.port = node, host, port
+        self.max_per_host, self.max_pages = max_per_host, max_pages
+        self.hello_timeout, self.max_signal = hello_timeout, max_signal
+        self.signal_rate, self.signal_burst = signal_rate, signal_burst
+        self.signal_byte_rate, self.signal_byte_burst = signal_byte_rate, signal_byte_burst
+        self.http_rate, self.http_burst, self.max_hosts = http_rate, http_burst, max_hosts
+        self.stats: Counter = Counter()
+        self.pages: dict[str, web.WebSocketResponse] = {}  # name -> its open WebSocket
+        self._sockets: dict[str, int] = {}  # address -> WebSockets open from it
+        self._http: dict[str, _Bucket] = {}  # address -> its requests' bucket
+        self._runner: web.AppRunner | None = None
+        self._files = {path: ((WEB / f).read_bytes(), kind) for path, (f, kind) in FILES.items()}
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    async def start(self) -> None:
+        """Listen (port 0: any; self.port is set)."""
+        app = web.Application(middlewares=[self._guard], client_max_size=4096)
+        for path in self._files:
+            app.router.add_get(path, self._file)
+        app.router.add_get("/signal", self._signal)
+        app.router.add_get("/favicon.ico", _no_content)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
+                                     handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=128,
+                           reuse_address=True)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Close every WebSocket and the listening socket."""
+        for ws in list(self.pages.values()):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ---- HTTP ----------------------------------------------------------------------------
+
+    def _host_ok(self, header: str | None) -> bool:
+        """A Host we answer to: an address literal, localhost or the name we serve on."""
+        if not header:
+            return False
+        name = header.rsplit(":", 1)[0] if not header.endswith("]") else header
+        name = name.strip("[]").lower()
+        if name in ("localhost", self.host.lower()):
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler):
+        source = request.remote or "?"
+        now = time.monotonic()
+        bucket = self._http.get(source)
+        if bucket is None:
+            if len(self._http) >= self.max_hosts:  # forget the fullest buckets' hosts first
+                for host in [h for h, b in self._http.items()
+                             if b.take(0, now) and b.tokens >= b.burst][:self.max_hosts // 2]:
+                    del self._http[host]
+            if len(self._http) >= self.max_hosts:
+                self.stats["http_refused_busy"] += 1
+                return web.Response(status=503)
+            bucket = self._http[source] = _Bucket(self.http_rate, self.http_burst, now)
+        if not bucket.take(1, now):
+            self.stats["http_refused_rate"] += 1
+            return web.Response(status=429)
+        if not self._host_ok(request.headers.get("Host")):
+            self.stats["http_refused_host"] += 1
+            return web.Response(status=421)
+        self.stats["http_requests"] += 1
+        return await handler(request)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        body, kind = self._files[request.path]
+        return web.Response(body=body, content_type=kind, charset="utf-8", headers={
+            "Cache-Control": "no-cache", "Content-Security-Policy": CSP,
+            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+
+    # ---- /signal -------------------------------------------------------------------------
+
+    def _origin_ok(self, request: web.Request) -> bool:
+        origin = request.headers.get("Origin")
+        if origin is None:  # not a browser (a browser always sends one on a WebSocket)
+            return True
+        host = request.headers.get("Host", "")
+        return origin.lower() in (f"http://{host}".lower(), f"https://{host}".lower())
+
+    async def _signal(self, request: web.Request) -> web.StreamResponse:
+        source = request.remote or "?"
+        if not self._origin_ok(request):
+            self.stats["signal_refused_origin"] += 1
+            return web.Response(status=403)
+        if self._sockets.get(source, 0) >= self.max_per_host:
+            self.stats["signal_refused_per_host"] += 1
+            return web.Response(status=429)
+        if sum(self._sockets.values()) >= self.max_pages:
+            self.stats["signal_refused_busy"] += 1
+            return web.Response(status=503)
+        ws = web.WebSocketResponse(max_msg_size=self.max_signal, autoping=True, heartbeat=None,
+                                   compress=False)
+        await ws.prepare(request)
+        self._sockets[source] = self._sockets.get(source, 0) + 1
+        self.stats["signal_opened"] += 1
+        name = None
+        try:
+            name = await self._hello(ws, source)
+            if name is not None:
+                await self._relay(ws, name)
+        except (ConnectionError, asyncio.TimeoutError) as exc:
+            log.debug("signaling from %s ended: %r", source, exc)
+        finally:
+            if name is not None and self.pages.get(name) is ws:
+                del self.pages[name]
+            self._sockets[source] -= 1
+            if not self._sockets[source]:
+                del self._sockets[source]
+            if not ws.closed:
+                await ws.close()
+        return ws
+
+    async def _read(self, ws: web.WebSocketResponse, timeout: float | None):
+        """The next message as a JSON object; None at the end; ValueError if it is not one."""
+        msg = await (ws.receive(timeout) if timeout is not None else ws.receive())
+        if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+            return None
+        if msg.type == WSMsgType.ERROR:  # (over max_signal, among others)
+            self.stats["signal_closed_error"] += 1
+            return None
+        if msg.type != WSMsgType.TEXT:
+            raise ValueError("not text")
+        try:
+            obj = json.loads(msg.data)
+        except (ValueError, RecursionError):
+            raise ValueError("not JSON") from None
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        return obj
+
+    async def _hello(self, ws: web.WebSocketResponse, source: str) -> str | None:
+        """The page's hello and offer, answered: its name, or None (refused, counted)."""
+        me = self.node.name
+        try:
+            hello = await self._read(ws, self.hello_timeout)
+        except asyncio.TimeoutError:
+            self.stats["signal_hello_timeout"] += 1
+            return None
+        except ValueError:
+            hello = {}
+        if hello is None:
+            return None
+        name = hello.get("hello")
+        if not _valid_name(name) or not isinstance(hello.get("offer"), str):
+            self.stats["signal_refused_bad_hello"] += 1
+            await ws.send_json({"hello": me, "refused": "bad_hello"})
+            return None
+        if name in self.pages:
+            self.stats["signal_refused_duplicate"] += 1
+            await ws.send_json({"hello": me, "refused": "duplicate"})
+            return None
+        reply = await self.node.browsers.answer(name, hello["offer"], source)
+        if "refused" in reply:
+            self.stats["signal_refused"] += 1
+            await ws.send_json({"hello": me, **reply})
+            return None
+        others = sorted(self.pages)
+        self.pages[name] = ws
+        self.stats["signal_pages"] += 1
+        await ws.send_json({"hello": me, **reply, "pages": others})
+        return name
+
+    async def _relay(self, ws: web.WebSocketResponse, name: str) -> None:
+        """Pass the page's signaling to the pages it names, until it closes."""
+        now = time.monotonic()
+        messages = _Bucket(self.signal_rate, self.signal_burst, now)
+        size = _Bucket(self.signal_byte_rate, self.signal_byte_burst, now)
+        while True:
+            try:
+                obj = await self._read(ws, None)
+            except ValueError:
+                self.stats["signal_dropped_malformed"] += 1
+                continue
+            if obj is None:
+                return
+            now = time.monotonic()
+            kinds = [k for k in RELAYED if k in obj]
+            to = obj.get("to")
+            if set(obj) != {"to", *kinds} or len(kinds) != 1 or not isinstance(to, str) or \
+                    not isinstance(obj[kinds[0]], str) or \
+                    (kinds[0] == "refused" and len(obj["refused"]) > NAME_MAX):
+                self.stats["signal_dropped_malformed"] += 1
+                continue
+            target = self.pages.get(to)
+            if target is None or to == name:
+                self.stats["signal_dropped_unknown_page"] += 1
+                continue
+            out = json.dumps({"from": name, kinds[0]: obj[kinds[0]]})
+            if not messages.take(1, now) or not size.take(len(out), now):
+                self.stats["signal_dropped_rate"] += 1
+                continue
+            try:
+                # (a page that does not read: this page's relaying waits, nobody else's)
+                await asyncio.wait_for(target.send_str(out), 1.0)
+                self.stats["signal_relayed"] += 1
+            except (ConnectionError, RuntimeError, asyncio.TimeoutError):
+                self.stats["signal_dropped_send"] += 1
+
+
+async def _no_content(request: web.Request) -> web.Response:
+    return web.Response(status=204)

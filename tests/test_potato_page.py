@@ -1,0 +1,321 @@
+"""The potato page's server against strangers, on real sockets: its files, the Host and Origin
+checks, the per-address and total limits, hellos that never come, garbage, oversize messages,
+relayed signaling floods; and a real WebRTC offer (aiortc standing in for a page) answered."""
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+
+from pelotari.potato.node import Node
+from pelotari.potato.page import CSP, PageServer
+from pelotari.potato.transport import _aiortc, _CANDIDATE_HOSTS
+
+
+async def served(**limits):
+    node = Node("A", "127.0.0.1", 0, transport="tcp")
+    await node.start()
+    node.add_browsers("127.0.0.1")
+    pages = PageServer(node, "127.0.0.1", 0, **limits)
+    await pages.start()
+    return node, pages
+
+
+async def stop(node, pages):
+    await pages.close()
+    await node.close()
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+async def get(pages, path, headers=None, local="127.0.0.1"):
+    conn = aiohttp.TCPConnector(local_addr=(local, 0), force_close=True)
+    async with aiohttp.ClientSession(connector=conn) as s:
+        async with s.get(f"http://127.0.0.1:{pages.port}{path}", headers=headers or {},
+                         allow_redirects=False) as r:
+            return r.status, dict(r.headers), await r.read()
+
+
+async def offer_sdp():
+    """A real data-channel offer from aiortc (what a page sends), on 127.0.0.1; and its pc."""
+    rtc = _aiortc()
+    pc = rtc.RTCPeerConnection(rtc.RTCConfiguration(iceServers=[]))
+    pc.channel = pc.createDataChannel("potato", ordered=True)
+    token = _CANDIDATE_HOSTS.set(["127.0.0.1"])
+    try:
+        await pc.setLocalDescription(await pc.createOffer())
+    finally:
+        _CANDIDATE_HOSTS.reset(token)
+    return pc.localDescription.sdp, pc
+
+
+class Page:
+    """A WebSocket to /signal, as a page opens it."""
+
+    def __init__(self, session, ws):
+        self.session, self.ws = session, ws
+
+    @classmethod
+    async def open(cls, pages, local="127.0.0.1", origin=True):
+        conn = aiohttp.TCPConnector(local_addr=(local, 0), force_close=True)
+        session = aiohttp.ClientSession(connector=conn)
+        headers = {"Origin": f"http://127.0.0.1:{pages.port}"} if origin else {}
+        try:
+            ws = await session.ws_connect(f"http://127.0.0.1:{pages.port}/signal",
+                                          headers=headers, autoping=True)
+        except BaseException:
+            await session.close()
+            raise
+        return cls(session, ws)
+
+    async def hello(self, name):
+        sdp, self.pc = await offer_sdp()
+        await self.ws.send_json({"hello": name, "offer": sdp})
+        return await self.ws.receive_json(timeout=10)
+
+    async def close(self):
+        await self.ws.close()
+        await self.session.close()
+        if getattr(self, "pc", None) is not None:
+            await self.pc.close()
+
+
+def test_the_page_is_served_with_a_strict_policy_and_nothing_else_is():
+    async def main():
+        node, pages = await served()
+        try:
+            status, headers, body = await get(pages, "/")
+            assert status == 200 and b"<canvas" in body
+            assert headers["Content-Security-Policy"] == CSP
+            assert "script-src 'self'" in CSP and "unsafe-inline" not in CSP
+            for path in ("/core.js", "/page.js"):
+                status, headers, _ = await get(pages, path)
+                assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+            for path in ("/setup.py", "/../page.py", "/web/core.js", "/%2e%2e/page.py"):
+                assert (await get(pages, path))[0] == 404
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_a_host_header_naming_another_site_is_refused():
+    # DNS rebinding: another site's name resolving to 127.0.0.1 would make the page (and its
+    # WebSocket) same-origin with that site.
+    async def main():
+        node, pages = await served()
+        try:
+            assert (await get(pages, "/", {"Host": f"evil.example:{pages.port}"}))[0] == 421
+            assert (await get(pages, "/", {"Host": f"localhost:{pages.port}"}))[0] == 200
+            assert pages.stats["http_refused_host"] == 1
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_a_websocket_from_another_sites_page_is_refused():
+    async def main():
+        node, pages = await served()
+        try:
+            conn = aiohttp.TCPConnector(force_close=True)
+            async with aiohttp.ClientSession(connector=conn) as s:
+                with pytest.raises(aiohttp.WSServerHandshakeError) as e:
+                    await s.ws_connect(f"http://127.0.0.1:{pages.port}/signal",
+                                       headers={"Origin": "http://evil.example"})
+            assert e.value.status == 403 and pages.stats["signal_refused_origin"] == 1
+            ok = await Page.open(pages)  # the page's own origin
+            await ok.close()
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_websockets_per_address_at_the_limit_and_one_past_it():
+    async def main():
+        node, pages = await served(max_per_host=4, hello_timeout=30)
+        held = []
+        try:
+            for _ in range(4):
+                held.append(await Page.open(pages))
+            with pytest.raises(aiohttp.WSServerHandshakeError) as e:
+                await Page.open(pages)
+            assert e.value.status == 429 and pages.stats["signal_refused_per_host"] == 1
+            other = await Page.open(pages, local="127.0.0.2")  # another address still gets in
+            held.append(other)
+            answer = await other.hello("P2")
+            assert "answer" in answer and answer["pages"] == []
+        finally:
+            for p in held:
+                await p.close()
+            await stop(node, pages)
+    run(main())
+
+
+def test_a_page_that_never_says_hello_is_closed_and_frees_its_place():
+    async def main():
+        node, pages = await served(max_per_host=1, hello_timeout=0.5)
+        try:
+            silent = await Page.open(pages)
+            msg = await silent.ws.receive(timeout=20)  # closed by the node, by event
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert pages.stats["signal_hello_timeout"] == 1
+            await silent.close()
+            for _ in range(200):  # (the handler's finally runs just after the close frame)
+                if not pages._sockets:
+                    break
+                await asyncio.sleep(0.01)
+            page = await Page.open(pages)  # its place is free again
+            assert "answer" in await page.hello("P1")
+            await page.close()
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+@pytest.mark.parametrize("hello", [
+    "not json", "[1, 2]", '{"hello": "P1"}', '{"hello": "", "offer": "x"}',
+    '{"hello": ["P1"], "offer": "x"}', '{"hello": "P1", "offer": 5}',
+    '{"hello": "\\ud800", "offer": "x"}', '{"hello": "P1", "offer": "not an SDP"}',
+    '{"hello": "A", "offer": "x"}',
+])
+def test_a_bad_hello_is_refused_in_one_message_and_the_socket_closed(hello):
+    async def main():
+        node, pages = await served()
+        try:
+            page = await Page.open(pages)
+            await page.ws.send_str(hello)
+            reply = await page.ws.receive_json(timeout=10)
+            assert reply["hello"] == "A" and isinstance(reply["refused"], str)
+            assert (await page.ws.receive(timeout=10)).type in (aiohttp.WSMsgType.CLOSE,
+                                                                aiohttp.WSMsgType.CLOSED)
+            await page.close()
+            assert not node.browsers.peers() and not pages.pages
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_an_oversize_or_binary_message_closes_that_socket_only():
+    async def main():
+        node, pages = await served(max_signal=4096)
+        try:
+            good = await Page.open(pages)
+            assert "answer" in await good.hello("P1")
+            big = await Page.open(pages)
+            await big.ws.send_str("x" * 5000)
+            assert (await big.ws.receive(timeout=10)).type in (aiohttp.WSMsgType.CLOSE,
+                                                               aiohttp.WSMsgType.CLOSED)
+            binary = await Page.open(pages)
+            await binary.ws.send_bytes(b'{"hello": "P3"}')
+            assert "refused" in await binary.ws.receive_json(timeout=10)
+            assert "P1" in pages.pages
+            for p in (good, big, binary):
+                await p.close()
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_relayed_signaling_names_its_sender_and_a_flood_of_it_is_bounded():
+    async def main():
+        node, pages = await served(signal_rate=10, signal_burst=20)
+        try:
+            p1, p2 = await Page.open(pages), await Page.open(pages, local="127.0.0.2")
+            assert (await p1.hello("P1"))["pages"] == []
+            assert (await p2.hello("P2"))["pages"] == ["P1"]
+            # P2 pretends to be someone else: `from` is the node's word, not the page's.
+            await p2.ws.send_json({"to": "P1", "offer": "v=0", "from": "Z"})  # malformed
+            await p2.ws.send_json({"to": "P1", "offer": "v=0"})
+            got = await p1.ws.receive_json(timeout=10)
+            assert got == {"from": "P2", "offer": "v=0"}
+            await p2.ws.send_json({"to": "nobody", "answer": "v=0"})
+            await p2.ws.send_json({"to": "P2", "answer": "v=0"})  # to itself
+            start = time.monotonic()
+            for k in range(2000):
+                await p2.ws.send_json({"to": "P1", "offer": f"flood {k}"})
+            await p2.ws.send_json({"to": "P1", "refused": "x" * 101})  # too long a reason
+            # The node keeps serving: a new page gets its answer while the flood is read.
+            p3 = await Page.open(pages, local="127.0.0.3")
+            assert (await p3.hello("P3"))["pages"] == ["P1", "P2"]
+            for _ in range(500):
+                if pages.stats["signal_dropped_rate"] + pages.stats["signal_relayed"] >= 2001:
+                    break
+                await asyncio.sleep(0.02)
+            elapsed = time.monotonic() - start
+            relayed = pages.stats["signal_relayed"]
+            assert relayed <= 1 + 20 + 10 * elapsed + 1, (relayed, elapsed)
+            assert pages.stats["signal_dropped_rate"] >= 2000 - relayed
+            assert pages.stats["signal_dropped_malformed"] == 2
+            assert pages.stats["signal_dropped_unknown_page"] == 2
+            for p in (p1, p2, p3):
+                await p.close()
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_requests_from_one_address_past_its_bucket_get_429_and_others_are_served():
+    async def main():
+        node, pages = await served(http_rate=1, http_burst=5)
+        try:
+            codes = [(await get(pages, "/"))[0] for _ in range(8)]
+            assert codes[:5] == [200] * 5 and 429 in codes[5:]
+            assert (await get(pages, "/", local="127.0.0.2"))[0] == 200
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_a_page_name_taken_by_a_tcp_peer_is_refused():
+    # A name is one peer, whichever transport brought it.
+    async def main():
+        node, pages = await served()
+        other = Node("P1", "127.0.0.2", 0, transport="tcp")
+        await other.start()
+        try:
+            assert await other.connect("127.0.0.1", node.transport.port) == "A"
+            page = await Page.open(pages)
+            reply = await page.hello("P1")
+            assert reply["refused"] == "duplicate"
+            await page.close()
+        finally:
+            await other.close()
+            await stop(node, pages)
+    run(main())
+
+
+@pytest.mark.parametrize("signaled_from", ["127.0.0.1", "127.0.0.2"])
+def test_the_node_answers_a_page_offer_and_the_data_channel_carries_potato(signaled_from):
+    # From 127.0.0.2 the offer's candidates (on 127.0.0.1) are all dropped, as a browser's
+    # mDNS names are: ICE learns the page's address from its checks.
+    async def main():
+        node, pages = await served()
+        try:
+            page = await Page.open(pages, local=signaled_from)
+            reply = await page.hello("P1")
+            pc, channel = page.pc, page.pc.channel
+            opened = asyncio.get_running_loop().create_future()
+            got = asyncio.Queue()
+            channel.on("open", lambda: opened.done() or opened.set_result(True))
+            channel.on("message", got.put_nowait)
+            rtc = _aiortc()
+            await pc.setRemoteDescription(rtc.RTCSessionDescription(reply["answer"], "answer"))
+            await asyncio.wait_for(opened, 15)
+            for _ in range(500):
+                if "P1" in node.peers():
+                    break
+                await asyncio.sleep(0.01)
+            assert node.peers() == ["P1"]
+            node.broadcast("hello page")
+            while True:
+                m = await asyncio.wait_for(got.get(), 10)
+                if m != '{"ping": 1}':
+                    break
+            msg = json.loads(m)
+            assert (msg["type"], msg["from"], msg["body"]) == ("broadcast", "A", "hello page")
+            await page.close()
+        finally:
+            await stop(node, pages)
+    run(main())
