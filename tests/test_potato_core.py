@@ -84,6 +84,25 @@ def test_example_responses_carry_the_counts_of_the_table():
         assert (r["from"], r["to"], "ABSTAIN", 0, 0) in seen
 
 
+def test_example_deliveries_and_stats_are_the_vectors():
+    # The JS core's simulator (tests/js/sim.mjs) must reproduce these to the message: the same
+    # order for what is due at the same time, and the same counters by the same names.
+    sim = mesh(EXAMPLE, frames=FRAMES, delays=ORDER)
+    trace = []
+    original = sim._deliver
+
+    def spy(src, node, data):
+        b = json.loads(data).get("body")
+        trace.append([sim.now, src[0], node.address[0], json.loads(data)["type"],
+                      b.get("vote") if isinstance(b, dict) else None])
+        original(src, node, data)
+    sim._deliver = spy
+    do(sim, "A", lambda c, now: c.propose(now))
+    sim.run(0.5)
+    assert trace == WORKED["deliveries"]
+    assert {n: dict(core(sim, n).stats) for n in "ABCDEFG"} == WORKED["stats"]
+
+
 def test_broadcast_reaches_everybody_once_and_loops_die():
     sim = mesh(EXAMPLE)
     ident = do(sim, "A", lambda c, now: c.broadcast({"hello": 1}, now))
