@@ -497,6 +497,15 @@ def mesh_run(mesh, transport, setup, p50, p99, cpu, nodes=7, edges=9, commit="aa
             "cpu_us_per_delivery": cpu, "env": bully_env(commit)}
 
 
+def mixed_run(p50, p99, first_peer, agreed, cpu_page, setup=5.0, commit="aaa"):
+    return {"kind": "potato-mixed", "where": "processes", "mesh": "A-G, 3 pages",
+            "transport": "tcp", "python_clients": 4, "pages": 3, "edges": 8, "setup_s": setup,
+            "page_first_peer_ms_p50": first_peer, "page_first_peer_ms_max": first_peer * 2,
+            "elections": 20, "election_p50_ms": p50, "election_p99_ms": p99,
+            "elections_won": 20, "frames_agreed": agreed, "node_cpu_idle_pct": 0.2,
+            "node_cpu_pct_per_page": cpu_page, "env": bully_env(commit)}
+
+
 POTATO_RECORDS = [
     # 10 clients, degree 4 (20 edges); no loss, three seeds
     sim_broadcast(0.0, False, 0, 1.0, 2.0, 3, 4.0, 6.0),
@@ -520,6 +529,10 @@ POTATO_RECORDS = [
     mesh_run("A-G", "webrtc", 4.0, 10.0, 15.0, 600.0),
     mesh_run("A-G", "tcp", 1.0, 3.0, 5.0, 200.0),
     mesh_run("20 clients", "tcp", 3.0, 10.0, 16.0, 170.0, nodes=20, edges=40),
+    # pages beside Python clients: three runs of A-G with 3 pages
+    mixed_run(15.0, 40.0, 400.0, 20, 0.3, setup=6.0),
+    mixed_run(12.0, 60.0, 350.0, 19, 0.5, setup=4.0),
+    mixed_run(20.0, 45.0, 500.0, 20, 0.1, setup=5.0),
 ]
 
 
@@ -578,9 +591,24 @@ def test_potato_meshes_medians_per_mesh_and_transport(potato_raw):
     assert (rows[0]["setup_s"], rows[0]["election_p99_ms"]) == (1.0, 5.0)
 
 
+def test_potato_mixed_medians_with_their_spread_and_agreed_frames_summed(potato_raw):
+    (row,) = collect(trend.potato_mixed(potato_raw), "mesh")
+    assert (row["mesh"], row["python_clients"], row["pages"], row["edges"], row["runs"]) == (
+        "A-G, 3 pages", 4, 3, 8, 3)
+    assert (row["election_p50_ms"], row["election_p50_ms_min"], row["election_p50_ms_max"]) == (
+        15.0, 12.0, 20.0)
+    assert (row["election_p99_ms"], row["election_p99_ms_min"], row["election_p99_ms_max"]) == (
+        45.0, 40.0, 60.0)
+    assert (row["setup_s"], row["page_first_peer_ms"], row["node_cpu_pct_per_page"]) == (
+        5.0, 400.0, 0.3)
+    assert (row["elections"], row["elections_won"], row["frames_agreed"]) == (60, 60, 59)
+    assert trend.potato_meshes(potato_raw).where("mesh = 'A-G, 3 pages'").count() == 0
+
+
 def test_potato_functions_ignore_other_kinds(spark, raw, bully_raw):
     others = spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=trend.POTATO_SCHEMA)
-    for f in (trend.potato_broadcasts, trend.potato_elections, trend.potato_meshes):
+    for f in (trend.potato_broadcasts, trend.potato_elections, trend.potato_meshes,
+              trend.potato_mixed):
         assert f(others).count() == 0
     meshes_only = spark.createDataFrame([r for r in POTATO_RECORDS if r["kind"] == "potato-mesh"],
                                         schema=trend.POTATO_SCHEMA)
@@ -612,7 +640,8 @@ def write_potato_results(folder):
     folder.mkdir(parents=True, exist_ok=True)
     env = environment()
     recs = [{**r, "env": env} for r in simulate.run(30, 4, 1)]
-    recs += [{**r, "env": env} for r in POTATO_RECORDS if r["kind"] == "potato-mesh"]
+    recs += [{**r, "env": env} for r in POTATO_RECORDS
+             if r["kind"] in ("potato-mesh", "potato-mixed")]
     with open(folder / "potato.jsonl", "w") as f:
         for rec in recs:
             f.write(json.dumps(rec) + "\n")
@@ -624,13 +653,15 @@ def test_report_on_potato_records_only(spark, tmp_path):
     frames = report.load(spark, report.find(tmp_path / "results"))
     assert set(frames) == {"potato"}  # no empty fyrehose or bully tables
     tables = report.analyse(frames, 0.1)
-    assert set(tables) == {"potato_broadcasts", "potato_elections", "potato_meshes"}
+    assert set(tables) == {"potato_broadcasts", "potato_elections", "potato_meshes",
+                           "potato_mixed"}
     out = tmp_path / "trend"
     written = report.write(tables, out, 0.1)
     assert {p.name for p in written} == {"potato_broadcasts", "potato_elections",
-                                         "potato_meshes", "potato.png", "potato-mesh.png",
-                                         "summary.md"}
-    for name, count in (("potato_broadcasts", 3), ("potato_elections", 3), ("potato_meshes", 3)):
+                                         "potato_meshes", "potato_mixed", "potato.png",
+                                         "potato-mesh.png", "summary.md"}
+    for name, count in (("potato_broadcasts", 3), ("potato_elections", 3), ("potato_meshes", 3),
+                        ("potato_mixed", 1)):
         assert spark.read.parquet(str(out / "parquet" / name)).count() == count
     for png in ("potato.png", "potato-mesh.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
@@ -645,6 +676,8 @@ def test_report_on_potato_records_only(spark, tmp_path):
             f"{e['messages_per_edge']:.2f} ✓ | {once}") in summary
     assert "| the seed's A–G example | 7 | 9 | WebRTC | 3.00 s | 8.00 ms / 12.0 ms | 550 µs | 2 |" in summary
     assert "| a random mesh | 20 | 40 | TCP | 3.00 s | 10.0 ms / 16.0 ms | 170 µs | 1 |" in summary
+    assert ("| A-G, 3 pages | 4 | 3 | 8 | TCP | 5.00 s | 400 ms | 15.0 ms (12.0 ms – 20.0 ms) / "
+            "45.0 ms (40.0 ms – 60.0 ms) | 59 of 60 won (60 run) | 0.2 % / 0.3 % | 3 |") in summary
     assert "![potato.png](potato.png)" in summary and "![potato-mesh.png](potato-mesh.png)" in summary
 
 

@@ -119,7 +119,7 @@ def _short(commit: str) -> str:
 
 def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]:
     if not any(data.get(t) for t in ("throughput", "bully_elections", "bully_sync",
-                                     "potato_broadcasts", "potato_elections", "potato_meshes", "potato_mixed",
+                                     "potato_broadcasts", "potato_elections", "potato_meshes",
                                      "swarm_joins", "swarm_recoveries", "swarm_bench",
                                      "failover_kills")):
         return []
