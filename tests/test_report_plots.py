@@ -9,7 +9,7 @@ matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pelotari.analysis import report  # noqa: E402
+from pelotari.analysis import report, report_bully, report_fyrehose, report_swarm  # noqa: E402
 
 T0 = datetime.datetime(2026, 11, 20, 12)
 SYSTEMS = ("pelotari", "pelotari-packed", "reference", "redis", "brand-new")
@@ -44,7 +44,7 @@ def figures(tmp_path, monkeypatch):
     kept = []
     close = plt.close
     monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
-    paths = report._bench_plots(rows(), tmp_path, plt)
+    paths = report_fyrehose._bench_plots(rows(), tmp_path, plt)
     monkeypatch.undo()
     yield {p.name: fig for p, fig in zip(paths, kept)}
     for fig in kept:
@@ -67,7 +67,7 @@ def test_a_system_has_one_colour_and_marker_in_every_panel(figures):
             key = (line.get_color(), line.get_marker())
             seen.setdefault(key, 0)
             seen[key] += 1
-    styles = {report.system_style(s)[1:] for s in SYSTEMS}
+    styles = {report_fyrehose.system_style(s)[1:] for s in SYSTEMS}
     assert set(seen) == styles  # nothing drawn in a colour or marker of another system
     assert len(styles) == len(SYSTEMS)  # and no two systems share one
 
@@ -76,8 +76,8 @@ def test_the_legend_lists_every_system_and_the_client_bound_mark(figures):
     fig = figures["throughput.png"]
     assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert labels[:len(SYSTEMS)] == [report.system_style(s)[0] for s in
-                                    report._system_order(SYSTEMS)]
+    assert labels[:len(SYSTEMS)] == [report_fyrehose.system_style(s)[0] for s in
+                                    report_fyrehose._system_order(SYSTEMS)]
     assert any("client-bound" in label for label in labels)
     assert "pelotari, packed clients (extension)" in labels  # packed named as a client mode
 
@@ -90,7 +90,7 @@ def test_client_bound_points_are_hollow(figures):
             if line.get_marker() not in ("None", None, ""):
                 faces.setdefault(line.get_color(), set()).add(line.get_markerfacecolor())
     for k, system in enumerate(SYSTEMS):
-        colour = report.system_style(system)[1]
+        colour = report_fyrehose.system_style(system)[1]
         assert faces[colour] == ({"white"} if k % 2 == 0 else {colour}), system
 
 
@@ -177,14 +177,14 @@ def test_latency_has_p50_and_p99_points_for_every_system(figures):
 def test_latency_markers_never_overlap_with_every_system_in_every_scenario(tmp_path, monkeypatch):
     """The committed records' shape: ten systems in ten scenarios. Each system's markers stay
     in its slot: neighbours never overlap (the old p50 ticks ran into one black bar)."""
-    systems = list(report.SYSTEM_STYLE)
+    systems = list(report_fyrehose.SYSTEM_STYLE)
     scenarios = [f"S={s} N={n} P=1" for s in (16, 256, 1024) for n in (1, 4, 16)]
     scenarios.append("S=16 N=1000 P=1")
     latency = [dict(scenario=sc, system=system, commit="c", time=T0, p50_us=100.0, p90_us=150.0,
                     p99_us=1000.0) for sc in scenarios for system in systems]
     kept = []
     monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
-    report._latency_plot(latency, scenarios, tmp_path / "latency.png", plt)
+    report_fyrehose._latency_plot(latency, scenarios, tmp_path / "latency.png", plt)
     monkeypatch.undo()
     fig = kept[0]
     try:
@@ -218,8 +218,8 @@ def test_the_headline_shows_every_system_in_one_scenario(figures):
 
 
 def test_an_unknown_system_gets_a_stable_style():
-    assert report.system_style("brand-new") == report.system_style("brand-new")
-    assert report.system_style("brand-new")[0] == "brand-new"
+    assert report_fyrehose.system_style("brand-new") == report_fyrehose.system_style("brand-new")
+    assert report_fyrehose.system_style("brand-new")[0] == "brand-new"
 
 
 # ---- bully.png and swarm.png --------------------------------------------------------------------
@@ -270,7 +270,7 @@ def test_every_bully_legend_entry_is_a_line_you_can_see(tmp_path, monkeypatch, s
     line for three legend entries. Now they are one line that says so."""
     rows = [election(where, how, n, 0.001 * (k + 1) * n, (n - 2) + (0 if same_messages else k))
             for k, (where, how) in enumerate(SERIES) for n in (5, 10, 25)]
-    fig = keep_figure(lambda plt: report._bully_plot(rows, tmp_path / "bully.png", plt),
+    fig = keep_figure(lambda plt: report_bully._bully_plot(rows, tmp_path / "bully.png", plt),
                       monkeypatch)
     try:
         left, right = fig.axes
@@ -295,7 +295,7 @@ def test_bully_series_are_each_ones_newest_commit_in_a_fixed_order():
             election("simulator", "kill", 5, 0.001, 3),
             dict(election("simulator", "kill", 5, 0.002, 3, commit="c0"),
                  time=T0 - datetime.timedelta(days=1))]
-    series = report.bully_election_series(rows)
+    series = report_bully.bully_election_series(rows)
     assert list(series) == [("simulator", "kill"), ("processes", "SIGKILL")]
     assert [(r["nodes"], r["commit"]) for r in series[("simulator", "kill")]] == [
         (5, "c1"), (10, "c1")]
@@ -313,7 +313,7 @@ def swarm_phase(phase, nodes, loss=0.0, get=10000.0, conns=5000.0):
 
 def swarm_figure(tmp_path, monkeypatch, joins, crashes):
     data = {"swarm_joins": joins, "swarm_recoveries": crashes}
-    return keep_figure(lambda plt: report._swarm_plot(data, tmp_path / "swarm.png", plt),
+    return keep_figure(lambda plt: report_swarm._swarm_plot(data, tmp_path / "swarm.png", plt),
                        monkeypatch)
 
 
@@ -356,7 +356,7 @@ def test_swarm_series_of_one_point_say_whether_join_or_recovery(tmp_path, monkey
         plt.close(fig)
 
 
-# ---- every picture report.py draws --------------------------------------------------------------
+# ---- every picture report._plots draws -------------------------------------------------------
 
 EVERY_PLOT = ("throughput.png", "ratios.png", "latency.png", "headline.png", "bully.png",
               "bully-sync.png", "potato.png", "potato-mesh.png", "swarm.png")
@@ -432,7 +432,7 @@ def every_figure(tmp_path_factory):
 
 
 def test_every_plot_is_drawn(every_figure):
-    """A picture report.py draws but EVERY_PLOT leaves out would escape the checks below."""
+    """A picture report._plots draws but EVERY_PLOT leaves out would escape the checks below."""
     assert sorted(every_figure) == sorted(EVERY_PLOT)
 
 

@@ -11,7 +11,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the analysis extra is part of the test set-up")
 
-from pelotari.analysis import report, trend  # noqa: E402
+from pelotari.analysis import (plotting, report, report_bully, report_fyrehose,  # noqa: E402
+                               report_potato, report_swarm, trend)
 
 from conftest import PELOTARI  # noqa: E402
 
@@ -270,7 +271,7 @@ def test_target_lines_follow_the_scenario_order_and_take_the_latest_commit():
         {"target": "a/b", "scenario": "S=16 N=1", "ratio": 2.0, "time": "2026-11-02"},
     ]
     scenarios = ["S=16 N=1", "S=16 N=1000", "S=256 N=1"]
-    assert report.target_lines(targets, scenarios) == {
+    assert report_fyrehose.target_lines(targets, scenarios) == {
         "a/b": ([0, 1], [2.0, 3.0]),
         "c/d": ([0, 2], [1.5, 0.8]),
     }
@@ -384,16 +385,16 @@ def test_latest_per_takes_each_configurations_newest_commit():
     rows = [{"where": "simulator", "commit": "aaa", "time": 1, "v": 1},
             {"where": "simulator", "commit": "bbb", "time": 2, "v": 2},
             {"where": "processes", "commit": "aaa", "time": 1, "v": 3}]
-    assert [r["v"] for r in report.latest_per(rows, "where")] == [2, 3]
+    assert [r["v"] for r in plotting.latest_per(rows, "where")] == [2, 3]
     undated = [{"where": "simulator", "commit": None, "time": None, "v": 4}]  # no env
-    assert [r["v"] for r in report.latest_per(undated + rows, "where")] == [2, 3]
-    assert [r["v"] for r in report.latest_per(undated, "where")] == [4]
+    assert [r["v"] for r in plotting.latest_per(undated + rows, "where")] == [2, 3]
+    assert [r["v"] for r in plotting.latest_per(undated, "where")] == [4]
 
 
 def test_durations_read_in_ms_or_s():
-    assert [report._ms(v) for v in (0.123, 15.81, 1981.2, 143994.0, None, float("nan"))] == [
+    assert [plotting._ms(v) for v in (0.123, 15.81, 1981.2, 143994.0, None, float("nan"))] == [
         "0.12 ms", "15.8 ms", "1981 ms", "144 s", "—", "—"]
-    assert report._ms(-0.8, signed=True) == "-0.80 ms" and report._ms(2.5, signed=True) == "+2.50 ms"
+    assert plotting._ms(-0.8, signed=True) == "-0.80 ms" and plotting._ms(2.5, signed=True) == "+2.50 ms"
 
 
 def write_bully_results(folder, processes=False):
@@ -435,9 +436,9 @@ def test_report_on_bully_records_only(spark, tmp_path):
     summary = (out / "summary.md").read_text()
     assert "## bully" in summary and "Regressions" not in summary and "throughput" not in summary
     kill = next(r for r in recs if r["kind"] == "bully-election" and r["how"] == "kill")
-    assert (f"| 5 | simulator | kill | {report._seconds(kill['detect_s'])} | "
-            f"{report._seconds(kill['elected_after_detect_s'])} | "
-            f"{report._seconds(kill['elected_s'])} | {kill['messages']} / 10 | 1 | 100% |") in summary
+    assert (f"| 5 | simulator | kill | {plotting._seconds(kill['detect_s'])} | "
+            f"{plotting._seconds(kill['elected_after_detect_s'])} | "
+            f"{plotting._seconds(kill['elected_s'])} | {kill['messages']} / 10 | 1 | 100% |") in summary
     assert "| simulator | Berkeley | 25 |" in summary
     assert "| simulator | RTT-blind average | 25 |" in summary
     assert "![bully.png](bully.png)" in summary
@@ -625,7 +626,7 @@ def test_potato_functions_ignore_other_kinds(spark, raw, bully_raw):
 
 
 def test_potato_conditions_read_as_words():
-    assert [report.potato_condition({"loss": loss, "partition": part})
+    assert [report_potato.potato_condition({"loss": loss, "partition": part})
             for loss, part in ((0.0, False), (0.01, False), (0.0, True), (0.005, True))] == [
         "no loss", "1 % of messages lost", "cut in two halves",
         "cut in two halves, 0.5 % of messages lost"]
@@ -671,8 +672,8 @@ def test_report_on_potato_records_only(spark, tmp_path):
             for k in ("potato-sim-broadcast", "potato-sim-election"))
     once = "1 of 1" if e["counted_once"] else "0 of 1"
     assert (f"| 30 | 4 | no loss | {b['reached_of_reachable']:.1%} | {b['rmr']:.2f} ✓ | "
-            f"{b['last_hops']} | {report._ms(b['latency_p50_ms'])} / "
-            f"{report._ms(b['latency_p99_ms'])} | {report._ms(e['elected_ms'])} | "
+            f"{b['last_hops']} | {plotting._ms(b['latency_p50_ms'])} / "
+            f"{plotting._ms(b['latency_p99_ms'])} | {plotting._ms(e['elected_ms'])} | "
             f"{e['messages_per_edge']:.2f} ✓ | {once}") in summary
     assert "| the seed's A–G example | 7 | 9 | WebRTC | 3.00 s | 8.00 ms / 12.0 ms | 550 µs | 2 |" in summary
     assert "| a random mesh | 20 | 40 | TCP | 3.00 s | 10.0 ms / 16.0 ms | 170 µs | 1 |" in summary
@@ -693,7 +694,7 @@ def test_potato_summary_marks_the_goals_and_the_runs_that_miscounted():
                                      "elected_ms": 295.0, "messages_per_edge": 4.5,
                                      "counted_share": 0.9, "worst_counted_share": 0.8,
                                      "counted_once": 0.5, "took_frame": 0.875})
-    lines = report._potato_markdown(rows)
+    lines = report_potato._potato_markdown(rows)
     assert ("| 10 | 4 | 1 % of messages lost | 95.0% (worst 90.0%) | 3.50 ✗ | 4 | 5.00 ms / "
             "7.50 ms | 295 ms | 4.50 ✗ | 1 of 2 (worst run counted 80.0%, median 90.0%) | "
             "87.5% | 2 | `aaa` |") in lines
@@ -889,9 +890,9 @@ def test_swarm_functions_ignore_other_kinds(spark, raw, bully_raw, potato_raw):
 
 def test_swarm_configurations_are_named_by_what_differs():
     base = {"bootstraps": 3, "loss": 0.0, "target_direct": 16, "capacity": 4096, "max_known": 4096}
-    assert report.swarm_configs([dict(base, nodes=100), dict(base, nodes=200)]) == {
+    assert report_swarm.swarm_configs([dict(base, nodes=100), dict(base, nodes=200)]) == {
         (3, 0.0, 16, 4096, 4096): ""}
-    assert report.swarm_configs([dict(base, nodes=100), dict(base, loss=0.01, nodes=100),
+    assert report_swarm.swarm_configs([dict(base, nodes=100), dict(base, loss=0.01, nodes=100),
                                  dict(base, capacity=256, nodes=100),
                                  dict(base, capacity=None, nodes=100)]) == {
         (3, 0.0, 16, 256, 4096): "no loss, tables of 256",
@@ -899,7 +900,7 @@ def test_swarm_configurations_are_named_by_what_differs():
         (3, 0.01, 16, 4096, 4096): "1 % lost, tables of 4,096",
         (3, 0.0, 16, None, 4096): "no loss, settings not recorded"}
     unknown = dict.fromkeys(base)  # a record with nothing but its kind, phase and size
-    assert report.swarm_configs([dict(base, nodes=40), dict(unknown, nodes=40)]) == {
+    assert report_swarm.swarm_configs([dict(base, nodes=40), dict(unknown, nodes=40)]) == {
         (3, 0.0, 16, 4096, 4096): "", (None,) * 5: "settings not recorded"}
 
 
@@ -987,7 +988,7 @@ def test_swarm_summary_marks_what_never_converged_and_the_goals():
                                   "connections_bytes_per_node": None, "bytes_per_node": None,
                                   "direct_min": 12, "peak_rss_mb": None}],
             "swarm_bench": [], "swarm_speedups": []}
-    lines = report._swarm_markdown(rows)
+    lines = report_swarm._swarm_markdown(rows)
     assert ("| 1,000 | 3 | no loss | 16 | 12 s | 1 of 2 ✗ | 16.0 (700 B) | 15.5 (12,346 B) | "
             "30,000 | 4 | 3,072 MB | 30.0 s | 2 | `aaa` |") in lines
     assert ("| 1,000 | 200 | 3 | no loss | never | 0 of 2 ✗ | 16.0 | 15.5 | — | 12 | 9 | 2 | "
@@ -996,7 +997,7 @@ def test_swarm_summary_marks_what_never_converged_and_the_goals():
     bench = [{"measure": "memory", "stack": s, "commit": "aaa", "time": 1, "runs": 1,
               "value": v, "connections": 100000} for s, v in (("pure Python", 64.0),
                                                              ("Cython", 64.5))]
-    lines = report._swarm_markdown({"swarm_bench": bench, "swarm_speedups": []})
+    lines = report_swarm._swarm_markdown({"swarm_bench": bench, "swarm_speedups": []})
     assert lines[:2] == ["## swarm", ""]
     assert ("| bytes per connection (table of 100,000) | 64.0 ✓ | 64.5 ✗ | — | ≤ 64 | 1 | `aaa` |"
             in lines)  # the goal is at most 64
@@ -1071,12 +1072,12 @@ def figures(text):
 def test_readme_bully_table_is_the_committed_records_as_plotted(spark):
     """README.md's bully table beside bully.png and bully-sync.png: its figures are the medians
     `pelotari trend docs/bench` plots, read here from the committed records through the same
-    functions (report.bully_election_series is what bully.png draws; the real processes' times
+    functions (report_bully.bully_election_series is what bully.png draws; the real processes' times
     are written as bully.png writes them by its points). A rerun of the bench must update both."""
     tables = report.analyse(report.load(spark, report.find(ROOT / "docs" / "bench")), 0.1)
-    series = report.bully_election_series([r.asDict() for r in tables["bully_elections"].collect()])
+    series = report_bully.bully_election_series([r.asDict() for r in tables["bully_elections"].collect()])
     # (bully-sync.png draws each series' newest commit, as bully.png does)
-    sync = {(r["where"], r["method"]): r for r in report.latest_per(
+    sync = {(r["where"], r["method"]): r for r in plotting.latest_per(
         [r.asDict() for r in tables["bully_sync"].collect()], "where", "method")}
     rows = readme_table("| measurement | nodes | figure |")
     text = (ROOT / "README.md").read_text()
@@ -1093,7 +1094,7 @@ def test_readme_bully_table_is_the_committed_records_as_plotted(spark):
     assert said, f"README says {figure!r}: not what bully.png shows"
     after, kill = said.groups()
     assert [f"{v} ms" for v in figures(after)] == [
-        report._ms(r["elected_after_detect_s"] * 1000) for r in real]  # bully.png's labels
+        plotting._ms(r["elected_after_detect_s"] * 1000) for r in real]  # bully.png's labels
     assert all(is_written_as(v, r["elected_s"] * 1000) for v, r in zip(figures(kill), real))
     assert messages == (" / ".join(f"{r['messages']:g}" for r in real) + " (" +
                         " / ".join(str(r["textbook_messages"]) for r in real) + ")")
@@ -1102,13 +1103,13 @@ def test_readme_bully_table_is_the_committed_records_as_plotted(spark):
     key = next(k for k in rows if k.startswith("election, simulator, leader silent"))
     nodes, figure, messages = rows[key]
     r = silent[int(nodes)]
-    assert figure == f"{report._ms(r['elected_after_detect_s'] * 1000)} after it is declared dead"
+    assert figure == f"{plotting._ms(r['elected_after_detect_s'] * 1000)} after it is declared dead"
     assert messages == f"{r['messages']:g} ({r['textbook_messages']})"
 
     key = next(k for k in rows if k.startswith("clock spread after one sync round, real processes"))
     nodes, figure, _ = rows[key]
     r = sync[("processes", "berkeley")]
-    assert int(nodes) == r["nodes"] and figure == report._ms(r["spread_ms"])
+    assert int(nodes) == r["nodes"] and figure == plotting._ms(r["spread_ms"])
     key = next(k for k in rows if k.startswith("sync, simulator"))
     nodes, figure, _ = rows[key]
     berkeley, blind = sync[("simulator", "berkeley")], sync[("simulator", "rtt-blind average")]

@@ -1,0 +1,397 @@
+"""The fyrehose benchmark's pictures and summary tables (`pelotari bench` records).
+
+throughput.png: each system's delivered rate per commit, one panel per scenario; ratios.png:
+pelotari against the C reference and the brokers at the latest commit; latency.png: each
+system's latest p50 and p99 per scenario; headline.png: every system in the README's headline
+scenario. The summary's latest delivered rates, regressions and latency tables."""
+import math
+import pathlib
+from typing import Dict, List
+
+from pelotari.analysis import trend
+from pelotari.analysis.plotting import _number, _short, latest_per, plural
+
+
+# One colour, marker and name per bench system, in every plot (pelotari.harness.systems).
+SYSTEM_STYLE = {
+    "pelotari": ("pelotari (GSO fan-out)", "#1f77b4", "o"),
+    "pelotari-plain": ("pelotari, no GSO", "#6baed6", "s"),
+    "pelotari-packed": ("pelotari, packed clients (extension)", "#08306b", "P"),
+    "pelotari-gro": ("pelotari, GRO subscribers (extension)", "#9ecae1", "X"),
+    "reference": ("C reference, sendmmsg", "#d62728", "^"),
+    "reference-gso": ("C reference, GSO", "#ff9896", "v"),
+    "asyncio": ("naive asyncio backbone", "#7f7f7f", "D"),
+    "redis": ("Redis pub/sub", "#2ca02c", "<"),
+    "nats": ("NATS", "#9467bd", ">"),
+    "zeromq": ("ZeroMQ XSUB/XPUB", "#e377c2", "h"),
+}
+_FALLBACK_COLOURS = ("#bcbd22", "#17becf", "#8c564b", "#ff7f0e", "#393b79", "#637939")
+BENCH_HOW = ("highest lossless rate (loss < 0.1 %) found by search; msgs/s delivered = "
+             "messages x subscribers; S = payload bytes, N = subscribers, P = publishers")
+CLIENT_BOUND_NOTE = "client-bound (load generator saturated; the server had room)"
+
+
+def system_style(system: str) -> tuple:
+    """(label, colour, marker) of a bench system: fixed for the known ones, and for any other
+    chosen from its name, so it is the same in every plot and every run."""
+    if system in SYSTEM_STYLE:
+        return SYSTEM_STYLE[system]
+    k = sum(system.encode()) % len(_FALLBACK_COLOURS)
+    return system, _FALLBACK_COLOURS[k], "*"
+
+
+def _system_order(systems) -> List[str]:
+    known = [s for s in SYSTEM_STYLE if s in systems]
+    return known + sorted(set(systems) - set(known))
+
+
+def _scenario_order(rows: List[dict]) -> List[str]:
+    keys = {}
+    for r in rows:
+        keys.setdefault(r["scenario"], (r.get("payload") or 0, r.get("subscribers") or 0))
+    return sorted(keys, key=lambda s: (keys[s], s))
+
+
+def _system_legend(fig, systems, extra=(), ncol=3) -> None:
+    """One legend under the figure: every system shown (and `extra` handles), never on data."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=system_style(s)[1], marker=system_style(s)[2], ls="-",
+                      label=system_style(s)[0]) for s in systems]
+    fig.legend(handles=handles + list(extra), loc="lower center", ncol=ncol, fontsize=8,
+               frameon=False)
+
+
+def _commit_label(commit: str, when) -> str:
+    day = when.strftime("%m-%d") if hasattr(when, "strftime") else str(when or "")[5:10]
+    return f"{_short(commit)}\n{day}"
+
+
+def _bench_plots(data: Dict[str, List[dict]], out: pathlib.Path, plt) -> List[pathlib.Path]:
+    from matplotlib.lines import Line2D
+
+    written = []
+    rows = data["throughput"]
+    scenarios = _scenario_order(rows)
+    systems = _system_order({r["system"] for r in rows})
+    first_seen = {}
+    for r in sorted(rows, key=lambda r: (str(r["time"]), r["commit"] or "")):
+        first_seen.setdefault(r["commit"], r["time"])
+    order = list(first_seen)
+    cols = min(3, len(scenarios))
+    nrows = (len(scenarios) + cols - 1) // cols
+    legend_rows = (len(systems) + 1 + 2) // 3
+    height = 3.3 * nrows + 0.9 + 0.2 * legend_rows
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, height), squeeze=False)
+    for ax, sc in zip(axes.flat, scenarios):
+        for system in systems:
+            pts = sorted((order.index(r["commit"]), r["delivered_rate"], bool(r["client_bound"]))
+                         for r in rows if r["scenario"] == sc and r["system"] == system)
+            if not pts:
+                continue
+            label, colour, marker = system_style(system)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, lw=1, alpha=0.8)
+            for x, y, bound in pts:
+                ax.plot([x], [y], marker=marker, color=colour, ms=6, ls="none",
+                        markerfacecolor="white" if bound else colour)
+        ax.set_title(sc, fontsize=10)
+        ax.set_yscale("log")  # systems differ by 100x: a linear axis hides the close ones
+        ax.set_ylabel("delivered msgs/s (log)")
+        ax.set_xticks(range(len(order)))
+        ax.set_xticklabels([_commit_label(c, first_seen[c]) for c in order], fontsize=6)
+        ax.set_xlabel("commit and date of its first run (oldest left)", fontsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(scenarios):]:
+        ax.axis("off")
+    hollow = Line2D([], [], marker="o", color="black", markerfacecolor="white", ls="none",
+                    label="hollow: " + CLIENT_BOUND_NOTE)
+    _system_legend(fig, systems, [hollow], ncol=3)
+    fig.suptitle("Delivered rate per commit: " + BENCH_HOW, fontsize=9)
+    fig.tight_layout(rect=(0, (0.2 * legend_rows + 0.15) / height, 1, 1 - 0.45 / height))
+    path = out / "throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    if data.get("targets"):
+        written.append(_ratios_plot(data["targets"], scenarios, out / "ratios.png", plt))
+    if data.get("latency"):
+        written.append(_latency_plot(data["latency"], scenarios, out / "latency.png", plt))
+        written.append(_headline_plot(rows, data["latency"], out / "headline.png", plt))
+    return written
+
+
+def latest_commit_rows(rows: List[dict]) -> List[dict]:
+    """Per (scenario, system), the row of its latest commit (by the time it was first run)."""
+    return latest_per(rows, "scenario", "system")
+
+
+def _ratios_plot(targets: List[dict], scenarios: List[str], path: pathlib.Path, plt):
+    """Each target's latest ratio per scenario: a bar from 1.0 (as fast as the denominator) up
+    to the ratio (numerator ahead) or down to it (behind), capped at its value. On the log axis
+    a bar from 1.0 is as long as the ratio says: 2x ahead and 2x behind are bars of one length
+    (a bar from the axis' bottom would have a length that says nothing)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    lines = target_lines(targets, scenarios)
+    fig, ax = plt.subplots(figsize=(10, 5))
+    n = max(1, len(lines))
+    width = 0.8 / n
+    colours = plt.get_cmap("tab10")
+    shown = [1.0, 0.9]
+    for k, (target, (xs, ys)) in enumerate(sorted(lines.items())):
+        offset = (k - (n - 1) / 2) * width  # dodged: no series hides under another
+        pts = [(x + offset, y) for x, y in zip(xs, ys) if _number(y) and y > 0]
+        shown += [y for _, y in pts]
+        ax.bar([x for x, _ in pts], [y - 1.0 for _, y in pts], width * 0.9, bottom=1.0,
+               color=colours(k % 10), label=target)
+        # the value itself, so a ratio near 1.0 (a bar of no length) still shows
+        ax.hlines([y for _, y in pts], [x - width * 0.45 for x, _ in pts],
+                  [x + width * 0.45 for x, _ in pts], color=colours(k % 10), lw=2)
+    ax.axhline(1.0, color="black", lw=1, label="1.0: as fast as the denominator")
+    ax.axhline(0.9, color="black", lw=1, ls="--", label="0.9: the target's floor")
+    ax.set_yscale("log")
+    lo, hi = min(shown), max(shown)
+    ax.set_ylim(lo / 1.4, hi * 1.4)
+    ticks = [m * 10 ** e for e in range(math.floor(math.log10(lo / 1.4)),
+                                        math.ceil(math.log10(hi * 1.4)) + 1) for m in (1, 2, 5)]
+    ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if lo / 1.4 <= t <= hi * 1.4]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_ylabel("delivered rate ratio, numerator/denominator\n(log scale: 2× and ½× "
+                  "equally far from 1×)")
+    ax.set_xlabel("scenario (S = payload bytes, N = subscribers, P = publishers)")
+    ax.set_title("pelotari against the C reference and the brokers at the latest commit that ran "
+                 "both\n(each bar: one ratio of highest lossless delivered rates, from 1.0 to "
+                 "it; up: the numerator ahead, down: behind)", fontsize=9)
+    ax.set_xticks(range(len(scenarios)))
+    ax.set_xticklabels([sc.replace(" ", "\n") for sc in scenarios], fontsize=8)
+    ax.set_xlim(-0.5, len(scenarios) - 0.5)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _latency_plot(latency: List[dict], scenarios: List[str], path: pathlib.Path, plt):
+    """Per scenario, each system's latest p50 (hollow) and p99 (filled) as points joined by a
+    line: points, not bars, on the log axis (a bar's length there says nothing). The markers
+    are sized to their slot, so neighbouring systems never overlap."""
+    from matplotlib.lines import Line2D
+
+    rows = latest_commit_rows(latency)
+    systems = _system_order({r["system"] for r in rows})
+    fig, ax = plt.subplots(figsize=(14, 5.6))
+    slot = 0.84 / max(1, len(systems))
+    markers = []
+    for k, system in enumerate(systems):
+        label, colour, marker = system_style(system)
+        offset = (k - (len(systems) - 1) / 2) * slot
+        p50, p99 = [], []
+        for r in rows:
+            if r["system"] != system or r["scenario"] not in scenarios:
+                continue
+            x = scenarios.index(r["scenario"]) + offset
+            ends = [r[f] for f in ("p50_us", "p99_us") if _number(r.get(f))]
+            if len(ends) == 2:  # the range from the median to the 99th percentile
+                ax.plot([x, x], ends, color=colour, lw=1.2, solid_capstyle="butt")
+            if _number(r.get("p50_us")):
+                p50.append((x, r["p50_us"]))
+            if _number(r.get("p99_us")):
+                p99.append((x, r["p99_us"]))
+        for pts, face in ((p50, "white"), (p99, colour)):
+            if pts:
+                markers += ax.plot([x for x, _ in pts], [y for _, y in pts], ls="none",
+                                   marker=marker, color=colour, markerfacecolor=face, mew=1.2)
+    ax.set_yscale("log")
+    _log_ticks(ax.yaxis, lambda v: f"{v:,.0f}")
+    ax.set_ylabel("one-way latency, µs (log scale)")
+    ax.set_xlabel("scenario (S = payload bytes, N = subscribers, P = publishers)")
+    ax.set_xticks(range(len(scenarios)))
+    ax.set_xticklabels([sc.replace(" ", "\n") for sc in scenarios], fontsize=8)
+    ax.set_xlim(-0.5, len(scenarios) - 0.5)
+    for i in range(1, len(scenarios)):  # the scenarios' columns apart
+        ax.axvline(i - 0.5, color="grey", lw=0.6, alpha=0.4)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title("Latency at half the highest lossless rate, each system's latest commit: "
+                 "hollow = p50, filled = p99, line = from one to the other\n(publish to "
+                 "delivery, measured by the load generator on this host)", fontsize=9)
+    handles = [Line2D([], [], color=system_style(s)[1], marker=system_style(s)[2], lw=1.2,
+                      label=system_style(s)[0]) for s in systems]
+    handles += [Line2D([], [], marker="o", color="black", markerfacecolor="white", ls="none",
+                       label="hollow: p50 (median)"),
+                Line2D([], [], marker="o", color="black", ls="none", label="filled: p99")]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1),
+              frameon=False)
+    fig.tight_layout()
+    # Each system's slot is `slot` data units wide: markers at most 80 % of it (in points).
+    x0, x1 = ax.get_xlim()
+    slot_pt = slot * ax.bbox.width / (x1 - x0) * 72 / fig.dpi
+    for line in markers:
+        line.set_markersize(max(2.5, min(7.0, 0.8 * slot_pt - line.get_markeredgewidth())))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+HEADLINE_SCENARIO = "S=16 N=16 P=1"  # the README's headline: a small message, many subscribers
+
+
+def headline_scenario(rows: List[dict]) -> str:
+    """The scenario the headline shows: HEADLINE_SCENARIO, else the one most systems ran."""
+    names = [r["scenario"] for r in rows]
+    if HEADLINE_SCENARIO in names:
+        return HEADLINE_SCENARIO
+    return max(set(names), key=lambda s: (len({r["system"] for r in rows if r["scenario"] == s}), s))
+
+
+def _log_ticks(axis, fmt) -> None:
+    """Label a log axis's decades with fmt (no 10^k), its 2s and 5s too when it spans few."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = sorted(axis.get_view_interval())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    if hi / lo < 10 ** 2.5:
+        axis.set_minor_locator(LogLocator(subs=(2, 5)))
+        axis.set_minor_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _rate_tick(v: float) -> str:
+    """msgs/s on an axis: 100k, 1M, 20M."""
+    return f"{v / 1e6:g}M" if v >= 1e6 else f"{v / 1e3:g}k" if v >= 1e3 else f"{v:g}"
+
+
+def _headline_plot(throughput: List[dict], latency: List[dict], path: pathlib.Path, plt):
+    """Every system in one scenario, one row each: its delivered rate (left) and p99 latency
+    (right) as points on log axes, each with its figure; hollow: client-bound."""
+    from matplotlib.lines import Line2D
+
+    scenario = headline_scenario(throughput)
+    rates = {r["system"]: r for r in latest_commit_rows(throughput) if r["scenario"] == scenario}
+    lat = {r["system"]: r for r in latest_commit_rows(latency) if r["scenario"] == scenario}
+    systems = _system_order(rates)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.45 * len(systems) + 2.2),
+                                      gridspec_kw={"width_ratios": [1.4, 1]})
+    ys = list(range(len(systems)))[::-1]
+    for y, system in zip(ys, systems):
+        label, colour, marker = system_style(system)
+        r = rates[system]
+        bound = bool(r.get("client_bound"))
+        left.plot([r["delivered_rate"]], [y], ls="none", marker=marker, ms=9, mew=1.5,
+                  color=colour, markerfacecolor="white" if bound else colour)
+        left.annotate(f"{r['delivered_rate'] / 1e6:.2f}M", (r["delivered_rate"], y),
+                      xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
+        if system in lat and _number(lat[system].get("p99_us")):
+            right.plot([lat[system]["p99_us"]], [y], ls="none", marker=marker, ms=9,
+                       color=colour)
+            right.annotate(f"{lat[system]['p99_us']:,.0f}", (lat[system]["p99_us"], y),
+                           xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
+    shown_rates = [rates[s]["delivered_rate"] for s in systems]
+    shown_p99 = [lat[s]["p99_us"] for s in systems if s in lat and _number(lat[s].get("p99_us"))]
+    for ax, values, fmt in ((left, shown_rates, _rate_tick), (right, shown_p99,
+                                                              lambda v: f"{v:,.0f}")):
+        if values:  # points, not bars: on a log axis a bar's length says nothing
+            ax.set_xscale("log")
+            ax.set_xlim(min(values) / 1.6, max(values) * 4)  # room for the figure after each
+            _log_ticks(ax.xaxis, fmt)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([system_style(s)[0] for s in systems], fontsize=8)
+        ax.set_ylim(-0.6, len(systems) - 0.4)
+        ax.grid(alpha=0.3)
+    right.set_yticklabels([])
+    left.set_xlabel("delivered msgs/s at the highest lossless rate (log scale; right is better)")
+    right.set_xlabel("p99 latency at half that rate, µs (log scale; left is better)")
+    when = {_short(r["commit"]) for r in rates.values()}
+    one = next(r for r in throughput if r["scenario"] == scenario)
+    fig.suptitle(f"Every system at {scenario} ({one['payload']}-byte messages to "
+                 f"{plural(one['subscribers'], 'subscriber')}), latest run of each; commits "
+                 f"{', '.join(sorted(when))}", fontsize=9)
+    fig.legend(handles=[Line2D([], [], marker="o", ms=9, mew=1.5, color="grey",
+                               markerfacecolor="white", ls="none",
+                               label="hollow: " + CLIENT_BOUND_NOTE)], loc="lower center",
+               fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def target_lines(targets: List[dict], scenarios: List[str]) -> Dict[str, tuple]:
+    """Each target's latest ratio per scenario as (positions in `scenarios`, ratios), in
+    scenario order. Positions, not names: matplotlib orders category names by first use."""
+    lines = {}
+    for target in sorted({r["target"] for r in targets}):
+        latest = {}
+        for r in sorted(targets, key=lambda r: r["time"]):
+            if r["target"] == target:
+                latest[r["scenario"]] = r["ratio"]
+        shown = [s for s in scenarios if s in latest]
+        lines[target] = ([scenarios.index(s) for s in shown], [latest[s] for s in shown])
+    return lines
+
+
+def _rate(v) -> str:
+    if v is None:
+        return "—"
+    return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k"
+
+
+def _bench_markdown(data: Dict[str, List[dict]], threshold: float) -> List[str]:
+    """The summary's fyrehose sections: the latest delivered rates and target ratios, the
+    regressions (when `pelotari bench` records were loaded) and the latest latency."""
+    bench = "regressions" in data  # `pelotari bench` records were loaded
+    lines = []
+    rows = data.get("throughput", [])
+    if rows:
+        latest_time = max(r["time"] for r in rows)
+        latest_commit = next(r["commit"] for r in rows if r["time"] == latest_time)
+        commits = {r["commit"] for r in rows}
+        lines += [f"{len(commits)} commit(s), {len(data.get('runs', []))} bench records; latest "
+                  f"commit `{_short(latest_commit)}`.", "",
+                  "## Latest delivered msgs/s (highest lossless rate)", ""]
+        latest = [r for r in rows if r["commit"] == latest_commit]
+        systems = sorted({r["system"] for r in latest}, key=lambda s: (s != "pelotari", s))
+        scenarios = sorted({r["scenario"] for r in latest},
+                           key=lambda s: next((r["payload"], r["subscribers"]) for r in latest
+                                              if r["scenario"] == s))
+        head = ["scenario"] + systems
+        ratio_of = {(r["scenario"], r["target"]): r["ratio"] for r in data.get("targets", [])
+                    if r["commit"] == latest_commit}
+        targets = [f"{a}/{b}" for a, b in trend.TARGETS
+                   if any(t == f"{a}/{b}" for _, t in ratio_of)]
+        head += targets
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        cell = {(r["scenario"], r["system"]): r for r in latest}
+        for sc in scenarios:
+            row = [sc]
+            for s in systems:
+                r = cell.get((sc, s))
+                row.append(_rate(r["delivered_rate"]) + (" (client-bound)" if r and r["client_bound"] else "")
+                           if r else "—")
+            row += [f"{ratio_of[(sc, t)]:.2f}" if (sc, t) in ratio_of else "—" for t in targets]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    if bench:
+        regs = data["regressions"]
+        lines += [f"## Regressions (median down more than {threshold:.0%} from the previous commit)", ""]
+        if regs:
+            lines += ["| scenario | system | from | to | before | after | change |", "|---|---|---|---|---|---|---|"]
+            for r in sorted(regs, key=lambda r: (r["scenario"], r["system"], r["time"])):
+                lines.append(f"| {r['scenario']} | {r['system']} | `{_short(r['previous_commit'])}` | "
+                             f"`{_short(r['commit'])}` | {_rate(r['previous_rate'])} | "
+                             f"{_rate(r['delivered_rate'])} | {r['change']:+.1%} |")
+        else:
+            lines.append("None.")
+        lines.append("")
+    lat = data.get("latency", [])
+    if lat:
+        lines += ["## Latency at half the lossless rate (latest commit, µs)", "",
+                  "| scenario | system | p50 | p90 | p99 |", "|---|---|---|---|---|"]
+        newest = max(r["time"] for r in lat)
+        for r in sorted((r for r in lat if r["time"] == newest), key=lambda r: (r["scenario"], r["system"])):
+            lines.append(f"| {r['scenario']} | {r['system']} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | {r['p99_us']:.0f} |")
+        lines.append("")
+    return lines
