@@ -409,3 +409,75 @@ def test_memory_slope_is_the_least_squares_fit():
     assert trend.slope_kib_per_min() == pytest.approx(60 * 9.0)
     one_instant = MemoryTrend([(0.0, 5), (0.0, 9)])
     assert one_instant.slope_kib_per_min() == 0.0
+
+
+# ---- `pelotari bench --latency-rates` (pelotari/harness/rates.py) ------------------------------
+
+def fake_rates_runner(tmp_path, systems, rates=(10_000, 50_000), trials=2):
+    from pelotari.harness.rates import RatesRunner
+
+    clock, log = FakeClock(), []
+    return RatesRunner({s.name: s for s in systems}, [s.name for s in systems],
+                       [Scenario(16, 4)], rates, 1.0, tmp_path / "r.jsonl", trials,
+                       env={"commit": "x"}, placement="here",
+                       session=lambda system, scenario: FakeSession(system, scenario, clock,
+                                                                    log)), log
+
+
+def test_the_rates_runner_takes_systems_in_turn_trial_after_trial(tmp_path):
+    from pelotari.harness.rates import RateMeasured, RateTrial
+
+    fast, slow = FakeSystem("fast", 200_000), FakeSystem("slow", 30_000)
+    runner, log = fake_rates_runner(tmp_path, [fast, slow])
+    events = []
+    records = runner.run(events.append)
+    # a fresh session per system and trial, the systems taking turns
+    assert log == [("fast", "S=16 N=4 P=1"), ("slow", "S=16 N=4 P=1")] * 2
+    asked = [(e.system, e.rate, e.trial, e.number, e.total) for e in events
+             if isinstance(e, RateTrial)]
+    assert asked == [("fast", 10_000, 0, 1, 8), ("fast", 50_000, 0, 2, 8),
+                     ("slow", 10_000, 0, 3, 8), ("slow", 50_000, 0, 4, 8),
+                     ("fast", 10_000, 1, 5, 8), ("fast", 50_000, 1, 6, 8),
+                     ("slow", 10_000, 1, 7, 8), ("slow", 50_000, 1, 8, 8)]
+    assert len([e for e in events if isinstance(e, RateMeasured)]) == 8
+    assert [(r["system"], r["offered_rate"], r["trial"], r["lossless"]) for r in records] == [
+        ("fast", 10_000, 0, True), ("fast", 50_000, 0, True), ("slow", 10_000, 0, True),
+        ("slow", 50_000, 0, False), ("fast", 10_000, 1, True), ("fast", 50_000, 1, True),
+        ("slow", 10_000, 1, True), ("slow", 50_000, 1, False)]  # 30,000/s: 40 % of 50k lost
+    assert records[3]["loss"] == pytest.approx(0.4)
+    assert all(r["kind"] == "latency-rate" and r["scenario"] == "S=16 N=4 P=1" and
+               r["system_version"] == f"{r['system']} 1.0" and r["placement"] == "here"
+               for r in records)
+    assert [json.loads(line) for line in open(tmp_path / "r.jsonl")] == records
+
+
+def test_the_rates_runner_skips_a_system_that_cannot_run_or_dies_in_a_trial(tmp_path):
+    from pelotari.harness.rates import RateFailed
+
+    gone = FakeSystem("gone", 1, why="not installed")
+    flaky = FakeSystem("flaky", 100_000, fail_on={1})  # its first session dies
+    runner, log = fake_rates_runner(tmp_path, [gone, flaky], rates=(1_000, 2_000, 3_000))
+    events = []
+    records = runner.run(events.append)
+    assert records[0] == {"kind": "bench-skipped", "system": "gone", "reason": "not installed",
+                          "env": {"commit": "x"}}
+    (failed,) = [e for e in events if isinstance(e, RateFailed)]
+    assert (failed.at.system, failed.at.trial, failed.reason) == (
+        "flaky", 0, "flaky exited during the run")
+    # the second trial ran all three rates, numbered after the first trial's three places
+    assert [(r["offered_rate"], r["trial"]) for r in records[1:]] == [
+        (1_000, 1), (2_000, 1), (3_000, 1)]
+    numbers = [e.number for e in events if hasattr(e, "number")]
+    assert numbers == [4, 5, 6]
+
+
+@pytest.mark.slow  # compiles and runs a C ping-pong
+def test_the_loopback_floor_is_half_a_round_trip_over_udp_and_tcp():
+    from pelotari.harness.rates import floor_records
+
+    recs = floor_records(1, {"commit": "x"}, "here")
+    assert [(r["kind"], r["transport"]) for r in recs] == [("latency-floor", "udp"),
+                                                           ("latency-floor", "tcp")]
+    for r in recs:
+        assert r["count"] > 0 and 0 < r["latency_p50_us"] <= r["latency_p99_us"] <= \
+            r["latency_max_us"]

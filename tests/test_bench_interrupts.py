@@ -172,6 +172,30 @@ def test_sigterm_stops_the_bench_and_every_node(make, network):
     _interrupted_cleanly(bench)
 
 
+def _browser_running(bench: Bench) -> bool:
+    try:
+        tree = psutil.Process(bench.proc.pid).children(recursive=True)
+    except psutil.Error:
+        return False
+    for p in tree:
+        try:
+            if "chromium" in p.name() and p.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            pass
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_the_mixed_potato_bench_stopped_with_pages_open_stops_the_browser_and_every_node(sig):
+    bench = Bench("potato", "bench", "--mixed", "--port", str(_tcp_port()), "-o", os.devnull)
+    assert wait_for(lambda: bench.proc.poll() is not None or _browser_running(bench),
+                    DEADLINE), bench.lines
+    assert bench.proc.poll() is None, bench.lines
+    bench.ctrl_c() if sig == signal.SIGINT else bench.proc.terminate()
+    _interrupted_cleanly(bench)
+
+
 def test_swarm_bench_stopped_during_a_measure_in_a_child_stops_the_child():
     bench = Bench("swarm", "bench", "--only", "memory", "--stack", "python", "-o", os.devnull)
     bench.wait_running(lambda n: n >= 1, "its child starts")
@@ -194,7 +218,9 @@ def test_swarm_bench_stopped_while_its_node_serves_stops_the_node(sig):
 
 @pytest.mark.parametrize("command", [
     ["bench", "--systems", "pelotari", "-S", "16", "-N", "1", "-d", "0.5", "--repeats", "1"],
-    ["soak", "--system", "pelotari", "-m", "0.1", "--rate", "1000"]], ids=["bench", "soak"])
+    ["soak", "--system", "pelotari", "-m", "0.1", "--rate", "1000"],
+    ["bench", "--systems", "pelotari", "--latency-rates", "1000,2000", "--trials", "3", "-d",
+     "0.5"]], ids=["bench", "soak", "latency-rates"])
 def test_sigterm_to_the_side_by_side_bench_stops_its_server_and_load_generators(command,
                                                                                  tmp_path):
     bench = Bench(*command, "-o", str(tmp_path / "out.jsonl"))

@@ -1185,3 +1185,82 @@ def test_report_on_failover_records_only(spark, tmp_path):
     assert ("| pelotari | kill | 10,000 | 3 | 20.0 ms / 30.0 ms | 30.0 ms / 40.0 ms | "
             "180 ms / 190 ms | 25.0 ms / 35.0 ms | 0 | 0 | 2 | 40 | `aaa` |") in summary
     assert "| floating | kill | 10,000 | 1 |" in summary and "![failover.png](failover.png)" in summary
+
+
+# ---- latency at the same offered rate (`pelotari bench --latency-rates`) ------------------------
+
+def rate_trial(system, rate, trial, p99, lossless=True, loss=0.0, client_bound=False, p50=None):
+    return {"kind": "latency-rate", "system": system, "scenario": "S=16 N=4 P=1", "payload": 16,
+            "subscribers": 4, "publishers": 1, "offered_rate": float(rate), "trial": trial,
+            "ingress_rate": float(rate), "delivered_rate": 4.0 * rate, "loss": loss,
+            "lossless": lossless, "client_bound": client_bound,
+            "latency_p50_us": p50 if p50 is not None else p99 / 3, "latency_p99_us": p99,
+            "latency_max_us": p99 * 2, "env": bully_env()}
+
+
+def floor_trial(transport, trial, p99):
+    return {"kind": "latency-floor", "transport": transport, "trial": trial,
+            "latency_p50_us": p99 / 4, "latency_p99_us": p99, "latency_max_us": p99 * 10,
+            "env": bully_env()}
+
+
+RATE_RECORDS = [
+    # pelotari at 10k: three lossless trials; at 1M: two of three lost (lossy)
+    rate_trial("pelotari", 10_000, 0, 200.0), rate_trial("pelotari", 10_000, 1, 3_000.0),
+    rate_trial("pelotari", 10_000, 2, 250.0),
+    rate_trial("pelotari", 1_000_000, 0, 900.0, lossless=False, loss=0.03),
+    rate_trial("pelotari", 1_000_000, 1, 800.0, lossless=False, loss=0.05),
+    rate_trial("pelotari", 1_000_000, 2, 700.0),
+    # packed at 1M: two of three lossless, one of them client-bound; the lossy one left out
+    rate_trial("pelotari-packed", 1_000_000, 0, 4_000.0, client_bound=True),
+    rate_trial("pelotari-packed", 1_000_000, 1, 5_000.0),
+    rate_trial("pelotari-packed", 1_000_000, 2, 90_000.0, lossless=False, loss=0.002,
+               client_bound=True),
+    floor_trial("udp", 0, 5.0), floor_trial("udp", 1, 7.0), floor_trial("udp", 2, 6.0),
+    floor_trial("tcp", 0, 8.0),
+]
+
+
+@pytest.fixture(scope="session")
+def rates_raw(spark):
+    return spark.createDataFrame(RATE_RECORDS + RECORDS, schema=trend.RATES_SCHEMA)
+
+
+def test_latency_at_rates_is_the_median_of_the_lossless_trials_with_its_spread(rates_raw):
+    rows = {(r["system"], r["offered_rate"]): r
+            for r in collect(trend.latency_at_rates(rates_raw), "system", "offered_rate")}
+    assert set(rows) == {("pelotari", 10_000.0), ("pelotari", 1_000_000.0),
+                         ("pelotari-packed", 1_000_000.0)}
+    low = rows[("pelotari", 10_000.0)]
+    assert (low["trials"], low["lossless_trials"], low["lossy"]) == (3, 3, False)
+    assert (low["p99_us"], low["p99_us_min"], low["p99_us_max"]) == (250.0, 200.0, 3_000.0)
+    lossy = rows[("pelotari", 1_000_000.0)]
+    assert (lossy["lossless_trials"], lossy["lossy"], lossy["loss"]) == (1, True, 0.03)
+    packed = rows[("pelotari-packed", 1_000_000.0)]
+    assert (packed["lossy"], packed["client_bound"]) == (False, True)
+    # the lossy trial's 90 ms is not in the figure, nor its client-bound flag
+    assert (packed["p99_us"], packed["p99_us_max"]) == (4_500.0, 5_000.0)
+
+
+def test_latency_floor_per_transport(rates_raw):
+    rows = collect(trend.latency_floor(rates_raw), "transport")
+    assert [(r["transport"], r["trials"], r["p99_us"], r["p99_us_min"], r["p99_us_max"])
+            for r in rows] == [("tcp", 1, 8.0, 8.0, 8.0), ("udp", 3, 6.0, 5.0, 7.0)]
+
+
+def test_report_on_latency_rate_records_plots_and_tables_them(spark, tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    with open(folder / "rates.jsonl", "w") as f:
+        for rec in RATE_RECORDS:
+            f.write(json.dumps(rec) + "\n")
+    frames = report.load(spark, report.find(folder))
+    assert set(frames) == {"rates"}
+    written = report.write(report.analyse(frames, 0.1), tmp_path / "trend", 0.1)
+    assert {p.name for p in written} == {"latency_rates", "latency_floor", "latency-rates.png",
+                                         "summary.md"}
+    summary = (tmp_path / "trend" / "summary.md").read_text()
+    assert "| pelotari (GSO fan-out) | 250 (200 – 3,000) | lossy (3.0% lost) |" in summary
+    assert "| pelotari, packed clients (extension) | — | 4,500 (4,000 – 5,000) (cb) |" in summary
+    assert "UDP ping-pong (C, one way = half the round trip): p50 1.5 µs, p99 6.0 µs" in summary
+    assert (tmp_path / "trend" / "latency-rates.png").read_bytes()[:4] == b"\x89PNG"

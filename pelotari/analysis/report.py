@@ -11,7 +11,8 @@ from pelotari.analysis import trend
 from pelotari.analysis.report_bully import _bully_markdown, _bully_plot, _bully_sync_plot
 from pelotari.analysis.report_failover import _failover_markdown, _failover_plot
 from pelotari.analysis.report_fuzz import _fuzz_markdown
-from pelotari.analysis.report_fyrehose import _bench_markdown, _bench_plots
+from pelotari.analysis.report_fyrehose import (_bench_markdown, _bench_plots, _rates_markdown,
+                                               _rates_plot)
 from pelotari.analysis.report_potato import (_potato_markdown, _potato_mesh_plot,
                                              _potato_plot)
 from pelotari.analysis.report_swarm import _swarm_markdown, _swarm_plot
@@ -42,9 +43,12 @@ def load(spark, files: Dict[str, List[str]]) -> Dict[str, object]:
         swarm = kinds & set(trend.SWARM_KINDS)
         fuzz = kinds & set(trend.FUZZ_KINDS)
         failover = kinds & set(trend.FAILOVER_KINDS)
-        if kinds - bully - potato - swarm - fuzz - failover or \
-                not (bully or potato or swarm or fuzz or failover):
+        rates = kinds & set(trend.RATES_KINDS)
+        if kinds - bully - potato - swarm - fuzz - failover - rates or \
+                not (bully or potato or swarm or fuzz or failover or rates):
             frames["bench"] = spark.read.schema(trend.BENCH_SCHEMA).json(jsonl)
+        if rates:
+            frames["rates"] = spark.read.schema(trend.RATES_SCHEMA).json(jsonl)
         if fuzz:
             frames["fuzz"] = spark.read.schema(trend.FUZZ_SCHEMA).json(jsonl)
         if failover:
@@ -97,6 +101,9 @@ def analyse(frames: Dict[str, object], threshold: float) -> Dict[str, object]:
     if "failover" in frames:
         out.update(failover_kills=trend.failover_kills(frames["failover"]),
                    failovers=trend.failovers(frames["failover"]))
+    if "rates" in frames:
+        out.update(latency_rates=trend.latency_at_rates(frames["rates"]),
+                   latency_floor=trend.latency_floor(frames["rates"]))
     if "micro" in frames:
         out["micro"] = trend.micro_benchmarks(frames["micro"])
     return out
@@ -126,7 +133,7 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
     if not any(data.get(t) for t in ("throughput", "bully_elections", "bully_sync",
                                      "potato_broadcasts", "potato_elections", "potato_meshes",
                                      "swarm_joins", "swarm_recoveries", "swarm_bench",
-                                     "failover_kills")):
+                                     "failover_kills", "latency_rates")):
         return []
     import matplotlib
 
@@ -136,6 +143,9 @@ def _plots(data: Dict[str, List[dict]], out: pathlib.Path) -> List[pathlib.Path]
     written = []
     if data.get("throughput"):
         written += _bench_plots(data, out, plt)
+    if data.get("latency_rates"):
+        written.append(_rates_plot(data["latency_rates"], data.get("latency_floor", []),
+                                   out / "latency-rates.png", plt))
     if data.get("bully_elections"):
         written.append(_bully_plot(data["bully_elections"], out / "bully.png", plt))
     if data.get("failover_kills"):
@@ -156,6 +166,7 @@ def _markdown(data: Dict[str, List[dict]], threshold: float, plots: List[str]) -
     bench = "regressions" in data  # `pelotari bench` records were loaded
     lines = ["# pelotari throughput trend" if bench else "# pelotari trend", ""]
     lines += _bench_markdown(data, threshold)
+    lines += _rates_markdown(data)
     lines += _bully_markdown(data)
     lines += _failover_markdown(data)
     lines += _potato_markdown(data)

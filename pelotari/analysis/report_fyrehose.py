@@ -395,3 +395,130 @@ def _bench_markdown(data: Dict[str, List[dict]], threshold: float) -> List[str]:
             lines.append(f"| {r['scenario']} | {r['system']} | {r['p50_us']:.0f} | {r['p90_us']:.0f} | {r['p99_us']:.0f} |")
         lines.append("")
     return lines
+
+
+# ---- latency at the same offered rate (`pelotari bench --latency-rates`) ------------------------
+
+def _latest_commit(rows: List[dict]) -> List[dict]:
+    """The rows of the newest commit (by its first run)."""
+    if not rows:
+        return []
+    newest = max(rows, key=lambda r: str(r["time"]))["commit"]
+    return [r for r in rows if r["commit"] == newest]
+
+
+def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
+    """p99 against the offered rate, one line per system (the band: smallest to largest p99
+    of its lossless trials), log axes, client-bound points hollow, lossy points left out and
+    named; the loopback floor dashed. One panel per scenario; the newest commit's records."""
+    from matplotlib.lines import Line2D
+
+    rows = _latest_commit(rates)
+    floor = _latest_commit(floor)
+    scenarios = _scenario_order(rows)
+    systems = _system_order({r["system"] for r in rows})
+    cols = min(2, len(scenarios))
+    nrows = (len(scenarios) + cols - 1) // cols
+    legend_rows = (len(systems) + 2 + 1) // 2
+    height = 5.6 * nrows + 0.8 + 0.25 * legend_rows
+    fig, axes = plt.subplots(nrows, cols, figsize=(11 if cols == 1 else 8.5 * cols, height),
+                             squeeze=False)
+    for ax, sc in zip(axes.flat, scenarios):
+        left_out = []
+        for system in systems:
+            mine = sorted((r for r in rows if r["scenario"] == sc and r["system"] == system),
+                          key=lambda r: r["offered_rate"])
+            if not mine:
+                continue
+            label, colour, marker = system_style(system)
+            left_out += [f"{label} at {_rate_tick(r['offered_rate'])}/s" for r in mine
+                         if r["lossy"]]
+            ok = [r for r in mine if not r["lossy"] and _number(r["p99_us"])]
+            if not ok:
+                continue
+            x = [r["offered_rate"] for r in ok]
+            ax.plot(x, [r["p99_us"] for r in ok], color=colour, lw=1.4)
+            ax.fill_between(x, [r["p99_us_min"] for r in ok], [r["p99_us_max"] for r in ok],
+                            color=colour, alpha=0.15, lw=0)
+            for r in ok:  # (the bar: the same spread, visible at a lone point too)
+                spread = [[r["p99_us"] - r["p99_us_min"]], [r["p99_us_max"] - r["p99_us"]]]
+                ax.errorbar([r["offered_rate"]], [r["p99_us"]], yerr=spread, color=colour,
+                            lw=0.8, capsize=3, ls="none")
+                ax.plot([r["offered_rate"]], [r["p99_us"]], marker=marker, color=colour, ms=7,
+                        ls="none", markerfacecolor="white" if r["client_bound"] else colour)
+        for f in floor:
+            style = {"udp": (0, (5, 3)), "tcp": (0, (1, 2))}.get(f["transport"], "--")
+            ax.axhline(f["p99_us"], color="black", lw=1, ls=style)
+            ax.annotate(f"loopback floor, {f['transport'].upper()} ping-pong p99 "
+                        f"{f['p99_us']:.1f} µs", (0.01, f["p99_us"]), xycoords=("axes fraction",
+                                                                                "data"),
+                        fontsize=7, va="top" if f["transport"] == "udp" else "bottom")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _log_ticks(ax.xaxis, _rate_tick)
+        ax.set_xlabel("offered msgs/s in (log)")
+        ax.set_ylabel("p99 one-way latency, µs (log)")
+        title = f"{sc}: p99 at the same offered rate"
+        if left_out:
+            title += "\nleft out, lossy (over half the trials lost ≥ 0.1 % or fell behind): " + \
+                "; ".join(left_out)
+        ax.set_title(_wrap_title(title), fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+    for ax in list(axes.flat)[len(scenarios):]:
+        ax.axis("off")
+    hollow = Line2D([], [], marker="o", color="black", markerfacecolor="white", ls="none",
+                    label="hollow: " + CLIENT_BOUND_NOTE)
+    band = Line2D([], [], color="grey", lw=6, alpha=0.3,
+                  label="band and bar: smallest to largest p99 of the lossless trials")
+    _system_legend(fig, systems, [hollow, band], ncol=2)
+    trials = max((r["trials"] for r in rows), default=0)
+    fig.suptitle(f"Latency at the same load: median p99 of {plural(trials, 'trial')} per "
+                 f"point; commit {_short(rows[0]['commit']) if rows else '?'}", fontsize=10)
+    fig.tight_layout(rect=(0, (0.25 * legend_rows + 0.1) / height, 1, 1 - 0.4 / height))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _wrap_title(text: str, width: int = 110) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
+
+
+def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
+    rows = _latest_commit(data.get("latency_rates", []))
+    if not rows:
+        return []
+    floor = _latest_commit(data.get("latency_floor", []))
+    rates = sorted({r["offered_rate"] for r in rows})
+    lines = ["## Latency at the same offered rate", "",
+             "`pelotari bench --latency-rates`: every system at the same offered rates; each "
+             "cell the median p99 of the lossless trials (smallest – largest), µs; `lossy`: "
+             "over half the trials lost ≥ 0.1 % or fell behind; (cb): client-bound.", ""]
+    for sc in _scenario_order(rows):
+        lines += [f"### {sc}", "",
+                  "| system | " + " | ".join(f"{_rate_tick(x)}/s" for x in rates) + " |",
+                  "|---|" + "---|" * len(rates)]
+        for system in _system_order({r["system"] for r in rows if r["scenario"] == sc}):
+            cells = []
+            for x in rates:
+                r = next((r for r in rows if r["scenario"] == sc and r["system"] == system
+                          and r["offered_rate"] == x), None)
+                if r is None:
+                    cells.append("—")
+                elif r["lossy"]:
+                    cells.append(f"lossy ({r['loss']:.1%} lost)")
+                else:
+                    cells.append(f"{r['p99_us']:,.0f} ({r['p99_us_min']:,.0f} – "
+                                 f"{r['p99_us_max']:,.0f})" + (" (cb)" if r["client_bound"]
+                                                                else ""))
+            lines.append(f"| {system_style(system)[0]} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for f in floor:
+        lines.append(f"Loopback floor, {f['transport'].upper()} ping-pong (C, one way = half "
+                     f"the round trip): p50 {f['p50_us']:.1f} µs, p99 {f['p99_us']:.1f} µs "
+                     f"({f['p99_us_min']:.1f} – {f['p99_us_max']:.1f}, "
+                     f"{plural(f['trials'], 'trial')}).")
+    lines.append("")
+    return lines

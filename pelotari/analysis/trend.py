@@ -673,3 +673,69 @@ def fuzz_runs(raw: DataFrame) -> DataFrame:
             .select("target", "implementation", "native_coverage", "commit", "time", "inputs",
                     "inputs_per_second", "coverage_edges", "features", "corpus",
                     F.col("crash_count").alias("crashes"), "runs", "inputs_all", "crashes_all"))
+
+
+# ---- latency at the same offered rate (`pelotari bench --latency-rates`, harness/rates.py) ------
+
+RATES_KINDS = ("latency-rate", "latency-floor")
+
+RATES_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("system", StringType()),
+    StructField("scenario", StringType()),
+    StructField("payload", LongType()),
+    StructField("subscribers", LongType()),
+    StructField("publishers", LongType()),
+    StructField("offered_rate", DoubleType()),
+    StructField("trial", LongType()),
+    StructField("ingress_rate", DoubleType()),
+    StructField("delivered_rate", DoubleType()),
+    StructField("loss", DoubleType()),
+    StructField("lossless", BooleanType()),  # loss < 0.1 %, kept up, publishers reached 90 %
+    StructField("client_bound", BooleanType()),
+    StructField("latency_p50_us", DoubleType()),
+    StructField("latency_p99_us", DoubleType()),
+    StructField("latency_max_us", DoubleType()),
+    StructField("transport", StringType()),  # latency-floor: "udp" or "tcp"
+    StructField("env", BENCH_SCHEMA["env"].dataType),
+])
+
+
+def latency_at_rates(raw: DataFrame) -> DataFrame:
+    """latency-rate records → per (scenario, system, offered rate, commit): trials, how many
+    were lossless, and over the lossless ones the median p50, p99 (with its smallest and
+    largest) and max, and whether any was client-bound; `lossy` when at most half the trials
+    were lossless (then the latencies say nothing)."""
+    ok = F.coalesce("lossless", F.lit(False))
+
+    def over_lossless(column):
+        return F.when(ok, F.col(column))
+    return (raw.where(F.col("kind") == "latency-rate")
+            .groupBy("scenario", "payload", "subscribers", "publishers", "system",
+                     "offered_rate", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.count(F.lit(1)).alias("trials"),
+                 F.sum(ok.cast("long")).alias("lossless_trials"),
+                 F.median(over_lossless("latency_p50_us")).alias("p50_us"),
+                 F.median(over_lossless("latency_p99_us")).alias("p99_us"),
+                 F.min(over_lossless("latency_p99_us")).alias("p99_us_min"),
+                 F.max(over_lossless("latency_p99_us")).alias("p99_us_max"),
+                 F.median(over_lossless("latency_max_us")).alias("max_us"),
+                 F.max(over_lossless("loss")).alias("worst_lossless_loss"),
+                 F.median("loss").alias("loss"),
+                 F.max((ok & F.coalesce("client_bound", F.lit(False))).cast("int"))
+                 .cast("boolean").alias("client_bound"))
+            .withColumn("lossy", F.col("lossless_trials") * 2 <= F.col("trials")))
+
+
+def latency_floor(raw: DataFrame) -> DataFrame:
+    """latency-floor records → per (transport, commit): median p50 and p99 of the one-way
+    loopback latency with their smallest and largest, and `trials`."""
+    return (raw.where(F.col("kind") == "latency-floor")
+            .groupBy("transport", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.count(F.lit(1)).alias("trials"),
+                 F.median("latency_p50_us").alias("p50_us"),
+                 F.median("latency_p99_us").alias("p99_us"),
+                 F.min("latency_p99_us").alias("p99_us_min"),
+                 F.max("latency_p99_us").alias("p99_us_max")))

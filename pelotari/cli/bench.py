@@ -2,6 +2,7 @@
 import datetime
 import pathlib
 import sys
+import time
 
 import click
 
@@ -14,6 +15,8 @@ DEFAULT_SYSTEMS = ("pelotari,pelotari-plain,pelotari-packed,reference,reference-
 
 
 def _int_list(ctx, param, value):
+    if value is None:
+        return None
     try:
         out = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
@@ -26,10 +29,11 @@ def _int_list(ctx, param, value):
 @main.command()
 @click.option("--systems", default=DEFAULT_SYSTEMS, show_default=True,
               help="Comma-separated systems to measure (see --list).")
-@click.option("-S", "--payloads", default="16,256,1024", show_default=True, callback=_int_list,
-              help="Payload sizes in bytes (at least 16: the timestamp stamp).")
-@click.option("-N", "--subscribers", default="1,4,16", show_default=True, callback=_int_list,
-              help="Subscriber counts.")
+@click.option("-S", "--payloads", default=None, callback=_int_list,
+              help="Payload sizes in bytes (at least 16: the timestamp stamp) [default: "
+                   "16,256,1024; with --latency-rates 16].")
+@click.option("-N", "--subscribers", default=None, callback=_int_list,
+              help="Subscriber counts [default: 1,4,16; with --latency-rates 4].")
 @click.option("-P", "--publishers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Publisher processes.")
 @click.option("-d", "--duration", type=FiniteRange(0.2, 600), default=2.0, show_default=True,
@@ -43,11 +47,21 @@ def _int_list(ctx, param, value):
 @click.option("--precision", type=FiniteRange(0.01, 1.0), default=0.05, show_default=True,
               help="The search stops when the lowest failing rate is within this fraction above "
                    "the highest lossless one.")
+@click.option("--latency-rates", "latency_rates", default=None, callback=_int_list,
+              metavar="RATE,RATE,...",
+              help="Instead of searching each system's lossless rate: latency of every system "
+                   "at these same offered rates (msgs/s in), --trials times each, and the "
+                   "loopback floor (a C ping-pong over UDP and TCP); `pelotari trend` plots p99 "
+                   "against the offered rate.")
+@click.option("--trials", type=click.IntRange(1, 50), default=5, show_default=True,
+              help="With --latency-rates: trials per system and rate (the systems take turns "
+                   "trial after trial); a figure is their median, with the smallest and "
+                   "largest.")
 @click.option("-o", "--output", type=click.Path(path_type=pathlib.Path), default=None,
               help="JSON-lines file to append to [default: results/bench-TIME.jsonl].")
 @click.option("--list", "list_systems", is_flag=True, help="List the systems and whether each can run here.")
-def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds, precision, output,
-          list_systems):
+def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds, precision,
+          latency_rates, trials, output, list_systems):
     """Measure systems side by side: the highest lossless rate of each scenario.
 
     For every payload size S and subscriber count N, each system is started alone on one core
@@ -75,11 +89,18 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     if unknown:
         raise click.BadParameter(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}",
                                  param_hint="--systems")
+    payloads = payloads or ([16] if latency_rates else [16, 256, 1024])
+    subscribers = subscribers or ([4] if latency_rates else [1, 4, 16])
     if min(payloads) < 16:
         raise click.BadParameter("payloads must be at least 16 bytes", param_hint="--payloads")
     output = output or pathlib.Path("results") / (
         "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + ".jsonl")
     where = placement()[2]
+    scenarios = [Scenario(s, n, publishers) for s in payloads for n in subscribers]
+    if latency_rates:
+        _latency_rates(SYSTEMS, names, scenarios, latency_rates, trials, duration, output,
+                       where)
+        return
     click.echo(f"pelotari bench: {', '.join(names)}; S={payloads} N={subscribers} P={publishers}; "
                f"{duration:g}s trials; {where}", err=True)
 
@@ -108,15 +129,101 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
             progress.finish()
 
     with Children(interrupt=STOP_SIGNALS):
-        runner = BenchRunner(SYSTEMS, names, [Scenario(s, n, publishers) for s in payloads
-                                              for n in subscribers],
-                             duration, output, repeats=repeats, rounds=rounds,
+        runner = BenchRunner(SYSTEMS, names, scenarios, duration, output, repeats=repeats, rounds=rounds,
                              precision=precision, env=results.environment(), placement=where)
         done = runner.run(show)
     progress.finish()
     click.echo(f"\n{results.table(done.records, done.runnable)}\n")
     click.echo(f"{where}; {duration:g}s trials; loss < 0.1 %; results in {output} "
                f"({done.elapsed:.0f}s)", err=True)
+
+
+def _latency_rates(systems, names, scenarios, rates, trials, duration, output, where):
+    """`pelotari bench --latency-rates`: every system at the same offered rates, and the floor."""
+    from pelotari.harness import results
+    from pelotari.harness.procs import STOP_SIGNALS, Children
+    from pelotari.harness.rates import (RateFailed, RateMeasured, RatesRunner, RateTrial,
+                                        floor_records)
+    from pelotari.harness.systems import Unavailable
+    from pelotari.harness.trial import placement
+
+    click.echo(f"pelotari bench --latency-rates: {', '.join(names)}; "
+               f"{', '.join(s.name for s in scenarios)}; offered "
+               f"{', '.join(_r(r) for r in rates)} msgs/s; {trials} trials of {duration:g}s; "
+               f"{where}", err=True)
+    progress = StatusLine(interval=0.0, plain_interval=10.0)
+    started = time.monotonic()
+
+    def show(event):
+        if isinstance(event, RateTrial):
+            eta = ""
+            if event.number > 1:
+                left = (time.monotonic() - started) / (event.number - 1) * \
+                    (event.total - event.number + 1)
+                eta = f" ETA {_clock(left)}"
+            progress.update(f"[{event.number}/{event.total}{eta}] {event.system:<15} "
+                            f"{event.scenario.name} trial {event.trial + 1}/{event.trials} "
+                            f"at {_r(event.rate)}/s")
+        elif isinstance(event, RateMeasured):
+            r = event.record
+            what = "lossless" if r["lossless"] else f"loss {r['loss']:.2%}" if r["loss"] \
+                else "fell behind"
+            progress.update(f"[{event.at.number}/{event.at.total}] {event.at.system:<15} "
+                            f"{_r(event.at.rate)}/s: p50 {r['latency_p50_us']:.0f} µs, p99 "
+                            f"{r['latency_p99_us']:.0f} µs, {what}"
+                            + (" (client-bound)" if r["client_bound"] else ""),
+                            force=True)
+        elif isinstance(event, RateFailed):
+            progress.finish()
+            click.secho(f"{event.at.system}: {event.reason}", fg="red", err=True)
+
+    env = results.environment()
+    try:
+        with Children(interrupt=STOP_SIGNALS):
+            floor = floor_records(trials, env, where, placement()[1])
+            results.write(output, floor)
+            done = RatesRunner(systems, names, scenarios, rates, duration, output, trials,
+                               env=env, placement=where).run(show)
+    except Unavailable as exc:
+        progress.finish()
+        raise click.ClickException(str(exc)) from None
+    progress.finish()
+    click.echo(_rates_table([r for r in done if r.get("kind") == "latency-rate"], floor))
+    click.echo(f"{where}; {trials} trials of {duration:g}s per system and rate; results in "
+               f"{output} ({time.monotonic() - started:.0f}s); `pelotari trend` plots them",
+               err=True)
+
+
+def _rates_table(records, floor) -> str:
+    """p99 per system and rate: median of the lossless trials (all trials lossy: "lossy")."""
+    import statistics
+
+    rates = sorted({r["offered_rate"] for r in records})
+    systems = list(dict.fromkeys(r["system"] for r in records))
+    lines = ["| system | " + " | ".join(f"{_r(x)}/s p99" for x in rates) + " |",
+             "|---|" + "---|" * len(rates)]
+    for s in systems:
+        cells = []
+        for x in rates:
+            ok = [r for r in records if r["system"] == s and r["offered_rate"] == x
+                  and r["lossless"]]
+            ran = [r for r in records if r["system"] == s and r["offered_rate"] == x]
+            if not ran:
+                cells.append("—")
+            elif len(ok) * 2 <= len(ran):
+                cells.append("lossy")
+            else:
+                p99 = [r["latency_p99_us"] for r in ok]
+                bound = " (client-bound)" if any(r["client_bound"] for r in ok) else ""
+                cells.append(f"{statistics.median(p99):,.0f} µs ({min(p99):,.0f}–"
+                             f"{max(p99):,.0f}){bound}")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    for t in ("udp", "tcp"):
+        p99 = [f["latency_p99_us"] for f in floor if f["transport"] == t]
+        if p99:
+            lines.append(f"| loopback floor, {t.upper()} ping-pong | "
+                         + " | ".join(f"{statistics.median(p99):,.1f} µs" for _ in rates) + " |")
+    return "\n".join(lines)
 
 
 def _label(turn) -> str:

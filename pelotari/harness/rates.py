@@ -1,0 +1,159 @@
+"""Latency at the same offered load for every system (`pelotari bench --latency-rates`): each
+system serves each scenario at each of the chosen rates, several trials, the systems taking
+turns; and the loopback floor, the kernel's own one-way latency with no server in the way.
+
+A trial is one `Session.trial` at a fixed offered rate; its record (kind "latency-rate") keeps
+p50/p99/max, loss, whether delivery kept up and whether the load generator was the bottleneck,
+so the analysis can leave lossy points out and mark client-bound ones (analysis/trend.py,
+latency_at_rates).
+"""
+import json
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Sequence
+
+from pelotari.harness import results
+from pelotari.harness.search import LOSSLESS
+from pelotari.harness.systems import System, Unavailable, bench_dir, compile_c, pin
+from pelotari.harness.trial import Scenario, Session, TrialResult
+
+FLOOR_RATE = 10_000  # the floor's ping-pong rate: far below any rate a round trip limits
+FLOOR_COUNT = 50_000
+
+
+@dataclass(frozen=True)
+class RateTrial:
+    """One trial: a system, a scenario, an offered rate, which trial of how many."""
+
+    system: str
+    scenario: Scenario
+    rate: float
+    trial: int  # 0-based, of `trials`
+    trials: int
+    number: int  # 1-based, of `total`
+    total: int
+
+
+@dataclass(frozen=True)
+class RateMeasured:
+    """A trial's record."""
+
+    at: RateTrial
+    record: dict
+
+
+@dataclass(frozen=True)
+class RateFailed:
+    """A system that stopped being available in a trial (its other rates in it are skipped)."""
+
+    at: RateTrial
+    reason: str
+
+
+def record(system: str, scenario: Scenario, result: TrialResult, trial: int, env: dict,
+           placement: str, duration: float, version: str = "") -> dict:
+    """The JSON-lines record of one trial at one offered rate."""
+    lat = result.latency
+    return {"kind": "latency-rate", "system": system, "system_version": version,
+            "scenario": scenario.name, "payload": scenario.payload,
+            "subscribers": scenario.subscribers, "publishers": scenario.publishers,
+            "offered_rate": result.offered_rate, "trial": trial,
+            "ingress_rate": result.ingress_rate, "delivered_rate": result.delivered_rate,
+            "loss": result.loss, "sustained": result.sustained,
+            "lossless": result.lossless(LOSSLESS)
+            and result.ingress_rate >= 0.9 * result.offered_rate,
+            "client_bound": result.client_bound,
+            "latency_p50_us": lat.get("p50_ns", 0) / 1000,
+            "latency_p90_us": lat.get("p90_ns", 0) / 1000,
+            "latency_p99_us": lat.get("p99_ns", 0) / 1000,
+            "latency_max_us": lat.get("max_ns", 0) / 1000,
+            "server_cpu_s": result.server_cpu, "notes": result.notes, "duration_s": duration,
+            "placement": placement, "env": env}
+
+
+@dataclass
+class RatesRunner:
+    """Every system at every rate on every scenario, `trials` times: per scenario and trial,
+    the systems take turns (A B C A B C), each one started afresh and stepped through the
+    rates from the lowest; records are appended to `output` as they come."""
+
+    systems: Dict[str, System]
+    names: Sequence[str]
+    scenarios: Sequence[Scenario]
+    rates: Sequence[float]
+    duration: float
+    output: object
+    trials: int = 5
+    env: dict = field(default_factory=dict)
+    placement: str = ""
+    session: Callable[[System, Scenario], Session] = Session
+
+    def run(self, report: Callable[[object], None] = lambda event: None) -> List[dict]:
+        """Run every trial; each event (RateTrial before, RateMeasured or RateFailed after)
+        goes to `report`. The systems that cannot run here are left out (a bench-skipped
+        record says why)."""
+        out: List[dict] = []
+        runnable = []
+        for name in self.names:
+            why = self.systems[name].check()
+            if why:
+                rec = results.skipped(name, why, self.env)
+                out.append(rec)
+                results.write(self.output, [rec])
+            else:
+                runnable.append(name)
+        versions = {name: self.systems[name].version() for name in runnable}
+        rates = sorted(self.rates)
+        total = len(self.scenarios) * self.trials * len(runnable) * len(rates)
+        number = 0
+        for scenario in self.scenarios:
+            for k in range(self.trials):
+                for name in runnable:
+                    block = number
+                    try:
+                        with self.session(self.systems[name], scenario) as session:
+                            for rate in rates:
+                                number += 1
+                                at = RateTrial(name, scenario, rate, k, self.trials, number,
+                                               total)
+                                report(at)
+                                result = session.trial(rate, self.duration)
+                                rec = record(name, scenario, result, k, self.env,
+                                             self.placement, self.duration, versions[name])
+                                out.append(rec)
+                                results.write(self.output, [rec])
+                                report(RateMeasured(at, rec))
+                    except Unavailable as exc:
+                        report(RateFailed(RateTrial(name, scenario, 0, k, self.trials,
+                                                    max(number, block + 1), total), str(exc)))
+                        number = block + len(rates)
+        return out
+
+
+def loopback_floor(transport: str, cpus=None, count: int = FLOOR_COUNT,
+                   rate: float = FLOOR_RATE, size: int = 16) -> dict:
+    """The kernel's one-way latency over loopback (half a ping-pong's round trip, C on both
+    ends), as {"p50_ns", "p90_ns", "p99_ns", "max_ns", ...}."""
+    program = compile_c(bench_dir() / "floor" / "loopback.c")
+    res = subprocess.run([str(program), transport, str(count), str(int(rate)), str(size)],
+                         capture_output=True, text=True, timeout=120, preexec_fn=pin(cpus))
+    if res.returncode != 0:
+        raise Unavailable(f"the loopback floor ({transport}) failed: "
+                          f"{res.stderr.strip()[-200:]}")
+    return json.loads(res.stdout)
+
+
+def floor_records(trials: int, env: dict, placement: str, cpus=None) -> List[dict]:
+    """`trials` runs of the UDP and the TCP floor, one record each (kind "latency-floor")."""
+    out = []
+    for k in range(trials):
+        for transport in ("udp", "tcp"):
+            got = loopback_floor(transport, cpus)
+            out.append({"kind": "latency-floor", "transport": transport, "trial": k,
+                        "rate": got["rate"], "size": got["size"], "count": got["count"],
+                        "latency_p50_us": got["p50_ns"] / 1000,
+                        "latency_p90_us": got["p90_ns"] / 1000,
+                        "latency_p99_us": got["p99_ns"] / 1000,
+                        "latency_max_us": got["max_ns"] / 1000, "placement": placement,
+                        "env": env})
+    return out
