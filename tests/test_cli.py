@@ -130,6 +130,33 @@ def test_packed_pub_and_sub_through_a_backbone_process():
         bb.communicate(timeout=10)
 
 
+def test_an_idle_packing_publisher_sends_each_line_without_waiting_for_a_pack():
+    # The flush rule: a line typed into `pelotari pub --pack` is published at once, not held
+    # until 64 lines fill a pack (or stdin ends).
+    bb, port = start_backbone("--json-stats", "--stats-interval", "0.2")
+    pub = None
+    try:
+        sub = start("sub", "-b", f"127.0.0.1:{port}", "--pack", "1472", "--count", "2", "--json")
+        wait_subscribers(bb, 1)
+        pub = subprocess.Popen(PELOTARI + ["pub", "-b", f"127.0.0.1:{port}", "--pack", "1472"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        for line in ("first", "second"):  # stdin stays open: nothing more is coming
+            pub.stdin.write(line + "\n")
+            pub.stdin.flush()
+            seq, data = pub.stdout.readline().rstrip("\n").split("\t")
+            assert data == line and int(seq) > 0  # confirmed while stdin is still open
+        out, err = sub.communicate(timeout=10)
+        assert [json.loads(x)["data"] for x in out.splitlines()] == ["first", "second"]
+        pub.stdin.close()
+        assert pub.wait(10) == 0 and "published 2 messages" in pub.stderr.read()
+    finally:
+        if pub is not None and pub.poll() is None:
+            pub.kill()
+        bb.send_signal(signal.SIGINT)
+        bb.communicate(timeout=10)
+
+
 def test_a_backbone_without_packing_refuses_packed_pushes():
     bb, port = start_backbone("--no-packing", "--json-stats", "--stats-interval", "0.2")
     try:

@@ -190,6 +190,27 @@ def test_publish_stream_packs_groups_of_ten_milliseconds_or_64(monkeypatch):
     assert [pending + len(datas) for _, datas, pending in rec.calls] == [16, 16, 16]
 
 
+def test_a_packing_stream_never_holds_an_item_back_to_fill_a_group(monkeypatch):
+    # The flush rule: a group leaves as soon as the next item is not there yet (items 4 and 6
+    # come later: reading them would wait).
+    client, fake, rec = stream_client(monkeypatch, pack=1472)
+    taken = []
+
+    def items():
+        for k in range(12):
+            taken.append(k)
+            yield b"x%d" % k
+
+    def ready():
+        return len(taken) not in (4, 6)
+
+    outcomes = list(client.publish_stream(items(), clock=fake.clock, sleep=fake.sleep,
+                                          ready=ready))
+    assert [len(datas) for _, datas, _ in rec.calls] == [4, 2, 6]
+    # before waiting for item 4, the first four were settled (their outcomes reported)
+    assert rec.waits[:4] == [0, 1, 2, 3] and len(outcomes) == 12
+
+
 def test_publish_stream_reports_failures_and_fire_and_forget(monkeypatch):
     def failing_odd(seq, rec):
         fut = Future()

@@ -708,7 +708,8 @@ def pub(backbone, bind, pack, keepalive, messages, count, rate, binary, file, no
       pelotari pub --pack 1472 -n 10000 x  packed: many messages per datagram
 
     With --pack, messages go in groups (64, or 10 ms worth at --rate, at most --in-flight; from
-    stdin a group leaves when it is full or input ends), each packed into as few datagrams as fit.
+    stdin a group leaves when it is full, input ends, or no further line is waiting: a line is
+    never held back to fill a pack), each packed into as few datagrams as fit.
     """
     SignalInterrupt(signal.SIGTERM)  # a service manager's stop ends it like Ctrl-C
     from pelotari.fyrehose import Client
@@ -735,7 +736,10 @@ def pub(backbone, bind, pack, keepalive, messages, count, rate, binary, file, no
     started = time.monotonic()
     status = StatusLine()
     # (label, data, shown or None) items, published paced and windowed by the library
-    stream = client.publish_stream(source, key=lambda item: item[1], rate=rate, window=in_flight)
+    # (from stdin, a pack leaves as soon as no further line is waiting: PublishStream's rule)
+    stream = client.publish_stream(source, key=lambda item: item[1], rate=rate,
+                                   window=in_flight,
+                                   ready=_STDIN.ready if file is None and not messages else None)
 
     def show(outcome):
         label, data, shown = outcome.item
@@ -814,9 +818,50 @@ def _pub_source(messages, file, count, binary, limit, skip):
         yield f"message {k + 1}", data, shown
 
 
+class _Input:
+    """stdin read by its descriptor with a buffer of our own, so ready() knows whether the next
+    line is there (buffered, or readable at once) or reading it would wait."""
+
+    def __init__(self, fd: int = 0):
+        self.fd, self.buf, self.eof = fd, bytearray(), False
+
+    def _fill(self) -> None:
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except OSError:  # (a closed descriptor: the end)
+            chunk = b""
+        self.eof = not chunk
+        self.buf += chunk
+
+    def ready(self) -> bool:
+        """Whether readline() would return without waiting for input."""
+        if self.eof or b"\n" in self.buf:
+            return True
+        import select
+
+        try:
+            return bool(select.select([self.fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True  # (nothing to wait on: readline ends at once)
+
+    def readline(self, limit: int) -> bytes:
+        """The next line with its newline, at most `limit` bytes; b"" at the end."""
+        while True:
+            end = self.buf.find(b"\n", 0, limit)
+            if end >= 0 or len(self.buf) >= limit or self.eof:
+                n = end + 1 if end >= 0 else min(limit, len(self.buf))
+                line = bytes(self.buf[:n])
+                del self.buf[:n]
+                return line
+            self._fill()
+
+
+_STDIN = _Input()
+
+
 def _stdin_lines(count, binary, limit, skip):
     """stdin lines, read as bytes, each at most limit + 2 bytes in memory."""
-    stream = sys.stdin.buffer
+    stream = _STDIN
     if sys.stdin.isatty():
         click.echo("reading messages from stdin, one per line (Ctrl-D to end)", err=True)
     number = 0

@@ -356,12 +356,13 @@ class Client(_Adapter):
     def publish_stream(self, items: Iterable, *, key: Optional[Callable[[Any], bytes]] = None,
                        rate: Optional[float] = None, window: int = 256,
                        group: Optional[int] = None, timeout: Optional[float] = None,
+                       ready: Optional[Callable[[], bool]] = None,
                        clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], None] = time.sleep) -> "PublishStream":
         """Publish items as they come, paced and windowed; iterate for their outcomes (see
         PublishStream)."""
         return PublishStream(self, items, key=key, rate=rate, window=window, group=group,
-                             timeout=timeout, clock=clock, sleep=sleep)
+                             timeout=timeout, ready=ready, clock=clock, sleep=sleep)
 
     def set_flags(self, flags: int) -> None:
         """Change NOSUBSCRIBE/NOJOURNAL now; the backbone hears it in this KEEPALIVE."""
@@ -494,13 +495,18 @@ class PublishStream:
     most `window` unconfirmed at once; iterating gives one Published per item, in order.
 
     key(item) gives the bytes to publish (default: the item itself). With `pack` set, items go
-    in groups (`group`; default 64, or 10 ms worth at `rate`, at most `window`) through publish_many(). clock and
-    sleep are injectable so pacing is tested without sleeping. Counters: sent, confirmed,
-    failed. After an interruption (KeyboardInterrupt), drain() gives what is still in flight.
+    in groups (`group`; default 64, or 10 ms worth at `rate`, at most `window`) through
+    publish_many(). The flush rule: a group leaves when it is full, when the items end, or as
+    soon as `ready()` says the next item is not there yet (reading it would wait), so a packing
+    publisher never holds a message back to fill a pack; `ready` defaults to "always" (an
+    in-memory iterable). clock and sleep are injectable so pacing is tested without sleeping.
+    Counters: sent, confirmed, failed. After an interruption (KeyboardInterrupt), drain() gives
+    what is still in flight.
     """
 
     def __init__(self, client: Client, items: Iterable, *, key=None, rate=None, window=256,
-                 group=None, timeout=None, clock=time.monotonic, sleep=time.sleep):
+                 group=None, timeout=None, ready=None, clock=time.monotonic,
+                 sleep=time.sleep):
         if window < 1:
             raise ValueError("window must be at least 1")
         if rate is not None and not 0 < rate <= MAX_RATE:  # also refuses NaN and infinity
@@ -512,6 +518,7 @@ class PublishStream:
         if group < 1:
             raise ValueError("group must be at least 1")
         self._client, self._items = client, iter(items)
+        self._ready = ready or (lambda: True)
         self._key = key  # None: the items are the bytes
         self.rate, self.window, self.group = rate, window, group
         self._timeout = client._wait(timeout)
@@ -523,10 +530,18 @@ class PublishStream:
         started = None
         items, group, window, inflight = self._items, self.group, self.window, self._inflight
         key, publish_many = self._key, self._client.publish_many_nowait
+        ready, end = self._ready, object()
         while True:
-            batch = list(itertools.islice(items, group))
+            if inflight and not ready():  # input would wait: say what became of those out
+                yield from self._settle(0)
+            batch = list(itertools.islice(items, 1))  # (waits for the first)
             if not batch:
                 break
+            while len(batch) < group and ready():  # the rest only while already there
+                item = next(items, end)
+                if item is end:
+                    break
+                batch.append(item)
             n = len(batch)
             # At most `window` unconfirmed once this batch is out. A full window is waited
             # down to half, so confirmations are taken in runs, not a thread hand-off each.
