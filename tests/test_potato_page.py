@@ -319,3 +319,87 @@ def test_the_node_answers_a_page_offer_and_the_data_channel_carries_potato(signa
         finally:
             await stop(node, pages)
     run(main())
+
+
+async def _slow_headers(pages, local):
+    """A connection that starts a request and never finishes its headers (slowloris)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", pages.port, local_addr=(local, 0))
+    writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-a: b\r\n")
+    await writer.drain()
+    return reader, writer
+
+
+async def _closed_without_a_byte(reader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(100), 10) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_connections_held_with_slow_headers_are_bounded_and_closed():
+    # 1,100 connections sending a header line every few seconds (from 127.0.10.x) ran a node
+    # with the usual 1,024 descriptors out of them: the page, /signal and the node's own
+    # listening socket got "Too many open files" (and 40,000 log lines in 10 s).
+    async def main():
+        node, pages = await served(max_connections=6, max_connections_per_host=3,
+                                   idle_timeout=0.5)
+        held = []
+        try:
+            for _ in range(3):
+                held.append(await _slow_headers(pages, "127.0.0.41"))
+            over, over_w = await _slow_headers(pages, "127.0.0.41")  # its address's 4th
+            assert await _closed_without_a_byte(over)
+            over_w.close()
+            assert pages.stats["http_refused_connection"] == 1
+            for _ in range(3):
+                held.append(await _slow_headers(pages, "127.0.0.42"))
+            # The server is full of idle connections: a page request closes the oldest.
+            assert (await get(pages, "/", local="127.0.0.43"))[0] == 200
+            assert pages.stats["http_closed_evicted"] == 1
+            assert await _closed_without_a_byte(held[0][0])
+            # The others are closed when they have no complete request within idle_timeout.
+            for reader, _ in held[1:]:
+                assert await asyncio.wait_for(reader.read(), 10) is not None
+            for _ in range(200):
+                if not pages._connections:
+                    break
+                await asyncio.sleep(0.01)
+            assert not pages._connections and not pages._handlers
+            assert (await get(pages, "/", local="127.0.0.41"))[0] == 200
+        finally:
+            for _, w in held:
+                w.close()
+            await stop(node, pages)
+    run(main())
+
+
+def test_websockets_are_never_closed_for_new_connections():
+    async def main():
+        node, pages = await served(max_connections=2, max_connections_per_host=2)
+        try:
+            p1, p2 = await Page.open(pages), await Page.open(pages, local="127.0.0.2")
+            reader, writer = await _slow_headers(pages, "127.0.0.3")
+            assert await _closed_without_a_byte(reader)
+            writer.close()
+            assert pages.stats["http_refused_connection"] == 1
+            assert not p1.ws.closed and not p2.ws.closed
+            for p in (p1, p2):
+                await p.close()
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_a_page_websocket_outlives_the_idle_timeout():
+    async def main():
+        node, pages = await served(idle_timeout=0.2, hello_timeout=5)
+        try:
+            page = await Page.open(pages)
+            assert "answer" in await page.hello("P1")
+            with pytest.raises(asyncio.TimeoutError):
+                await page.ws.receive(timeout=0.6)  # nothing comes, and it is not closed
+            assert not page.ws.closed and "P1" in pages.pages
+            await page.close()
+        finally:
+            await stop(node, pages)
+    run(main())

@@ -15,7 +15,9 @@ whose WebSocket is open here, and the new page offers a link to each through the
 relays only between its own WebSockets and writes `from` itself (a page cannot speak for
 another). Bounds: `max_per_host` WebSockets per address and `max_pages` in all (429/503 before
 the upgrade); a token bucket per WebSocket on relayed messages and bytes; pages' HTTP requests
-a token bucket per address; a Host header that is not an address, `localhost` or the served
+a token bucket per address; TCP connections `max_connections_per_host` per address and
+`max_connections` in all (closed at once past them), each closed when it has no complete
+request for `idle_timeout` (slow headers, idle keep-alive); a Host header that is not an address, `localhost` or the served
 name is refused (421: DNS rebinding), and so is a WebSocket whose Origin is another site (403:
 another site's page in the user's browser).
 """
@@ -28,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from aiohttp import WSMsgType, web
+from aiohttp.web_protocol import RequestHandler
 
 from pelotari.potato.transport import NAME_MAX, SIGNAL_MAX, _valid_name
 
@@ -64,10 +67,13 @@ class PageServer:
                  max_pages: int = 64, hello_timeout: float = 2.0, max_signal: int = SIGNAL_MAX,
                  signal_rate: float = 10.0, signal_burst: float = 20.0,
                  signal_byte_rate: float = 32768.0, signal_byte_burst: float = 131072.0,
-                 http_rate: float = 4.0, http_burst: float = 32.0, max_hosts: int = 4096):
+                 http_rate: float = 4.0, http_burst: float = 32.0, max_hosts: int = 4096,
+                 max_connections: int = 256, max_connections_per_host: int = 16,
+                 idle_timeout: float = 10.0):
         if node.browsers is None:
             raise ValueError("the node has no browser transport (Node.add_browsers)")
-        if min(max_per_host, max_pages, max_signal, max_hosts) < 1 or hello_timeout <= 0:
+        if min(max_per_host, max_pages, max_signal, max_hosts, max_connections,
+               max_connections_per_host) < 1 or hello_timeout <= 0 or idle_timeout <= 0:
             raise ValueError("limits must be positive")
         self.node, self.host, self.port = node, host, port
         self.max_per_host, self.max_pages = max_per_host, max_pages
@@ -75,11 +81,17 @@ class PageServer:
         self.signal_rate, self.signal_burst = signal_rate, signal_burst
         self.signal_byte_rate, self.signal_byte_burst = signal_byte_rate, signal_byte_burst
         self.http_rate, self.http_burst, self.max_hosts = http_rate, http_burst, max_hosts
+        self.max_connections, self.max_connections_per_host = (max_connections,
+                                                               max_connections_per_host)
+        self.idle_timeout = idle_timeout
         self.stats: Counter = Counter()
         self.pages: dict[str, web.WebSocketResponse] = {}  # name -> its open WebSocket
         self._sockets: dict[str, int] = {}  # address -> WebSockets open from it
         self._http: dict[str, _Bucket] = {}  # address -> its requests' bucket
+        self._connections: Counter = Counter()  # address -> TCP connections open from it
+        self._handlers: dict[_Handler, None] = {}  # those connections, the oldest first
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.AbstractServer | None = None
         self._files = {path: ((WEB / f).read_bytes(), kind) for path, (f, kind) in FILES.items()}
 
     @property
@@ -94,21 +106,65 @@ class PageServer:
             app.router.add_get(path, self._file)
         app.router.add_get("/signal", self._signal)
         app.router.add_get("/favicon.ico", _no_content)
+        # (aiohttp's keep-alive timeout also runs from the connection's start, and closes a
+        # connection that has no complete request by then: slow headers as well as idle ones)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
-                                     handler_cancellation=True)
+                                     handler_cancellation=True,
+                                     keepalive_timeout=self.idle_timeout)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=128,
-                           reuse_address=True)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(self._accepted, self.host, self.port,
+                                                  backlog=128, reuse_address=True)
+        self.port = self._listener.sockets[0].getsockname()[1]
+
+    def _accepted(self) -> "_Handler":
+        """The protocol of one accepted connection: aiohttp's, behind the connection bounds."""
+        server = self._runner.server
+        return _Handler(self, server, loop=server._loop, **server._kwargs)
+
+    def _admit_connection(self, handler: "_Handler", source: str) -> bool:
+        """Whether a new connection from `source` may be served: its address has fewer than
+        max_connections_per_host open, and the server fewer than max_connections, or one of
+        them is idle (no request under way, no WebSocket) and is closed for it, the oldest
+        first: connections held open with slow headers ran the process out of file
+        descriptors (nobody got the page or reached the node any more), and from many
+        addresses they would keep real pages out."""
+        if self._connections[source] >= self.max_connections_per_host:
+            self.stats["http_refused_connection"] += 1
+            return False
+        if self._connections.total() >= self.max_connections:
+            idle = next((h for h in self._handlers if not h.page_busy), None)
+            if idle is None:
+                self.stats["http_refused_connection"] += 1
+                return False
+            self.stats["http_closed_evicted"] += 1
+            self._release_connection(idle)
+            idle.transport.abort()
+        self._connections[source] += 1
+        self._handlers[handler] = None
+        return True
+
+    def _release_connection(self, handler: "_Handler") -> None:
+        if handler not in self._handlers:  # (closed for another already)
+            return
+        del self._handlers[handler]
+        source = handler.page_source
+        self._connections[source] -= 1
+        if self._connections[source] <= 0:
+            del self._connections[source]
 
     async def close(self) -> None:
         """Close every WebSocket and the listening socket."""
+        if self._listener is not None:
+            self._listener.close()
         for ws in list(self.pages.values()):
             await ws.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
 
     # ---- HTTP ----------------------------------------------------------------------------
 
@@ -147,7 +203,14 @@ class PageServer:
             self.stats["http_refused_host"] += 1
             return web.Response(status=421)
         self.stats["http_requests"] += 1
-        return await handler(request)
+        connection = request.protocol
+        if isinstance(connection, _Handler):
+            connection.page_busy += 1
+        try:
+            return await handler(request)
+        finally:
+            if isinstance(connection, _Handler):
+                connection.page_busy -= 1
 
     async def _file(self, request: web.Request) -> web.Response:
         body, kind = self._files[request.path]
@@ -282,6 +345,33 @@ class PageServer:
                 self.stats["signal_relayed"] += 1
             except (ConnectionError, RuntimeError, asyncio.TimeoutError):
                 self.stats["signal_dropped_send"] += 1
+
+
+class _Handler(RequestHandler):
+    """aiohttp's connection handler behind the page server's connection bounds: one past them
+    is closed at once, without a byte (aiohttp never sees it)."""
+
+    __slots__ = ("page_server", "page_source", "page_busy")
+
+    def __init__(self, page_server: PageServer, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.page_server, self.page_source = page_server, None
+        self.page_busy = 0  # requests under way (a WebSocket is one for its whole life)
+
+    def connection_made(self, transport) -> None:
+        peer = transport.get_extra_info("peername")
+        source = peer[0] if peer else "?"
+        if not self.page_server._admit_connection(self, source):
+            transport.abort()
+            return
+        self.page_source = source
+        super().connection_made(transport)
+
+    def connection_lost(self, exc) -> None:
+        if self.page_source is None:  # refused
+            return
+        self.page_server._release_connection(self)
+        super().connection_lost(exc)
 
 
 async def _no_content(request: web.Request) -> web.Response:
