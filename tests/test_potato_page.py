@@ -13,10 +13,10 @@ from pelotari.potato.page import CSP, PageServer
 from pelotari.potato.transport import _aiortc, _CANDIDATE_HOSTS
 
 
-async def served(**limits):
+async def served(browser_args=None, **limits):
     node = Node("A", "127.0.0.1", 0, transport="tcp")
     await node.start()
-    node.add_browsers("127.0.0.1")
+    node.add_browsers("127.0.0.1", **(browser_args or {}))
     pages = PageServer(node, "127.0.0.1", 0, **limits)
     await pages.start()
     return node, pages
@@ -400,6 +400,58 @@ def test_a_page_websocket_outlives_the_idle_timeout():
                 await page.ws.receive(timeout=0.6)  # nothing comes, and it is not closed
             assert not page.ws.closed and "P1" in pages.pages
             await page.close()
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+async def _until(predicate, what):
+    for _ in range(1000):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(what)
+
+
+def test_a_page_link_goes_with_its_websocket():
+    # Links outlived their WebSocket: one address that said hello and closed, again and
+    # again, held 47 links in 4 s (max_per_host bounded only its open WebSockets), so two
+    # addresses filled the 64 places and real pages were refused (max_peers); and a page that
+    # reloaded could not say hello under its name until its old link timed out (duplicate).
+    async def main():
+        node, pages = await served(browser_args={"handshake_timeout": 60}, hello_timeout=5)
+        sdp, pc = await offer_sdp()
+        await pc.close()
+        try:
+            for k in range(6):  # more than max_per_host (4), one after another
+                page = await Page.open(pages, local="127.0.0.9")
+                await page.ws.send_json({"hello": "P1", "offer": sdp})  # the same name
+                assert "answer" in await page.ws.receive_json(timeout=10), k
+                assert len(node.browsers._peers) == 1
+                await page.close()
+                await _until(lambda: not node.browsers._peers, "the link outlived its socket")
+            assert node.browsers.stats["closed_signaling"] == 6
+        finally:
+            await stop(node, pages)
+    run(main())
+
+
+def test_a_page_whose_link_does_not_open_loses_its_websocket():
+    # A page that said hello and never brought its link up kept its WebSocket (and its place
+    # among max_pages and max_per_host) for good.
+    async def main():
+        node, pages = await served(browser_args={"handshake_timeout": 0.3}, hello_timeout=5)
+        sdp, pc = await offer_sdp()
+        await pc.close()
+        try:
+            page = await Page.open(pages)
+            await page.ws.send_json({"hello": "P1", "offer": sdp})  # its pc is gone: no ICE
+            assert "answer" in await page.ws.receive_json(timeout=10)
+            msg = await page.ws.receive(timeout=10)  # closed by the node, by event
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert pages.stats["signal_closed_link"] == 1
+            await page.close()
+            await _until(lambda: not pages.pages and not pages._sockets, "the page stayed")
         finally:
             await stop(node, pages)
     run(main())

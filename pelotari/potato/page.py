@@ -10,7 +10,8 @@ On `/signal`, one JSON object per text message, at most `max_signal` bytes:
     page -> node   {"to": PAGE, "offer" | "answer": SDP}  or {"to": PAGE, "refused": REASON}
     node -> PAGE   {"from": NAME, "offer" | "answer" | "refused": ...}
 
-The first answer links the page to this node (BrowserTransport); `pages` are the other pages
+The first answer links the page to this node (BrowserTransport), for as long as its WebSocket
+is open: the one closes with the other. `pages` are the other pages
 whose WebSocket is open here, and the new page offers a link to each through the node, which
 relays only between its own WebSockets and writes `from` itself (a page cannot speak for
 another). Bounds: `max_per_host` WebSockets per address and `max_pages` in all (429/503 before
@@ -88,6 +89,7 @@ class PageServer:
         self.pages: dict[str, web.WebSocketResponse] = {}  # name -> its open WebSocket
         self._sockets: dict[str, int] = {}  # address -> WebSockets open from it
         self._http: dict[str, _Bucket] = {}  # address -> its requests' bucket
+        self._closing: set[asyncio.Task] = set()  # WebSockets being closed (_link_gone)
         self._connections: Counter = Counter()  # address -> TCP connections open from it
         self._handlers: dict[_Handler, None] = {}  # those connections, the oldest first
         self._runner: web.AppRunner | None = None
@@ -159,6 +161,8 @@ class PageServer:
             self._listener.close()
         for ws in list(self.pages.values()):
             await ws.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -244,13 +248,19 @@ class PageServer:
         self._sockets[source] = self._sockets.get(source, 0) + 1
         self.stats["signal_opened"] += 1
         name = None
+        hang_up = []  # ends the page's link (set once it has one)
         try:
-            name = await self._hello(ws, source)
+            name = await self._hello(ws, source, hang_up)
             if name is not None:
                 await self._relay(ws, name)
         except (ConnectionError, asyncio.TimeoutError) as exc:
             log.debug("signaling from %s ended: %r", source, exc)
         finally:
+            # A page is its WebSocket and its link: the one goes with the other (links that
+            # outlived their socket let one address fill every place, and kept a reloaded
+            # page's name taken).
+            for end in hang_up:
+                end()
             if name is not None and self.pages.get(name) is ws:
                 del self.pages[name]
             self._sockets[source] -= 1
@@ -278,8 +288,10 @@ class PageServer:
             raise ValueError("not a JSON object")
         return obj
 
-    async def _hello(self, ws: web.WebSocketResponse, source: str) -> str | None:
-        """The page's hello and offer, answered: its name, or None (refused, counted)."""
+    async def _hello(self, ws: web.WebSocketResponse, source: str,
+                     hang_up: list) -> str | None:
+        """The page's hello and offer, answered: its name, or None (refused, counted). The
+        function that ends its link goes into hang_up."""
         me = self.node.name
         try:
             hello = await self._read(ws, self.hello_timeout)
@@ -299,7 +311,10 @@ class PageServer:
             self.stats["signal_refused_duplicate"] += 1
             await ws.send_json({"hello": me, "refused": "duplicate"})
             return None
-        reply = await self.node.browsers.answer(name, hello["offer"], source)
+        reply, end = await self.node.browsers.answer(name, hello["offer"], source,
+                                                     on_gone=lambda: self._link_gone(ws))
+        if end is not None:
+            hang_up.append(end)
         if "refused" in reply:
             self.stats["signal_refused"] += 1
             await ws.send_json({"hello": me, **reply})
@@ -309,6 +324,14 @@ class PageServer:
         self.stats["signal_pages"] += 1
         await ws.send_json({"hello": me, **reply, "pages": others})
         return name
+
+    def _link_gone(self, ws: web.WebSocketResponse) -> None:
+        """The page's link ended (or never opened): its WebSocket goes too."""
+        if not ws.closed:
+            self.stats["signal_closed_link"] += 1
+            task = asyncio.get_running_loop().create_task(ws.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def _relay(self, ws: web.WebSocketResponse, name: str) -> None:
         """Pass the page's signaling to the pages it names, until it closes."""

@@ -862,6 +862,7 @@ class _RtcLink(_Link):
         self.opened = owner._loop.create_future()  # set when the channel opens
         self.closing: asyncio.Task | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.on_gone: Callable[[], None] | None = None  # called once, when it is shut down
         owner._links.add(self)
         pc.on("connectionstatechange", self._state)
         if outgoing:
@@ -953,6 +954,9 @@ class _RtcLink(_Link):
             self.opened.exception()
         if self.closing is None:
             self.closing = self.owner._spawn(self._close())
+        if self.on_gone is not None:
+            gone, self.on_gone = self.on_gone, None
+            self.owner._call(gone)
 
     async def _close(self) -> None:
         try:
@@ -1274,17 +1278,27 @@ class BrowserTransport(WebRtcTransport):
         """Links (opening or open) with pages at `host`."""
         return self._incoming_from(host)
 
-    async def answer(self, name, offer, source: str) -> dict:
-        """A page's offer: {"answer": SDP} or {"refused": why} (counted)."""
+    async def answer(self, name, offer, source: str,
+                     on_gone: Callable[[], None] | None = None
+                     ) -> tuple[dict, Callable[[], None] | None]:
+        """A page's offer: ({"answer": SDP}, hang_up) or ({"refused": why}, None) (counted).
+        A link goes with its page's signaling (pelotari.potato.page): hang_up() ends it (when
+        the WebSocket closes), and on_gone() is called when it ends (closed, silent, or not
+        open within handshake_timeout), so that the WebSocket closes with it."""
         if not isinstance(offer, str) or len(offer) > SIGNAL_MAX:
             self.stats["refused_bad_hello"] += 1
-            return {"refused": "bad_hello"}
+            return {"refused": "bad_hello"}, None
         if self._closed or len(self._handshakes) >= self.max_peers:
             self.stats["refused_busy"] += 1
-            return {"refused": "busy"}
+            return {"refused": "busy"}, None
         marker = object()
         self._handshakes.add(marker)
         try:
-            return await self._offered(name, offer, source)
+            reply = await self._offered(name, offer, source)
         finally:
             self._handshakes.discard(marker)
+        link = self._peers.get(name)
+        if "answer" not in reply or not isinstance(link, _RtcLink) or link.retired:
+            return reply, None
+        link.on_gone = on_gone
+        return reply, lambda: self._drop(link, "signaling")
