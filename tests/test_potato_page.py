@@ -3,6 +3,7 @@ checks, the per-address and total limits, hellos that never come, garbage, overs
 relayed signaling floods; and a real WebRTC offer (aiortc standing in for a page) answered."""
 import asyncio
 import json
+import socket
 import time
 
 import aiohttp
@@ -39,17 +40,21 @@ async def get(pages, path, headers=None, local="127.0.0.1"):
             return r.status, dict(r.headers), await r.read()
 
 
-async def offer_sdp():
-    """A real data-channel offer from aiortc (what a page sends), on 127.0.0.1; and its pc."""
+async def offer_sdp(host="127.0.0.1", mdns=False):
+    """A real data-channel offer from aiortc (what a page sends), on `host`; and its pc. mdns:
+    its candidates' addresses hidden behind .local names, as a browser's are."""
     rtc = _aiortc()
     pc = rtc.RTCPeerConnection(rtc.RTCConfiguration(iceServers=[]))
     pc.channel = pc.createDataChannel("potato", ordered=True)
-    token = _CANDIDATE_HOSTS.set(["127.0.0.1"])
+    token = _CANDIDATE_HOSTS.set([host])
     try:
         await pc.setLocalDescription(await pc.createOffer())
     finally:
         _CANDIDATE_HOSTS.reset(token)
-    return pc.localDescription.sdp, pc
+    sdp = pc.localDescription.sdp
+    if mdns:
+        sdp = sdp.replace(f" {host} ", " 4f0c1a2e-9b7d-4e51-8a3c-2d6f0e9b1c57.local ")
+    return sdp, pc
 
 
 class Page:
@@ -71,8 +76,8 @@ class Page:
             raise
         return cls(session, ws)
 
-    async def hello(self, name):
-        sdp, self.pc = await offer_sdp()
+    async def hello(self, name, **offer):
+        sdp, self.pc = await offer_sdp(**offer)
         await self.ws.send_json({"hello": name, "offer": sdp})
         return await self.ws.receive_json(timeout=10)
 
@@ -286,15 +291,15 @@ def test_a_page_name_taken_by_a_tcp_peer_is_refused():
     run(main())
 
 
-@pytest.mark.parametrize("signaled_from", ["127.0.0.1", "127.0.0.2"])
-def test_the_node_answers_a_page_offer_and_the_data_channel_carries_potato(signaled_from):
-    # From 127.0.0.2 the offer's candidates (on 127.0.0.1) are all dropped, as a browser's
-    # mDNS names are: ICE learns the page's address from its checks.
+@pytest.mark.parametrize("signaled_from,mdns", [("127.0.0.1", False), ("127.0.0.2", True)])
+def test_the_node_answers_a_page_offer_and_the_data_channel_carries_potato(signaled_from, mdns):
+    # With mdns the offer's candidates are .local names, as a browser's are: all dropped, and
+    # ICE learns the page's address from its checks.
     async def main():
         node, pages = await served()
         try:
             page = await Page.open(pages, local=signaled_from)
-            reply = await page.hello("P1")
+            reply = await page.hello("P1", host=signaled_from, mdns=mdns)
             pc, channel = page.pc, page.pc.channel
             opened = asyncio.get_running_loop().create_future()
             got = asyncio.Queue()
@@ -453,5 +458,87 @@ def test_a_page_whose_link_does_not_open_loses_its_websocket():
             await page.close()
             await _until(lambda: not pages.pages and not pages._sockets, "the page stayed")
         finally:
+            await stop(node, pages)
+    run(main())
+
+
+def _ice_of(sdp):
+    """(ufrag, pwd) of an SDP."""
+    import re
+    return (re.search(r"^a=ice-ufrag:(\S+)", sdp, re.M)[1],
+            re.search(r"^a=ice-pwd:(\S+)", sdp, re.M)[1])
+
+
+def ice_check(answer: str, offer: str) -> bytes:
+    """A STUN binding request with the credentials of a signaled pair (what the offerer's
+    checks are; whoever signaled knows them, and UDP lets it send one from any address)."""
+    from aioice import stun
+
+    ufrag, pwd = _ice_of(answer)
+    msg = stun.Message(message_method=stun.Method.BINDING, message_class=stun.Class.REQUEST)
+    msg.attributes["USERNAME"] = f"{ufrag}:{_ice_of(offer)[0]}"
+    msg.attributes["PRIORITY"] = 1
+    msg.attributes["ICE-CONTROLLING"] = 1
+    msg.add_message_integrity(pwd.encode())
+    msg.add_fingerprint()
+    return bytes(msg)
+
+
+def ice_address(answer: str) -> tuple[str, int]:
+    (line,) = [x for x in answer.splitlines() if x.startswith("a=candidate:")]
+    fields = line.split()
+    return fields[4], int(fields[5])
+
+
+def udp(host):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((host, 0))
+    return sock
+
+
+def replies(sock, timeout) -> list[bytes]:
+    """What came to sock: waiting up to `timeout` for the first datagram, then what is there."""
+    got = []
+    sock.settimeout(timeout)
+    try:
+        while True:
+            got.append(sock.recv(2048))
+            sock.settimeout(0)
+    except (socket.timeout, BlockingIOError):
+        pass
+    return got
+
+
+def test_ice_checks_are_answered_only_on_the_address_that_signaled():
+    # The attack review: a page knows the node's ICE credentials (its answer), and a STUN check
+    # can carry any source address. The node answered checks from anywhere, and learned each
+    # source as a peer-reflexive candidate that it then checked itself: for one 88-byte check
+    # spoofed from a third party, the third party got 5 datagrams, 416 bytes.
+    async def main():
+        node, pages = await served(browser_args={"handshake_timeout": 30})
+        third, own = udp("127.0.0.66"), udp("127.0.0.2")
+        others = [udp("127.0.0.2") for _ in range(12)]
+        try:
+            page = await Page.open(pages, local="127.0.0.2")
+            reply = await page.hello("P1")  # (its candidates, on 127.0.0.1, dropped)
+            check = ice_check(reply["answer"], page.pc.localDescription.sdp)
+            ice = ice_address(reply["answer"])
+            third.sendto(check, ice)
+            own.sendto(check, ice)  # the page's own address: answered
+            assert await asyncio.to_thread(replies, own, 10)
+            assert await asyncio.to_thread(replies, third, 0.3) == []
+            assert node.browsers.stats["ice_checks_dropped"] == 1
+            # From the page's address, at most max_candidates (8) addresses are learned.
+            for sock in others:
+                sock.sendto(check, ice)
+            own.sendto(check, ice)  # (known: answered, after the others were read)
+            assert await asyncio.to_thread(replies, own, 10)
+            answered = [s for s in others if await asyncio.to_thread(replies, s, 0)]
+            assert len(answered) == 8 - 1, len(answered)
+            assert node.browsers.stats["ice_checks_dropped"] == 1 + len(others) - len(answered)
+            await page.close()
+        finally:
+            for sock in [third, own, *others]:
+                sock.close()
             await stop(node, pages)
     run(main())

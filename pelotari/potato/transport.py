@@ -67,7 +67,10 @@ Limits on what strangers and peers can do (all constructor arguments):
   * WebRTC SDP (offer and answer): one m=application section (`refused_bad_sdp`), and only
     ICE candidates on the address that signaled it, at most `max_candidates` (8); the others
     are removed (`ice_candidates_dropped`) so we never send checks to a third party; none
-    left: refused (`refused_no_candidate`).
+    left: refused (`refused_no_candidate`). ICE checks are answered only from the signaling
+    address (from a loopback one: this host's addresses too), from at most `max_candidates`
+    source addresses it did not name; the others are dropped unanswered
+    (`ice_checks_dropped`), since a spoofed check would make us check a third party.
 
 `stats` counts: messages_sent, messages_received, pings_sent, peers_up, peers_down;
 send_dropped_<why> (unknown_peer, oversize, newline, reserved, empty, not_bytes, buffer_full,
@@ -798,25 +801,99 @@ class TcpTransport(Transport):
 # aioice.ice.get_host_addresses (which falls through to the original when unset).
 _CANDIDATE_HOSTS: contextvars.ContextVar = contextvars.ContextVar("potato_ice_hosts",
                                                                   default=None)
+# The _IceGuard of the ICE connection aiortc creates in the current context (None: no guard).
+# Set around createDataChannel (offers) and setRemoteDescription (answers), where aiortc makes
+# its aioice.Connection; read by the wrapper installed over Connection.__init__.
+_ICE_GUARD: contextvars.ContextVar = contextvars.ContextVar("potato_ice_guard", default=None)
 _patched = False
+_host_addresses = None  # aioice's own get_host_addresses (this host's interface addresses)
+_OWN_TTL = 10.0  # seconds this host's addresses are cached (_IceGuard)
 
 
 def _aiortc():
-    """Import aiortc (slow, and only the WebRTC transport needs it); install the wrapper."""
-    global _patched
+    """Import aiortc (slow, and only the WebRTC transport needs it); install the wrappers."""
+    global _patched, _host_addresses
     import aioice.ice
     import aiortc
 
     if not _patched:
-        original = aioice.ice.get_host_addresses
+        original = _host_addresses = aioice.ice.get_host_addresses
 
         def get_host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
             hosts = _CANDIDATE_HOSTS.get()
             return list(hosts) if hosts is not None else original(use_ipv4, use_ipv6)
 
         aioice.ice.get_host_addresses = get_host_addresses
+        connection = aioice.ice.Connection
+        init, request_received = connection.__init__, connection.request_received
+
+        def guarded_init(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self._potato_guard = _ICE_GUARD.get()
+
+        def guarded_request_received(self, message, addr, protocol):
+            guard = getattr(self, "_potato_guard", None)
+            if guard is not None and not guard.admits(self, addr):
+                return  # unanswered
+            request_received(self, message, addr, protocol)
+
+        connection.__init__ = guarded_init
+        connection.request_received = guarded_request_received
         _patched = True
     return aiortc
+
+
+class _IceGuard:
+    """Whose ICE checks one RTCPeerConnection answers: those from the address that signaled
+    it — when that is a loopback address, from this host's own addresses too (a browser here
+    may send from its LAN address; a packet from one of them cannot come from elsewhere) —
+    and from at most `cap` source addresses it did not name (peer-reflexive candidates).
+    Others are dropped unanswered (`ice_checks_dropped`). Whoever signaled knows our ICE
+    credentials, and a STUN check (UDP) can carry any source address: aioice answered a check
+    from anywhere and then checked the source itself, so a check spoofed from a third party
+    brought it five datagrams, 4.7 times the check's bytes (attack review)."""
+
+    _own: tuple[float, frozenset] = (-_OWN_TTL, frozenset())
+
+    def __init__(self, owner: "WebRtcTransport", host: str | None = None):
+        self.owner, self.cap = owner, owner.max_candidates
+        self.hosts: set = set()
+        self.local = False  # the signaling address is a loopback one
+        if host is not None:
+            self.allow(host)
+
+    def allow(self, host: str) -> None:
+        """Checks from `host` (the signaling address) are answered."""
+        ip = _ip(host)
+        if ip is not None:
+            self.hosts.add(ip)
+            self.local = self.local or ip.is_loopback
+
+    @classmethod
+    def own_addresses(cls, now: float) -> frozenset:
+        at, own = cls._own
+        if now - at >= _OWN_TTL:
+            try:
+                own = frozenset(filter(None, map(_ip, _host_addresses(True, True))))
+            except Exception as exc:  # (no interfaces to read: loopback only)
+                log.debug("cannot list this host's addresses: %r", exc)
+                own = frozenset()
+            cls._own = (now, own)
+        return own
+
+    def admits(self, connection, addr) -> bool:
+        ip = _ip(addr[0])
+        if ip not in self.hosts and not (
+                self.local and ip in self.own_addresses(self.owner._loop.time())):
+            self.owner.stats["ice_checks_dropped"] += 1
+            return False
+        remote = connection._remote_candidates
+        known = any(getattr(c, "_network_host", c.host) == addr[0] and c.port == addr[1]
+                    for c in remote)
+        if not known and sum(c.type == "prflx" for c in remote) >= self.cap:
+            self.owner.stats["ice_checks_dropped"] += 1
+            return False
+        return True
 
 
 def _ip(text) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -862,6 +939,7 @@ class _RtcLink(_Link):
         self.opened = owner._loop.create_future()  # set when the channel opens
         self.closing: asyncio.Task | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.ice_guard: _IceGuard | None = None
         self.on_gone: Callable[[], None] | None = None  # called once, when it is shut down
         owner._links.add(self)
         pc.on("connectionstatechange", self._state)
@@ -1051,7 +1129,13 @@ class WebRtcTransport(Transport):
         if self._closed:
             raise RuntimeError("transport closed")
         deadline = self._loop.time() + self.handshake_timeout
-        link = _RtcLink(self, True, self._new_pc())
+        guard = _IceGuard(self)  # (the peer's address once the signaling connection is open)
+        token = _ICE_GUARD.set(guard)
+        try:
+            link = _RtcLink(self, True, self._new_pc())
+        finally:
+            _ICE_GUARD.reset(token)
+        link.ice_guard = guard
         self._handshakes.add(link)
         try:
             try:
@@ -1118,6 +1202,7 @@ class WebRtcTransport(Transport):
         reader, writer = await asyncio.open_connection(host, port, limit=SIGNAL_MAX,
                                                        local_addr=local)
         peer = writer.get_extra_info("peername")
+        link.ice_guard.allow(peer[0] if peer else host)
         try:
             writer.write(json.dumps({"hello": self.name, "offer": offer}).encode() + b"\n")
             line = await reader.readline()
@@ -1206,10 +1291,12 @@ class WebRtcTransport(Transport):
             # (an offer without candidates makes aiortc gather here, at end-of-candidates:
             # on our host only, as in _describe)
             token = _CANDIDATE_HOSTS.set(self._ice_hosts)
+            guard = _ICE_GUARD.set(_IceGuard(self, source))  # (aiortc makes its ICE here)
             try:
                 await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(offer,
                                                                                      "offer"))
             finally:
+                _ICE_GUARD.reset(guard)
                 _CANDIDATE_HOSTS.reset(token)
             answer = await self._describe(link.pc, offer=False)
             if link.retired:  # replaced or closed meanwhile
@@ -1241,8 +1328,9 @@ class BrowserTransport(WebRtcTransport):
     A browser hides its addresses behind mDNS names (`<uuid>.local`), which are dropped with
     every candidate not on the signaling address (we never resolve names on the LAN); an offer
     left with none is still answered: the browser, the controlling side, sends its checks to
-    our candidate, and ICE learns its address from them (a peer-reflexive candidate), so our
-    checks only ever go to the address that sent checks with the offer's credentials. Pings
+    our candidate, and ICE learns its address from them (a peer-reflexive candidate); only
+    checks from the signaling address are answered (_IceGuard), so our checks never go to a
+    third party that a spoofed check named. Pings
     and `dead_after` are those of the other transports, but a hidden tab's timers run at most
     once a second, so `dead_after` defaults to 3 s here."""
 
