@@ -542,3 +542,39 @@ def test_ice_checks_are_answered_only_on_the_address_that_signaled():
                 sock.close()
             await stop(node, pages)
     run(main())
+
+
+@pytest.mark.parametrize("change,refused", [
+    ("no fingerprint", "bad_sdp"),  # was answered, and aiortc's AssertionError was logged
+    ("mid of 33", "bad_sdp"),  # was answered with the mid twice: 10,904 bytes for 5,905
+    ("mid of 32", None),
+])
+def test_offers_are_screened_before_aiortc_takes_them(change, refused, caplog):
+    import re
+
+    async def main():
+        node, pages = await served(browser_args={"handshake_timeout": 0.5})
+        sdp, pc = await offer_sdp()
+        await pc.close()
+        if change == "no fingerprint":
+            sdp = re.sub(r"^a=fingerprint:.*\r\n", "", sdp, flags=re.M)
+        else:
+            mid = "m" * int(change.split()[-1])
+            sdp = re.sub(r"^a=mid:.*$", f"a=mid:{mid}", sdp, flags=re.M)
+            sdp = re.sub(r"^a=group:BUNDLE .*$", f"a=group:BUNDLE {mid}", sdp, flags=re.M)
+        try:
+            page = await Page.open(pages)
+            await page.ws.send_json({"hello": "P1", "offer": sdp})
+            reply = await page.ws.receive_json(timeout=10)
+            assert reply.get("refused") == refused
+            if refused is None:
+                assert len(reply["answer"]) <= len(sdp) + 200
+            # (the link, if any, is dropped at its handshake timeout: aiortc has run by then)
+            msg = await page.ws.receive(timeout=10)
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            await page.close()
+        finally:
+            await stop(node, pages)
+    with caplog.at_level("ERROR"):
+        run(main())
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text

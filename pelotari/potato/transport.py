@@ -905,19 +905,28 @@ def _ip(text) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return mapped or address
 
 
+MID_MAX = 32  # characters in an SDP's a=mid (browsers and aiortc write "0")
+
+
 def _screen_sdp(sdp: str, host: str, cap: int) -> tuple[str, int, int]:
     """The SDP with only its ICE candidates on `host` (the address that signaled it), at most
     `cap` of them: (sdp, kept, dropped). Anything else could make us send connectivity checks
     to a third party. ValueError unless it has exactly one media section, m=application (a
-    data channel is all potato uses)."""
+    data channel is all potato uses), a DTLS fingerprint (without one aiortc failed an assert
+    in a task of its own, logged as an error) and an a=mid of at most MID_MAX characters (our
+    answer repeats it twice: 10,904 bytes answered 5,905)."""
     want = _ip(host)
-    out, kept, dropped, media = [], 0, 0, 0
+    out, kept, dropped, media, fingerprint = [], 0, 0, 0, False
     for line in sdp.splitlines(keepends=True):
         text = line.rstrip("\r\n")
         if text.startswith("m="):
             media += 1
             if media > 1 or not text.startswith("m=application "):
                 raise ValueError("one m=application section only")
+        elif text.startswith("a=fingerprint:"):
+            fingerprint = True
+        elif text.startswith("a=mid:") and len(text) > len("a=mid:") + MID_MAX:
+            raise ValueError(f"an a=mid over {MID_MAX} characters")
         elif text.startswith("a=candidate:"):
             fields = text.split()
             if want is None or kept >= cap or len(fields) < 8 or _ip(fields[4]) != want:
@@ -927,6 +936,8 @@ def _screen_sdp(sdp: str, host: str, cap: int) -> tuple[str, int, int]:
         out.append(line)
     if not media:
         raise ValueError("no m=application section")
+    if not fingerprint:
+        raise ValueError("no DTLS fingerprint")
     return "".join(out), kept, dropped
 
 
@@ -1087,8 +1098,8 @@ class WebRtcTransport(Transport):
             sdp, kept, dropped = _screen_sdp(sdp, host, self.max_candidates)
         except ValueError:
             self.stats["refused_bad_sdp"] += 1
-            raise PeerRefused(f"{host}: the SDP is not one data channel section",
-                              "bad_sdp") from None
+            raise PeerRefused(f"{host}: the SDP is not one data channel section (with its "
+                              "fingerprint and a short mid)", "bad_sdp") from None
         self.stats["ice_candidates_dropped"] += dropped
         if not kept:
             self.stats["refused_no_candidate"] += 1
@@ -1352,8 +1363,8 @@ class BrowserTransport(WebRtcTransport):
             sdp, kept, dropped = _screen_sdp(sdp, host, self.max_candidates)
         except ValueError:
             self.stats["refused_bad_sdp"] += 1
-            raise PeerRefused(f"{host}: the SDP is not one data channel section",
-                              "bad_sdp") from None
+            raise PeerRefused(f"{host}: the SDP is not one data channel section (with its "
+                              "fingerprint and a short mid)", "bad_sdp") from None
         self.stats["ice_candidates_dropped"] += dropped
         if not kept:
             # No end of candidates then: aioice would fail at once with nothing to pair, and
