@@ -578,3 +578,26 @@ def test_offers_are_screened_before_aiortc_takes_them(change, refused, caplog):
     with caplog.at_level("ERROR"):
         run(main())
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+def test_a_page_cannot_keep_a_connect_target_out_by_taking_its_name():
+    # The attack review: with B down for a moment, a page on A named itself "B"; A's
+    # --connect to B was then refused `duplicate` for as long as the page stayed. The peers a
+    # node connects to are sure of their place: the page gives the name up.
+    async def main():
+        node, pages = await served(browser_args={"handshake_timeout": 30}, hello_timeout=5)
+        b = Node("B", "127.0.0.2", 0, transport="tcp")
+        await b.start()
+        try:
+            page = await Page.open(pages, local="127.0.0.9")
+            assert "answer" in await page.hello("B")
+            assert await node.connect("127.0.0.2", b.transport.port) == "B"
+            msg = await page.ws.receive(timeout=10)  # the page's link and socket are gone
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert node.browsers.stats["closed_evicted"] == 1
+            await _until(lambda: node.peers() == ["B"] and not node.browsers._peers, "B")
+            await page.close()
+        finally:
+            await b.close()
+            await stop(node, pages)
+    run(main())

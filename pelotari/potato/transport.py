@@ -203,8 +203,10 @@ class Transport:
         self._crossing: dict[str, asyncio.TimerHandle] = {}  # see _crossed()
         self._closed = False
         # Whether another transport of the same node holds this name (a node with browsers
-        # has two): a name is one peer, whichever way it came.
+        # has two): a name is one peer, whichever way it came. yield_name(name): that other
+        # transport drops its connection of that name, if a peer opened it (True if it did).
         self.taken: Callable[[str], bool] = lambda name: False
+        self.yield_name: Callable[[str], bool] = lambda name: False
 
     async def start(self) -> None:
         """Listen on host:port for peers that connect to us (port 0: any; self.port is set)."""
@@ -274,7 +276,9 @@ class Transport:
         if self._closed:
             return "closing"
         old = self._peers.get(name)
-        if old is None and self.taken(name):
+        if old is None and self.taken(name) and not (outgoing and self.yield_name(name)):
+            # (A connection we open, to a --connect target, is sure of its place: a page that
+            # took the name while the target was away gives it up.)
             return "duplicate"
         if old is None:
             # Only connections peers opened count: the ones we open (--connect) are never
@@ -1376,6 +1380,15 @@ class BrowserTransport(WebRtcTransport):
     def incoming_from(self, host: str | None) -> int:
         """Links (opening or open) with pages at `host`."""
         return self._incoming_from(host)
+
+    def give_up(self, name: str) -> bool:
+        """Drop the page link of that name (the node connected to a peer of that name): True
+        if there was one (`closed_evicted`)."""
+        link = self._peers.get(name)
+        if link is None or link.outgoing:
+            return False
+        self._drop(link, "evicted")
+        return True
 
     async def answer(self, name, offer, source: str,
                      on_gone: Callable[[], None] | None = None
