@@ -361,6 +361,7 @@ function newPc() { return new RTCPeerConnection({ iceServers: [] }); }
 
 let ws_closing = false;
 let reconnecting = null;
+let refusal = ""; // why the node refused our last hello (shown until it takes one)
 
 function setStatus(text, cls) {
   $("status").textContent = text;
@@ -369,7 +370,8 @@ function setStatus(text, cls) {
 
 function reconnectLater() {
   if (reconnecting) return;
-  setStatus(`no link to ${nodeName || "the node"}: trying again in ${retry} s`, "down");
+  setStatus(`${refusal || `no link to ${nodeName || "the node"}`}: trying again in ${retry} s`,
+    "down");
   reconnecting = setTimeout(() => { reconnecting = null; connect(); }, retry * 1000);
   retry = Math.min(retry * 2, 10);
 }
@@ -403,13 +405,17 @@ async function connect() {
       helloSeen = true;
       if (typeof msg.refused === "string" || typeof msg.answer !== "string" ||
           !potato.isName(msg.hello)) {
-        setStatus(`refused by the node: ${String(msg.refused || "no answer").slice(0, 100)}`, "down");
+        const why = String(msg.refused || "no answer").slice(0, 100);
+        refusal = `refused by the node: ${why}` +
+          (why === "duplicate" ? ` (the name ${name} is in use there)` : "");
+        setStatus(refusal, "down");
         drop(link, "refused");
         return;
       }
       nodeName = msg.hello;
       link.peer = nodeName;
       retry = 1;
+      refusal = "";
       try {
         await pc.setRemoteDescription({ type: "answer", sdp: msg.answer });
       } catch (err) {
