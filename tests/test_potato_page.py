@@ -601,3 +601,20 @@ def test_a_page_cannot_keep_a_connect_target_out_by_taking_its_name():
             await b.close()
             await stop(node, pages)
     run(main())
+
+
+@pytest.mark.parametrize("value,says", [
+    ("localhost", "port"),  # was served on 9466, the metrics server's default port
+    ("[::1]:8080", "the page server listens on IPv4"),  # was: "the metrics server ..."
+])
+def test_http_addresses_the_cli_refuses_say_what_is_wrong(value, says):
+    import click
+
+    from pelotari.cli.potato import node as command
+
+    (http,) = [p for p in command.params if p.name == "http"]
+    with pytest.raises(click.BadParameter) as e:
+        http.type.convert(value, http, None)
+    assert says in e.value.message and "metrics" not in e.value.message
+    assert http.type.convert("8080", http, None) == ("127.0.0.1", 8080)
+    assert http.type.convert("localhost:0", http, None) == ("127.0.0.1", 0)
