@@ -265,8 +265,12 @@ def test_requests_from_one_address_past_its_bucket_get_429_and_others_are_served
     async def main():
         node, pages = await served(http_rate=1, http_burst=5)
         try:
-            codes = [(await get(pages, "/"))[0] for _ in range(8)]
+            got = [await get(pages, "/") for _ in range(8)]
+            codes = [status for status, _, _ in got]
             assert codes[:5] == [200] * 5 and 429 in codes[5:]
+            # (a browser shows the body: a person who reloaded too often learns why, and when)
+            status, headers, body = got[codes.index(429)]
+            assert headers["Retry-After"] == "1" and b"try again" in body
             assert (await get(pages, "/", local="127.0.0.2"))[0] == 200
         finally:
             await stop(node, pages)

@@ -26,6 +26,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -202,7 +203,9 @@ class PageServer:
             bucket = self._http[source] = _Bucket(self.http_rate, self.http_burst, now)
         if not bucket.take(1, now):
             self.stats["http_refused_rate"] += 1
-            return web.Response(status=429)
+            wait = max(1, math.ceil((1 - bucket.tokens) / bucket.rate))
+            return web.Response(status=429, text=f"Too many requests from {source}: try again "
+                                f"in {wait} s.\n", headers={"Retry-After": str(wait)})
         if not self._host_ok(request.headers.get("Host")):
             self.stats["http_refused_host"] += 1
             return web.Response(status=421)
