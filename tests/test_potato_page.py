@@ -345,6 +345,7 @@ async def _closed_without_a_byte(reader) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_connections_held_with_slow_headers_are_bounded_and_closed():
     # 1,100 connections sending a header line every few seconds (from 127.0.10.x) ran a node
     # with the usual 1,024 descriptors out of them: the page, /signal and the node's own
@@ -401,12 +402,12 @@ def test_websockets_are_never_closed_for_new_connections():
 
 def test_a_page_websocket_outlives_the_idle_timeout():
     async def main():
-        node, pages = await served(idle_timeout=0.2, hello_timeout=5)
+        node, pages = await served(idle_timeout=0.1, hello_timeout=5)
         try:
             page = await Page.open(pages)
             assert "answer" in await page.hello("P1")
             with pytest.raises(asyncio.TimeoutError):
-                await page.ws.receive(timeout=0.6)  # nothing comes, and it is not closed
+                await page.ws.receive(timeout=0.3)  # nothing comes, and it is not closed
             assert not page.ws.closed and "P1" in pages.pages
             await page.close()
         finally:
@@ -557,7 +558,7 @@ def test_offers_are_screened_before_aiortc_takes_them(change, refused, caplog):
     import re
 
     async def main():
-        node, pages = await served(browser_args={"handshake_timeout": 0.5})
+        node, pages = await served(browser_args={"handshake_timeout": 0.2})
         sdp, pc = await offer_sdp()
         await pc.close()
         if change == "no fingerprint":
@@ -622,3 +623,87 @@ def test_http_addresses_the_cli_refuses_say_what_is_wrong(value, says):
     assert says in e.value.message and "metrics" not in e.value.message
     assert http.type.convert("8080", http, None) == ("127.0.0.1", 8080)
     assert http.type.convert("localhost:0", http, None) == ("127.0.0.1", 0)
+
+
+async def _websocket_that_never_reads(pages, local, name, sdp):
+    """A WebSocket to /signal that says hello and then reads nothing (a small receive buffer)."""
+    import base64
+    import os
+
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind((local, 0))
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", pages.port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    await loop.sock_sendall(sock, (
+        f"GET /signal HTTP/1.1\r\nHost: 127.0.0.1:{pages.port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode())
+    assert (await loop.sock_recv(sock, 12)).startswith(b"HTTP/1.1 101")
+    hello = json.dumps({"hello": name, "offer": sdp}).encode()
+    mask = os.urandom(4)
+    await loop.sock_sendall(sock, bytes([0x81, 0x80 | 126]) + len(hello).to_bytes(2, "big") + mask
+                            + bytes(b ^ mask[i % 4] for i, b in enumerate(hello)))
+    return sock
+
+
+def test_a_page_that_does_not_read_gets_no_more_than_a_bounded_backlog():
+    # The attack review: relayed signaling for a page that never read its WebSocket piled up
+    # in the node's memory (311 KB after 20 s from one address, and growing) — aiohttp waits
+    # for the buffer to drain only every 64 KB, and our 1 s wait gave up on that too.
+    async def main():
+        node, pages = await served(browser_args={"handshake_timeout": 60}, hello_timeout=30,
+                                   signal_rate=1000, signal_burst=1000,
+                                   signal_byte_rate=1e9, signal_byte_burst=1e9)
+        sdp, pc = await offer_sdp()
+        await pc.close()
+        target = await _websocket_that_never_reads(pages, "127.0.0.50", "T", sdp)
+        try:
+            await _until(lambda: "T" in pages.pages, "the target's hello")
+            sender = await Page.open(pages, local="127.0.0.51")
+            assert (await sender.hello("S"))["pages"] == ["T"]
+            for _ in range(200):  # 6 MB for a page that reads nothing
+                await sender.ws.send_json({"to": "T", "offer": "x" * 30000})
+            await _until(lambda: pages.stats["signal_relayed"] + pages.stats["signal_dropped_send"]
+                         >= 200, "the flood was read")
+            buffered = pages._transports["T"].get_write_buffer_size()
+            assert buffered <= 65536, buffered
+            assert pages.stats["signal_dropped_send"] > 0
+            await sender.close()
+        finally:
+            target.close()
+            await stop(node, pages)
+    run(main())
+
+
+@pytest.mark.slow
+def test_the_server_closes_at_once_with_a_page_that_does_not_read():
+    # A page that reads nothing and pings (each ping is answered: the answers pile up in our
+    # buffer): closing its WebSocket waited for that buffer to drain, and Ctrl-C with it.
+    async def main():
+        node, pages = await served(browser_args={"handshake_timeout": 60}, hello_timeout=30)
+        sdp, pc = await offer_sdp()
+        await pc.close()
+        target = await _websocket_that_never_reads(pages, "127.0.0.50", "T", sdp)
+        loop = asyncio.get_running_loop()
+        try:
+            await _until(lambda: "T" in pages.pages, "the target's hello")
+            ping = bytes([0x89, 0x80 | 125]) + bytes(4) + b"p" * 125  # (masked with zeros)
+            for _ in range(1000):  # (the kernel's send buffer takes megabytes first)
+                try:
+                    await asyncio.wait_for(loop.sock_sendall(target, ping * 100), 1.0)
+                except asyncio.TimeoutError:
+                    break  # the node stopped reading: its pongs wait in its buffer
+            else:
+                raise AssertionError("the pongs did not pile up")
+            other = await Page.open(pages, local="127.0.0.51")
+            assert (await other.hello("S"))["pages"] == ["T"]
+            await other.ws.send_json({"to": "T", "offer": "v=0"})  # (dropped: T's backlog)
+            await asyncio.wait_for(stop(node, pages), 10)
+            assert pages.stats["signal_dropped_send"] == 1
+            await other.close()
+        finally:
+            target.close()
+    run(main())

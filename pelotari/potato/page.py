@@ -45,6 +45,9 @@ FILES = {"/": ("index.html", "text/html"), "/core.js": ("core.js", "text/javascr
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 RELAYED = ("offer", "answer", "refused")
+# Bytes waiting to go to a page past which relayed signaling for it is dropped (the transport's
+# default high-water mark: below it, a write never waits).
+RELAY_BACKLOG = 65536
 
 
 class _Bucket:
@@ -88,6 +91,7 @@ class PageServer:
         self.idle_timeout = idle_timeout
         self.stats: Counter = Counter()
         self.pages: dict[str, web.WebSocketResponse] = {}  # name -> its open WebSocket
+        self._transports: dict[str, asyncio.Transport] = {}  # name -> its WebSocket's TCP
         self._sockets: dict[str, int] = {}  # address -> WebSockets open from it
         self._http: dict[str, _Bucket] = {}  # address -> its requests' bucket
         self._closing: set[asyncio.Task] = set()  # WebSockets being closed (_link_gone)
@@ -160,10 +164,10 @@ class PageServer:
         """Close every WebSocket and the listening socket."""
         if self._listener is not None:
             self._listener.close()
-        for ws in list(self.pages.values()):
-            await ws.close()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await asyncio.gather(*(self._shut(ws, self._transports.get(name))
+                               for name, ws in list(self.pages.items())))
+        if self._closing:  # (their connections are closed: what waited on them is done)
+            await asyncio.wait(list(self._closing), timeout=2.0)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -248,12 +252,15 @@ class PageServer:
         ws = web.WebSocketResponse(max_msg_size=self.max_signal, autoping=True, heartbeat=None,
                                    compress=False)
         await ws.prepare(request)
+        wire = request.transport
         self._sockets[source] = self._sockets.get(source, 0) + 1
         self.stats["signal_opened"] += 1
         name = None
         hang_up = []  # ends the page's link (set once it has one)
         try:
-            name = await self._hello(ws, source, hang_up)
+            name = await self._hello(ws, source, hang_up, wire)
+            if name is not None:
+                self._transports[name] = wire
             if name is not None:
                 await self._relay(ws, name)
         except (ConnectionError, asyncio.TimeoutError) as exc:
@@ -266,12 +273,43 @@ class PageServer:
                 end()
             if name is not None and self.pages.get(name) is ws:
                 del self.pages[name]
+                self._transports.pop(name, None)
             self._sockets[source] -= 1
             if not self._sockets[source]:
                 del self._sockets[source]
-            if not ws.closed:
-                await ws.close()
+            await self._shut(ws, wire)
         return ws
+
+    # Writing to a page: aiohttp makes everyone who writes to a WebSocket whose buffer is full
+    # wait on one shared future, and cancels that future when it cancels the page's handler
+    # (its connection dropped): whoever else was waiting got CancelledError — the node's
+    # shutdown, or a page relaying to it, whose whole signaling ended. So each write and each
+    # close runs in a task of its own, which nobody else waits on.
+
+    def _detached(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._closing.add(task)
+        task.add_done_callback(self._settled)
+        return task
+
+    def _settled(self, task: asyncio.Task) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("writing to a page: %r", task.exception())
+
+    async def _write(self, ws: web.WebSocketResponse, text: str, timeout: float = 1.0) -> bool:
+        """Send text to a page, waiting at most `timeout` for it: sent (or buffered)?"""
+        task = self._detached(ws.send_str(text))
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        return bool(done) and not task.cancelled() and task.exception() is None
+
+    async def _shut(self, ws: web.WebSocketResponse, wire, timeout: float = 1.0) -> None:
+        """Close a page's WebSocket (the closing handshake, at most `timeout`), then its
+        connection."""
+        if not ws.closed:
+            await asyncio.wait({self._detached(ws.close())}, timeout=timeout)
+        if wire is not None and not wire.is_closing():
+            wire.abort()
 
     async def _read(self, ws: web.WebSocketResponse, timeout: float | None):
         """The next message as a JSON object; None at the end; ValueError if it is not one."""
@@ -291,8 +329,8 @@ class PageServer:
             raise ValueError("not a JSON object")
         return obj
 
-    async def _hello(self, ws: web.WebSocketResponse, source: str,
-                     hang_up: list) -> str | None:
+    async def _hello(self, ws: web.WebSocketResponse, source: str, hang_up: list,
+                     wire=None) -> str | None:
         """The page's hello and offer, answered: its name, or None (refused, counted). The
         function that ends its link goes into hang_up."""
         me = self.node.name
@@ -315,7 +353,7 @@ class PageServer:
             await ws.send_json({"hello": me, "refused": "duplicate"})
             return None
         reply, end = await self.node.browsers.answer(name, hello["offer"], source,
-                                                     on_gone=lambda: self._link_gone(ws))
+                                                     on_gone=lambda: self._link_gone(ws, wire))
         if end is not None:
             hang_up.append(end)
         if "refused" in reply:
@@ -328,13 +366,11 @@ class PageServer:
         await ws.send_json({"hello": me, **reply, "pages": others})
         return name
 
-    def _link_gone(self, ws: web.WebSocketResponse) -> None:
+    def _link_gone(self, ws: web.WebSocketResponse, wire) -> None:
         """The page's link ended (or never opened): its WebSocket goes too."""
         if not ws.closed:
             self.stats["signal_closed_link"] += 1
-            task = asyncio.get_running_loop().create_task(ws.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._detached(self._shut(ws, wire))
 
     async def _relay(self, ws: web.WebSocketResponse, name: str) -> None:
         """Pass the page's signaling to the pages it names, until it closes."""
@@ -365,11 +401,18 @@ class PageServer:
             if not messages.take(1, now) or not size.take(len(out), now):
                 self.stats["signal_dropped_rate"] += 1
                 continue
-            try:
-                # (a page that does not read: this page's relaying waits, nobody else's)
-                await asyncio.wait_for(target.send_str(out), 1.0)
+            wire = self._transports.get(to)
+            if wire is None or wire.is_closing() or \
+                    wire.get_write_buffer_size() + len(out) > RELAY_BACKLOG:
+                # A page that does not read its WebSocket: what waits for it stays bounded
+                # (aiohttp waits for the buffer to drain only every 64 KB).
+                self.stats["signal_dropped_send"] += 1
+                continue
+            # (a page that does not read: this page's relaying waits, at most 1 s, nobody
+            # else's)
+            if await self._write(target, out):
                 self.stats["signal_relayed"] += 1
-            except (ConnectionError, RuntimeError, asyncio.TimeoutError):
+            else:
                 self.stats["signal_dropped_send"] += 1
 
 
