@@ -155,7 +155,12 @@ def test_a_name_with_markup_is_shown_as_text(potato, browser):
         assert page.locator("img").count() == 0  # no element made from a name
     assert evil in p2.text_content("#peers") and evil in p2.text_content("#elections")
     shoot(p2, "markup-name.png")
-    for page in (p1, p2):
+    # A name that is no name (101 characters): the page says so, and which name it took.
+    p3 = open_page(browser, url, "x" * 101)
+    s3 = wait_state(p3, "s.peers.includes('A')")
+    assert s3["name"].startswith("page-")
+    assert "is not a name" in p3.text_content("#canvas-note")
+    for page in (p1, p2, p3):
         page.context.close()
 
 

@@ -555,6 +555,10 @@ window.potato = {
 };
 
 $("me").textContent = name;
+if (asked !== null && name !== asked) { // (it was shown nowhere: the person wondered why)
+  $("canvas-note").textContent = `?name=${asked.slice(0, 40)}${asked.length > 40 ? "…" : ""} ` +
+    `is not a name (1 to ${potato.MAX_NAME} characters): this page is ${name}`;
+}
 $("auto").checked = params.get("auto") !== "0";
 document.title = `potato: ${name}`;
 showPeers();
