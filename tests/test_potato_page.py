@@ -707,3 +707,35 @@ def test_the_server_closes_at_once_with_a_page_that_does_not_read():
         finally:
             target.close()
     run(main())
+
+
+async def linked_page(pages, node, name, local="127.0.0.1"):
+    """A page (aiortc) whose data channel to the node is open."""
+    page = await Page.open(pages, local=local)
+    reply = await page.hello(name, host=local)
+    opened = asyncio.get_running_loop().create_future()
+    page.pc.channel.on("open", lambda: opened.done() or opened.set_result(True))
+    await page.pc.setRemoteDescription(_aiortc().RTCSessionDescription(reply["answer"], "answer"))
+    await asyncio.wait_for(opened, 15)
+    await _until(lambda: name in node.peers(), "the page's link")
+    return page
+
+
+@pytest.mark.slow
+def test_a_page_sending_a_message_without_end_is_dropped():
+    # The attack review: aiortc keeps every fragment of a data channel message until the last
+    # one comes, without limit (and its sender does not heed our receive window): a page that
+    # skipped its own size check sent a 40 MB message, and the node grew by 35 MB, the link
+    # still up. More than 2 MiB waiting to be reassembled now ends the link.
+    async def main():
+        node, pages = await served()
+        try:
+            page = await linked_page(pages, node, "P1")
+            page.pc.channel.transport._remote_max_message_size = None  # (its own check)
+            page.pc.channel.send(b"x" * (3 << 20))
+            await _until(lambda: "P1" not in node.peers(), "the link stayed")
+            assert node.browsers.stats["closed_oversize"] == 1
+            await page.close()
+        finally:
+            await stop(node, pages)
+    run(main())

@@ -100,6 +100,7 @@ CHANNEL = "potato"
 CLOSE_TIMEOUT = 2.0  # seconds an aiortc close() may take before it is given up
 DEFAULT_MAX_BUFFER = 1 << 20  # unsent bytes per peer before send() refuses
 RECV_BATCH = 256  # TCP lines taken from one connection before the loop runs other work
+REASSEMBLY_MAX = 2 << 20  # bytes of unfinished data channel messages a WebRTC peer may leave
 
 
 class PeerRefused(ValueError):
@@ -982,15 +983,24 @@ class _RtcLink(_Link):
     def _watch(self, sctp) -> None:
         """Any SCTP packet from the peer (decrypted by DTLS: it is the peer's) is a sign of
         life, even one aiortc holds back: a lost ping waits for its retransmission (1 s or
-        more) before the data channel gives it to us, while later packets keep arriving."""
+        more) before the data channel gives it to us, while later packets keep arriving.
+        And a peer with more than REASSEMBLY_MAX bytes waiting in aiortc's reassembly (the
+        fragments of messages not whole yet: aiortc keeps them without limit, and its own
+        sender does not heed our receive window) is dropped (`closed_oversize`)."""
         handle = getattr(sctp, "_handle_data", None)
         if handle is None or getattr(sctp, "_potato_watched", False):
             return
         link, loop = self, self.owner._loop
+        window = getattr(sctp, "_advertised_rwnd", None)  # (aiortc's: less what it holds)
 
         async def handle_data(data: bytes) -> None:
             link.last_rx = loop.time()
             await handle(data)
+            held = window - getattr(sctp, "_advertised_rwnd", window) if window else 0
+            if held > REASSEMBLY_MAX and not link.retired:
+                log.info("%s: %s sent %d bytes of messages that do not end: dropped",
+                         link.owner.name, link.name, held)
+                link.owner._drop(link, "oversize")
 
         sctp._handle_data = handle_data
         sctp._potato_watched = True
