@@ -739,3 +739,45 @@ def test_a_page_sending_a_message_without_end_is_dropped():
         finally:
             await stop(node, pages)
     run(main())
+
+
+@pytest.mark.slow
+def test_a_page_sending_a_message_in_endless_tiny_fragments_is_dropped():
+    # The attack review: 1-byte fragments of a message that never ends (60 to an SCTP packet)
+    # — aiortc scans every fragment it holds for each one that comes: 3 s of them kept the
+    # node at 100 % CPU for 10 s more, requests to the page server waiting up to 0.6 s.
+    from struct import pack
+
+    from aiortc.rtcsctptransport import SCTP_DATA_FIRST_FRAG, WEBRTC_BINARY, DataChunk, crc32c
+
+    async def main():
+        node, pages = await served()
+        try:
+            page = await linked_page(pages, node, "P1")
+            sctp = page.pc.channel.transport
+            first, sent = True, 0
+            while "P1" in node.peers() and sent < 200_000:
+                chunks = b""
+                for _ in range(60):
+                    chunk = DataChunk(flags=SCTP_DATA_FIRST_FRAG if first else 0)
+                    chunk.tsn, chunk.stream_id = sctp._local_tsn, page.pc.channel.id
+                    chunk.stream_seq, chunk.protocol, chunk.user_data = 0, WEBRTC_BINARY, b"x"
+                    sctp._local_tsn = (sctp._local_tsn + 1) % (1 << 32)
+                    chunks += bytes(chunk)
+                    first = False
+                head = pack("!HHL", sctp._local_port, sctp._remote_port,
+                            sctp._remote_verification_tag)
+                try:
+                    await sctp.transport._send_data(
+                        head + pack("<L", crc32c(head + bytes(4) + chunks)) + chunks)
+                except ConnectionError:  # (the node closed the link)
+                    break
+                sent += 60
+                await asyncio.sleep(0.002)
+            await _until(lambda: "P1" not in node.peers(), "the link stayed")
+            assert node.browsers.stats["closed_oversize"] == 1
+            assert sent < 20_000, sent
+            await page.close()
+        finally:
+            await stop(node, pages)
+    run(main())

@@ -101,6 +101,8 @@ CLOSE_TIMEOUT = 2.0  # seconds an aiortc close() may take before it is given up
 DEFAULT_MAX_BUFFER = 1 << 20  # unsent bytes per peer before send() refuses
 RECV_BATCH = 256  # TCP lines taken from one connection before the loop runs other work
 REASSEMBLY_MAX = 2 << 20  # bytes of unfinished data channel messages a WebRTC peer may leave
+REASSEMBLY_CHUNKS = 2048  # and SCTP chunks (aiortc's are up to 1,200 bytes: 2 MiB is ~1,750)
+SCTP_STREAMS = 4  # SCTP streams a WebRTC peer may use (potato's channel is one)
 
 
 class PeerRefused(ValueError):
@@ -984,9 +986,11 @@ class _RtcLink(_Link):
         """Any SCTP packet from the peer (decrypted by DTLS: it is the peer's) is a sign of
         life, even one aiortc holds back: a lost ping waits for its retransmission (1 s or
         more) before the data channel gives it to us, while later packets keep arriving.
-        And a peer with more than REASSEMBLY_MAX bytes waiting in aiortc's reassembly (the
-        fragments of messages not whole yet: aiortc keeps them without limit, and its own
-        sender does not heed our receive window) is dropped (`closed_oversize`)."""
+        And a peer with more than REASSEMBLY_MAX bytes or REASSEMBLY_CHUNKS chunks waiting
+        in aiortc's reassembly (the fragments of messages not whole yet: aiortc keeps them
+        without limit, and scans them all for each chunk that comes; its own sender does not
+        heed our receive window), or sending on more than SCTP_STREAMS streams, is dropped
+        (`closed_oversize`)."""
         handle = getattr(sctp, "_handle_data", None)
         if handle is None or getattr(sctp, "_potato_watched", False):
             return
@@ -997,10 +1001,14 @@ class _RtcLink(_Link):
             link.last_rx = loop.time()
             await handle(data)
             held = window - getattr(sctp, "_advertised_rwnd", window) if window else 0
-            if held > REASSEMBLY_MAX and not link.retired:
-                log.info("%s: %s sent %d bytes of messages that do not end: dropped",
-                         link.owner.name, link.name, held)
-                link.owner._drop(link, "oversize")
+            streams = getattr(sctp, "_inbound_streams", {})
+            if held > REASSEMBLY_MAX or len(streams) > SCTP_STREAMS or sum(
+                    len(getattr(s, "reassembly", ())) for s in streams.values()
+            ) > REASSEMBLY_CHUNKS:
+                if not link.retired:
+                    log.info("%s: %s sent messages that do not end (%d bytes, %d streams): "
+                             "dropped", link.owner.name, link.name, held, len(streams))
+                    link.owner._drop(link, "oversize")
 
         sctp._handle_data = handle_data
         sctp._potato_watched = True
