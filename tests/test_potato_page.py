@@ -781,3 +781,22 @@ def test_a_page_sending_a_message_in_endless_tiny_fragments_is_dropped():
         finally:
             await stop(node, pages)
     run(main())
+
+
+def test_requests_pipelined_past_the_bucket_get_one_refusal_and_the_connection_ends():
+    # Each 38-byte request pipelined behind an empty bucket got its own 429 (230 bytes, to the
+    # address that asked: six times what it sent).
+    async def main():
+        node, pages = await served(http_rate=0.001, http_burst=1)
+        try:
+            assert (await get(pages, "/favicon.ico", local="127.0.0.77"))[0] == 204
+            reader, writer = await asyncio.open_connection("127.0.0.1", pages.port,
+                                                           local_addr=("127.0.0.77", 0))
+            request = b"GET /favicon.ico HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            writer.write(request * 20)
+            got = await asyncio.wait_for(reader.read(), 10)  # to the end: it is closed
+            assert got.count(b"HTTP/1.1 429") == 1 and len(got) < len(request) * 20, got
+            writer.close()
+        finally:
+            await stop(node, pages)
+    run(main())

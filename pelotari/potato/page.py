@@ -203,16 +203,17 @@ class PageServer:
                     del self._http[host]
             if len(self._http) >= self.max_hosts:
                 self.stats["http_refused_busy"] += 1
-                return web.Response(status=503)
+                return _refusal(web.Response(status=503))
             bucket = self._http[source] = _Bucket(self.http_rate, self.http_burst, now)
         if not bucket.take(1, now):
             self.stats["http_refused_rate"] += 1
             wait = max(1, math.ceil((1 - bucket.tokens) / bucket.rate))
-            return web.Response(status=429, text=f"Too many requests from {source}: try again "
-                                f"in {wait} s.\n", headers={"Retry-After": str(wait)})
+            return _refusal(web.Response(
+                status=429, text=f"Too many requests: try again in {wait} s.\n",
+                headers={"Retry-After": str(wait)}))
         if not self._host_ok(request.headers.get("Host")):
             self.stats["http_refused_host"] += 1
-            return web.Response(status=421)
+            return _refusal(web.Response(status=421))
         self.stats["http_requests"] += 1
         connection = request.protocol
         if isinstance(connection, _Handler):
@@ -441,6 +442,13 @@ class _Handler(RequestHandler):
             return
         self.page_server._release_connection(self)
         super().connection_lost(exc)
+
+
+def _refusal(response: web.Response) -> web.Response:
+    """A refusal ends its connection: requests pipelined behind it (38 bytes each) got one
+    refusal each, 230 bytes."""
+    response.force_close()
+    return response
 
 
 async def _no_content(request: web.Request) -> web.Response:
