@@ -155,7 +155,12 @@ def test_a_name_with_markup_is_shown_as_text(potato, browser):
         assert page.locator("img").count() == 0  # no element made from a name
     assert evil in p2.text_content("#peers") and evil in p2.text_content("#elections")
     shoot(p2, "markup-name.png")
-    for page in (p1, p2):
+    # A name that is no name (101 characters): the page says so, and which name it took.
+    p3 = open_page(browser, url, "x" * 101)
+    s3 = wait_state(p3, "s.peers.includes('A')")
+    assert s3["name"].startswith("page-")
+    assert "is not a name" in p3.text_content("#canvas-note")
+    for page in (p1, p2, p3):
         page.context.close()
 
 
@@ -186,5 +191,53 @@ def test_with_share_each_stroke_every_stroke_reaches_every_canvas(potato, browse
     assert wait_state(ana, "s.strokes === 3")["frame"] == final["frame"]
     assert c.wait("frame", frame=final["frame"], timeout=20)["strokes"] == 3
     shoot(ben, "shared.png")
+    for page in (ana, ben):
+        page.context.close()
+
+
+def test_a_flood_of_offers_from_other_pages_is_bounded_and_a_real_page_still_links(
+        potato, browser):
+    """The attack review: 16 WebSockets (4 addresses) relaying offers to a page at the node's
+    rate made it create a peer connection for each, until chromium refused ("Cannot create so
+    many PeerConnections", 766 uncaught errors), and a real page that came next never linked
+    to it. A page now answers at most 8 offers at a time, one per name."""
+    import asyncio
+    import json as js
+
+    import aiohttp
+
+    a = potato("--name", "A", "--listen", "127.0.0.1:0", "--transport", "tcp",
+               "--http", "127.0.0.1:0")
+    url = a.wait("http")["url"]
+    ana = open_page(browser, url, "ana")
+    wait_state(ana, "s.peers.includes('A')")
+    offer = ana.evaluate("""(async () => { const pc = new RTCPeerConnection();
+        pc.createDataChannel('potato'); await pc.setLocalDescription(await pc.createOffer());
+        const sdp = pc.localDescription.sdp; pc.close(); return sdp; })()""")
+
+    async def flood(k):
+        conn = aiohttp.TCPConnector(local_addr=(f"127.0.1.{k // 4 + 1}", 0), force_close=True)
+        async with aiohttp.ClientSession(connector=conn) as s:
+            origin = url.rstrip("/")
+            async with s.ws_connect(f"{origin}/signal", headers={"Origin": origin}) as ws:
+                await ws.send_str(js.dumps({"hello": f"evil{k}", "offer": offer}))
+                await ws.receive()
+                for _ in range(50):  # 10 a second (what the node relays), for 5 s
+                    await ws.send_str(js.dumps({"to": "ana", "offer": offer}))
+                    await asyncio.sleep(0.1)
+
+    async def floods():
+        await asyncio.gather(*(flood(k) for k in range(16)))
+
+    import threading
+
+    worker = threading.Thread(target=asyncio.run, args=(floods(),))  # (Playwright's loop here)
+    worker.start()
+    worker.join()
+    ben = open_page(browser, url, "ben")
+    wait_state(ben, "s.peers.includes('ana')")  # (offered through A, answered by ana)
+    assert not ana.errors, ana.errors[:3]
+    s = state(ana)
+    assert s["stats"].get("refused_busy", 0) > 0 and s["pending"] <= 8, s
     for page in (ana, ben):
         page.context.close()

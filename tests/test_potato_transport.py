@@ -850,3 +850,31 @@ def test_webrtc_offer_candidates_at_a_third_party_are_dropped():
         victim.close()
 
     run(scenario())
+
+
+def test_webrtc_ice_checks_from_a_third_party_are_not_answered():
+    """The attack review: whoever signaled knows our ICE credentials, and a STUN check can come
+    from any source address. A check spoofed from a third party was answered there, and the
+    third party then got our own checks (5 datagrams, 416 bytes for an 88-byte check)."""
+    from test_potato_page import ice_address, ice_check, replies, udp
+
+    async def scenario():
+        a, = await started("webrtc", "a", handshake_timeout=30)
+        m, pc, lines, _ = await _offer_from("127.0.0.9")
+        offer = "".join(lines)
+        reply = await _signal_raw(a.address, "127.0.0.9", "m1", offer)
+        third, own = udp("127.0.0.66"), udp("127.0.0.9")
+        try:
+            check, ice = ice_check(reply["answer"], offer), ice_address(reply["answer"])
+            third.sendto(check, ice)
+            own.sendto(check, ice)
+            assert await asyncio.to_thread(replies, own, 10)
+            assert await asyncio.to_thread(replies, third, 0.3) == []
+            assert a.stats["ice_checks_dropped"] == 1
+        finally:
+            third.close()
+            own.close()
+            await pc.close()
+            await close_all(a, m)
+
+    run(scenario())

@@ -184,9 +184,14 @@ def escape_text(text: str) -> str:
 
 
 class MetricsAddressType(click.ParamType):
-    """PORT, :PORT, HOST:PORT or HOST for --metrics; the host defaults to loopback."""
+    """PORT, :PORT, HOST:PORT or HOST for --metrics; the host defaults to loopback. For another
+    server (`what`, e.g. --http's page server) HOST alone is an error: the metrics port is
+    not its default."""
 
     name = "HOST:PORT"
+
+    def __init__(self, what: str = "the metrics server", port_required: bool = False):
+        self.what, self.port_required = what, port_required
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
@@ -199,7 +204,10 @@ class MetricsAddressType(click.ParamType):
         elif text.startswith(":") and text.count(":") == 1:
             text = DEFAULT_HOST + text
         if text.startswith("[") or text.count(":") > 1:
-            self.fail(f"{value!r}: the metrics server listens on IPv4 (HOST:PORT)", param, ctx)
+            self.fail(f"{value!r}: {self.what} listens on IPv4 (HOST:PORT)", param, ctx)
+        if self.port_required and ":" not in text:
+            self.fail(f"{value!r} has no port: HOST:PORT, or PORT alone for {DEFAULT_HOST} (0 "
+                      "picks a free one)", param, ctx)
         try:
             return resolve_ipv4(split_address(text, DEFAULT_PORT))
         except ValueError as exc:

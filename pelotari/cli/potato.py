@@ -114,7 +114,8 @@ does not stop the client; it runs until `quit`, Ctrl-C, SIGTERM or SIGHUP, then 
 @click.option("--transport", type=click.Choice(["webrtc", "tcp"]), default="webrtc",
               show_default=True, help="WebRTC data channels (aiortc; host candidates only, no "
                                       "STUN), or plain TCP with one JSON message per line.")
-@click.option("--http", "http", type=MetricsAddressType(), default=None, metavar="HOST:PORT",
+@click.option("--http", "http", type=MetricsAddressType("the page server", port_required=True),
+              default=None, metavar="HOST:PORT",
               help="Serve the potato page at http://HOST:PORT/: a canvas to draw on that joins "
                    "the mesh as a client of its own, over WebRTC from the browser (HOST "
                    "defaults to 127.0.0.1, loopback; PORT alone is enough; 0 picks a free port "

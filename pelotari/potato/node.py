@@ -60,7 +60,8 @@ class Node:
 
     def add_browsers(self, host: str, **transport_args):
         """A second transport for pages (pelotari.potato.page): WebRTC links signaled over
-        their WebSocket, with ICE on `host`. A name is one peer across both transports."""
+        their WebSocket, with ICE on `host`. A name is one peer across both transports; a
+        connection this node opens takes its name from a page that holds it."""
         from pelotari.potato.transport import BrowserTransport
 
         self.browsers = BrowserTransport(self.name, host, on_peer_up=self._up,
@@ -68,6 +69,8 @@ class Node:
                                          **transport_args)
         self.browsers.taken = lambda name: name in self.transport._peers
         self.transport.taken = lambda name: name in self.browsers._peers
+        # A peer we connect to (--connect) wins its name back from a page that took it.
+        self.transport.yield_name = self.browsers.give_up
         return self.browsers
 
     def _carrier(self, peer: str):

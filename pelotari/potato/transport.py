@@ -67,7 +67,10 @@ Limits on what strangers and peers can do (all constructor arguments):
   * WebRTC SDP (offer and answer): one m=application section (`refused_bad_sdp`), and only
     ICE candidates on the address that signaled it, at most `max_candidates` (8); the others
     are removed (`ice_candidates_dropped`) so we never send checks to a third party; none
-    left: refused (`refused_no_candidate`).
+    left: refused (`refused_no_candidate`). ICE checks are answered only from the signaling
+    address (from a loopback one: this host's addresses too), from at most `max_candidates`
+    source addresses it did not name; the others are dropped unanswered
+    (`ice_checks_dropped`), since a spoofed check would make us check a third party.
 
 `stats` counts: messages_sent, messages_received, pings_sent, peers_up, peers_down;
 send_dropped_<why> (unknown_peer, oversize, newline, reserved, empty, not_bytes, buffer_full,
@@ -97,6 +100,9 @@ CHANNEL = "potato"
 CLOSE_TIMEOUT = 2.0  # seconds an aiortc close() may take before it is given up
 DEFAULT_MAX_BUFFER = 1 << 20  # unsent bytes per peer before send() refuses
 RECV_BATCH = 256  # TCP lines taken from one connection before the loop runs other work
+REASSEMBLY_MAX = 2 << 20  # bytes of unfinished data channel messages a WebRTC peer may leave
+REASSEMBLY_CHUNKS = 2048  # and SCTP chunks (aiortc's are up to 1,200 bytes: 2 MiB is ~1,750)
+SCTP_STREAMS = 4  # SCTP streams a WebRTC peer may use (potato's channel is one)
 
 
 class PeerRefused(ValueError):
@@ -200,8 +206,10 @@ class Transport:
         self._crossing: dict[str, asyncio.TimerHandle] = {}  # see _crossed()
         self._closed = False
         # Whether another transport of the same node holds this name (a node with browsers
-        # has two): a name is one peer, whichever way it came.
+        # has two): a name is one peer, whichever way it came. yield_name(name): that other
+        # transport drops its connection of that name, if a peer opened it (True if it did).
         self.taken: Callable[[str], bool] = lambda name: False
+        self.yield_name: Callable[[str], bool] = lambda name: False
 
     async def start(self) -> None:
         """Listen on host:port for peers that connect to us (port 0: any; self.port is set)."""
@@ -271,7 +279,9 @@ class Transport:
         if self._closed:
             return "closing"
         old = self._peers.get(name)
-        if old is None and self.taken(name):
+        if old is None and self.taken(name) and not (outgoing and self.yield_name(name)):
+            # (A connection we open, to a --connect target, is sure of its place: a page that
+            # took the name while the target was away gives it up.)
             return "duplicate"
         if old is None:
             # Only connections peers opened count: the ones we open (--connect) are never
@@ -798,25 +808,99 @@ class TcpTransport(Transport):
 # aioice.ice.get_host_addresses (which falls through to the original when unset).
 _CANDIDATE_HOSTS: contextvars.ContextVar = contextvars.ContextVar("potato_ice_hosts",
                                                                   default=None)
+# The _IceGuard of the ICE connection aiortc creates in the current context (None: no guard).
+# Set around createDataChannel (offers) and setRemoteDescription (answers), where aiortc makes
+# its aioice.Connection; read by the wrapper installed over Connection.__init__.
+_ICE_GUARD: contextvars.ContextVar = contextvars.ContextVar("potato_ice_guard", default=None)
 _patched = False
+_host_addresses = None  # aioice's own get_host_addresses (this host's interface addresses)
+_OWN_TTL = 10.0  # seconds this host's addresses are cached (_IceGuard)
 
 
 def _aiortc():
-    """Import aiortc (slow, and only the WebRTC transport needs it); install the wrapper."""
-    global _patched
+    """Import aiortc (slow, and only the WebRTC transport needs it); install the wrappers."""
+    global _patched, _host_addresses
     import aioice.ice
     import aiortc
 
     if not _patched:
-        original = aioice.ice.get_host_addresses
+        original = _host_addresses = aioice.ice.get_host_addresses
 
         def get_host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
             hosts = _CANDIDATE_HOSTS.get()
             return list(hosts) if hosts is not None else original(use_ipv4, use_ipv6)
 
         aioice.ice.get_host_addresses = get_host_addresses
+        connection = aioice.ice.Connection
+        init, request_received = connection.__init__, connection.request_received
+
+        def guarded_init(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            self._potato_guard = _ICE_GUARD.get()
+
+        def guarded_request_received(self, message, addr, protocol):
+            guard = getattr(self, "_potato_guard", None)
+            if guard is not None and not guard.admits(self, addr):
+                return  # unanswered
+            request_received(self, message, addr, protocol)
+
+        connection.__init__ = guarded_init
+        connection.request_received = guarded_request_received
         _patched = True
     return aiortc
+
+
+class _IceGuard:
+    """Whose ICE checks one RTCPeerConnection answers: those from the address that signaled
+    it — when that is a loopback address, from this host's own addresses too (a browser here
+    may send from its LAN address; a packet from one of them cannot come from elsewhere) —
+    and from at most `cap` source addresses it did not name (peer-reflexive candidates).
+    Others are dropped unanswered (`ice_checks_dropped`). Whoever signaled knows our ICE
+    credentials, and a STUN check (UDP) can carry any source address: aioice answered a check
+    from anywhere and then checked the source itself, so a check spoofed from a third party
+    brought it five datagrams, 4.7 times the check's bytes (attack review)."""
+
+    _own: tuple[float, frozenset] = (-_OWN_TTL, frozenset())
+
+    def __init__(self, owner: "WebRtcTransport", host: str | None = None):
+        self.owner, self.cap = owner, owner.max_candidates
+        self.hosts: set = set()
+        self.local = False  # the signaling address is a loopback one
+        if host is not None:
+            self.allow(host)
+
+    def allow(self, host: str) -> None:
+        """Checks from `host` (the signaling address) are answered."""
+        ip = _ip(host)
+        if ip is not None:
+            self.hosts.add(ip)
+            self.local = self.local or ip.is_loopback
+
+    @classmethod
+    def own_addresses(cls, now: float) -> frozenset:
+        at, own = cls._own
+        if now - at >= _OWN_TTL:
+            try:
+                own = frozenset(filter(None, map(_ip, _host_addresses(True, True))))
+            except Exception as exc:  # (no interfaces to read: loopback only)
+                log.debug("cannot list this host's addresses: %r", exc)
+                own = frozenset()
+            cls._own = (now, own)
+        return own
+
+    def admits(self, connection, addr) -> bool:
+        ip = _ip(addr[0])
+        if ip not in self.hosts and not (
+                self.local and ip in self.own_addresses(self.owner._loop.time())):
+            self.owner.stats["ice_checks_dropped"] += 1
+            return False
+        remote = connection._remote_candidates
+        known = any(getattr(c, "_network_host", c.host) == addr[0] and c.port == addr[1]
+                    for c in remote)
+        if not known and sum(c.type == "prflx" for c in remote) >= self.cap:
+            self.owner.stats["ice_checks_dropped"] += 1
+            return False
+        return True
 
 
 def _ip(text) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -828,19 +912,28 @@ def _ip(text) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return mapped or address
 
 
+MID_MAX = 32  # characters in an SDP's a=mid (browsers and aiortc write "0")
+
+
 def _screen_sdp(sdp: str, host: str, cap: int) -> tuple[str, int, int]:
     """The SDP with only its ICE candidates on `host` (the address that signaled it), at most
     `cap` of them: (sdp, kept, dropped). Anything else could make us send connectivity checks
     to a third party. ValueError unless it has exactly one media section, m=application (a
-    data channel is all potato uses)."""
+    data channel is all potato uses), a DTLS fingerprint (without one aiortc failed an assert
+    in a task of its own, logged as an error) and an a=mid of at most MID_MAX characters (our
+    answer repeats it twice: 10,904 bytes answered 5,905)."""
     want = _ip(host)
-    out, kept, dropped, media = [], 0, 0, 0
+    out, kept, dropped, media, fingerprint = [], 0, 0, 0, False
     for line in sdp.splitlines(keepends=True):
         text = line.rstrip("\r\n")
         if text.startswith("m="):
             media += 1
             if media > 1 or not text.startswith("m=application "):
                 raise ValueError("one m=application section only")
+        elif text.startswith("a=fingerprint:"):
+            fingerprint = True
+        elif text.startswith("a=mid:") and len(text) > len("a=mid:") + MID_MAX:
+            raise ValueError(f"an a=mid over {MID_MAX} characters")
         elif text.startswith("a=candidate:"):
             fields = text.split()
             if want is None or kept >= cap or len(fields) < 8 or _ip(fields[4]) != want:
@@ -850,6 +943,8 @@ def _screen_sdp(sdp: str, host: str, cap: int) -> tuple[str, int, int]:
         out.append(line)
     if not media:
         raise ValueError("no m=application section")
+    if not fingerprint:
+        raise ValueError("no DTLS fingerprint")
     return "".join(out), kept, dropped
 
 
@@ -862,6 +957,8 @@ class _RtcLink(_Link):
         self.opened = owner._loop.create_future()  # set when the channel opens
         self.closing: asyncio.Task | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.ice_guard: _IceGuard | None = None
+        self.on_gone: Callable[[], None] | None = None  # called once, when it is shut down
         owner._links.add(self)
         pc.on("connectionstatechange", self._state)
         if outgoing:
@@ -888,15 +985,30 @@ class _RtcLink(_Link):
     def _watch(self, sctp) -> None:
         """Any SCTP packet from the peer (decrypted by DTLS: it is the peer's) is a sign of
         life, even one aiortc holds back: a lost ping waits for its retransmission (1 s or
-        more) before the data channel gives it to us, while later packets keep arriving."""
+        more) before the data channel gives it to us, while later packets keep arriving.
+        And a peer with more than REASSEMBLY_MAX bytes or REASSEMBLY_CHUNKS chunks waiting
+        in aiortc's reassembly (the fragments of messages not whole yet: aiortc keeps them
+        without limit, and scans them all for each chunk that comes; its own sender does not
+        heed our receive window), or sending on more than SCTP_STREAMS streams, is dropped
+        (`closed_oversize`)."""
         handle = getattr(sctp, "_handle_data", None)
         if handle is None or getattr(sctp, "_potato_watched", False):
             return
         link, loop = self, self.owner._loop
+        window = getattr(sctp, "_advertised_rwnd", None)  # (aiortc's: less what it holds)
 
         async def handle_data(data: bytes) -> None:
             link.last_rx = loop.time()
             await handle(data)
+            held = window - getattr(sctp, "_advertised_rwnd", window) if window else 0
+            streams = getattr(sctp, "_inbound_streams", {})
+            if held > REASSEMBLY_MAX or len(streams) > SCTP_STREAMS or sum(
+                    len(getattr(s, "reassembly", ())) for s in streams.values()
+            ) > REASSEMBLY_CHUNKS:
+                if not link.retired:
+                    log.info("%s: %s sent messages that do not end (%d bytes, %d streams): "
+                             "dropped", link.owner.name, link.name, held, len(streams))
+                    link.owner._drop(link, "oversize")
 
         sctp._handle_data = handle_data
         sctp._potato_watched = True
@@ -953,6 +1065,9 @@ class _RtcLink(_Link):
             self.opened.exception()
         if self.closing is None:
             self.closing = self.owner._spawn(self._close())
+        if self.on_gone is not None:
+            gone, self.on_gone = self.on_gone, None
+            self.owner._call(gone)
 
     async def _close(self) -> None:
         try:
@@ -1005,8 +1120,8 @@ class WebRtcTransport(Transport):
             sdp, kept, dropped = _screen_sdp(sdp, host, self.max_candidates)
         except ValueError:
             self.stats["refused_bad_sdp"] += 1
-            raise PeerRefused(f"{host}: the SDP is not one data channel section",
-                              "bad_sdp") from None
+            raise PeerRefused(f"{host}: the SDP is not one data channel section (with its "
+                              "fingerprint and a short mid)", "bad_sdp") from None
         self.stats["ice_candidates_dropped"] += dropped
         if not kept:
             self.stats["refused_no_candidate"] += 1
@@ -1047,7 +1162,13 @@ class WebRtcTransport(Transport):
         if self._closed:
             raise RuntimeError("transport closed")
         deadline = self._loop.time() + self.handshake_timeout
-        link = _RtcLink(self, True, self._new_pc())
+        guard = _IceGuard(self)  # (the peer's address once the signaling connection is open)
+        token = _ICE_GUARD.set(guard)
+        try:
+            link = _RtcLink(self, True, self._new_pc())
+        finally:
+            _ICE_GUARD.reset(token)
+        link.ice_guard = guard
         self._handshakes.add(link)
         try:
             try:
@@ -1114,6 +1235,7 @@ class WebRtcTransport(Transport):
         reader, writer = await asyncio.open_connection(host, port, limit=SIGNAL_MAX,
                                                        local_addr=local)
         peer = writer.get_extra_info("peername")
+        link.ice_guard.allow(peer[0] if peer else host)
         try:
             writer.write(json.dumps({"hello": self.name, "offer": offer}).encode() + b"\n")
             line = await reader.readline()
@@ -1202,10 +1324,12 @@ class WebRtcTransport(Transport):
             # (an offer without candidates makes aiortc gather here, at end-of-candidates:
             # on our host only, as in _describe)
             token = _CANDIDATE_HOSTS.set(self._ice_hosts)
+            guard = _ICE_GUARD.set(_IceGuard(self, source))  # (aiortc makes its ICE here)
             try:
                 await link.pc.setRemoteDescription(self._rtc.RTCSessionDescription(offer,
                                                                                      "offer"))
             finally:
+                _ICE_GUARD.reset(guard)
                 _CANDIDATE_HOSTS.reset(token)
             answer = await self._describe(link.pc, offer=False)
             if link.retired:  # replaced or closed meanwhile
@@ -1237,8 +1361,9 @@ class BrowserTransport(WebRtcTransport):
     A browser hides its addresses behind mDNS names (`<uuid>.local`), which are dropped with
     every candidate not on the signaling address (we never resolve names on the LAN); an offer
     left with none is still answered: the browser, the controlling side, sends its checks to
-    our candidate, and ICE learns its address from them (a peer-reflexive candidate), so our
-    checks only ever go to the address that sent checks with the offer's credentials. Pings
+    our candidate, and ICE learns its address from them (a peer-reflexive candidate); only
+    checks from the signaling address are answered (_IceGuard), so our checks never go to a
+    third party that a spoofed check named. Pings
     and `dead_after` are those of the other transports, but a hidden tab's timers run at most
     once a second, so `dead_after` defaults to 3 s here."""
 
@@ -1260,8 +1385,8 @@ class BrowserTransport(WebRtcTransport):
             sdp, kept, dropped = _screen_sdp(sdp, host, self.max_candidates)
         except ValueError:
             self.stats["refused_bad_sdp"] += 1
-            raise PeerRefused(f"{host}: the SDP is not one data channel section",
-                              "bad_sdp") from None
+            raise PeerRefused(f"{host}: the SDP is not one data channel section (with its "
+                              "fingerprint and a short mid)", "bad_sdp") from None
         self.stats["ice_candidates_dropped"] += dropped
         if not kept:
             # No end of candidates then: aioice would fail at once with nothing to pair, and
@@ -1274,17 +1399,36 @@ class BrowserTransport(WebRtcTransport):
         """Links (opening or open) with pages at `host`."""
         return self._incoming_from(host)
 
-    async def answer(self, name, offer, source: str) -> dict:
-        """A page's offer: {"answer": SDP} or {"refused": why} (counted)."""
+    def give_up(self, name: str) -> bool:
+        """Drop the page link of that name (the node connected to a peer of that name): True
+        if there was one (`closed_evicted`)."""
+        link = self._peers.get(name)
+        if link is None or link.outgoing:
+            return False
+        self._drop(link, "evicted")
+        return True
+
+    async def answer(self, name, offer, source: str,
+                     on_gone: Callable[[], None] | None = None
+                     ) -> tuple[dict, Callable[[], None] | None]:
+        """A page's offer: ({"answer": SDP}, hang_up) or ({"refused": why}, None) (counted).
+        A link goes with its page's signaling (pelotari.potato.page): hang_up() ends it (when
+        the WebSocket closes), and on_gone() is called when it ends (closed, silent, or not
+        open within handshake_timeout), so that the WebSocket closes with it."""
         if not isinstance(offer, str) or len(offer) > SIGNAL_MAX:
             self.stats["refused_bad_hello"] += 1
-            return {"refused": "bad_hello"}
+            return {"refused": "bad_hello"}, None
         if self._closed or len(self._handshakes) >= self.max_peers:
             self.stats["refused_busy"] += 1
-            return {"refused": "busy"}
+            return {"refused": "busy"}, None
         marker = object()
         self._handshakes.add(marker)
         try:
-            return await self._offered(name, offer, source)
+            reply = await self._offered(name, offer, source)
         finally:
             self._handshakes.discard(marker)
+        link = self._peers.get(name)
+        if "answer" not in reply or not isinstance(link, _RtcLink) or link.retired:
+            return reply, None
+        link.on_gone = on_gone
+        return reply, lambda: self._drop(link, "signaling")

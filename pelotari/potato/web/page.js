@@ -11,6 +11,9 @@ const OPEN_TIMEOUT = 8.0; // s for a link to open
 const MAX_BUFFER = 1 << 20; // unsent bytes per peer before a send is dropped
 const RECV_RATE = 2000, RECV_BYTE_RATE = 4 << 20, RECV_BURST = 0.5; // as the transports
 const REPLIES = ['{"type":"direct_election_response"', '{"type":"indirect_election_response"'];
+const MAX_ANSWERING = 8; // offers from other pages answered at once (one per page)
+const STALE_ANSWER = 2.0; // s after which an answered offer gives its place to a new one
+const BUSY_RETRIES = 4; // offers again to a page that said busy: after 1, 2, 4, 8 s
 const MIN_STEP = 2; // grid units between two points of a stroke
 const LOG_LINES = 60;
 
@@ -26,6 +29,8 @@ const name = asked && potato.isName(asked) ? asked : `page-${randomHex(2)}`;
 const core = new potato.PotatoNode(name, now());
 const links = new Map(); // peer name -> link (see makeLink)
 const offering = new Map(); // page name -> link we offered to, waiting for its answer
+const answering = new Map(); // page name -> link we answered, until it opens (oldest first)
+const busyTries = new Map(); // page name -> times it said busy to our offer
 const heard = new Map(); // name -> fewest hops a message of theirs took to reach us
 const stats = {}; // the page transport's counters (core.stats are the core's)
 let base = []; // the picture of the frame we are on (or [] after Clear)
@@ -231,7 +236,8 @@ function process() {
 // ---- links: one RTCPeerConnection and one "potato" data channel per peer -------------------
 
 function makeLink(peer, pc, kind) {
-  const link = { peer, pc, kind, channel: null, open: false, gone: false, lastRx: now(),
+  const link = { peer, pc, kind, channel: null, open: false, gone: false, made: now(),
+    lastRx: now(),
     lastTx: now(), rxBytes: 0, spent: 0, tokens: RECV_RATE * RECV_BURST,
     tokenBytes: RECV_BYTE_RATE * RECV_BURST, tokensAt: now() };
   link.timer = setTimeout(() => { if (!link.open) drop(link, "open_timeout"); }, OPEN_TIMEOUT * 1000);
@@ -251,6 +257,8 @@ function attach(link, channel) {
       return;
     }
     clearTimeout(link.timer);
+    if (answering.get(link.peer) === link) answering.delete(link.peer);
+    busyTries.delete(link.peer);
     link.open = true;
     link.lastRx = link.lastTx = now();
     links.set(link.peer, link);
@@ -308,6 +316,7 @@ function drop(link, why) {
   link.gone = true;
   clearTimeout(link.timer);
   if (why) count(`closed_${why}`);
+  if (answering.get(link.peer) === link) answering.delete(link.peer);
   if (links.get(link.peer) === link) {
     links.delete(link.peer);
     if (link.open) {
@@ -352,6 +361,7 @@ function newPc() { return new RTCPeerConnection({ iceServers: [] }); }
 
 let ws_closing = false;
 let reconnecting = null;
+let refusal = ""; // why the node refused our last hello (shown until it takes one)
 
 function setStatus(text, cls) {
   $("status").textContent = text;
@@ -360,14 +370,22 @@ function setStatus(text, cls) {
 
 function reconnectLater() {
   if (reconnecting) return;
-  setStatus(`no link to ${nodeName || "the node"}: trying again in ${retry} s`, "down");
+  setStatus(`${refusal || `no link to ${nodeName || "the node"}`}: trying again in ${retry} s`,
+    "down");
   reconnecting = setTimeout(() => { reconnecting = null; connect(); }, retry * 1000);
   retry = Math.min(retry * 2, 10);
 }
 
 async function connect() {
   if (ws) { ws_closing = true; ws.close(); ws_closing = false; }
-  const pc = newPc();
+  let pc;
+  try {
+    pc = newPc();
+  } catch (err) { // (the browser has too many peer connections)
+    count("connect_failed");
+    reconnectLater();
+    return;
+  }
   const link = makeLink(null, pc, "node");
   attach(link, pc.createDataChannel(CHANNEL, { ordered: true }));
   const offer = await describe(pc, true);
@@ -387,13 +405,17 @@ async function connect() {
       helloSeen = true;
       if (typeof msg.refused === "string" || typeof msg.answer !== "string" ||
           !potato.isName(msg.hello)) {
-        setStatus(`refused by the node: ${String(msg.refused || "no answer").slice(0, 100)}`, "down");
+        const why = String(msg.refused || "no answer").slice(0, 100);
+        refusal = `refused by the node: ${why}` +
+          (why === "duplicate" ? ` (the name ${name} is in use there)` : "");
+        setStatus(refusal, "down");
         drop(link, "refused");
         return;
       }
       nodeName = msg.hello;
       link.peer = nodeName;
       retry = 1;
+      refusal = "";
       try {
         await pc.setRemoteDescription({ type: "answer", sdp: msg.answer });
       } catch (err) {
@@ -412,7 +434,8 @@ async function connect() {
 
 async function offerTo(page) {
   if (links.has(page) || offering.has(page)) return;
-  const pc = newPc();
+  let pc;
+  try { pc = newPc(); } catch (err) { count("offer_failed"); return; } // too many already
   const link = makeLink(page, pc, "page");
   offering.set(page, link);
   attach(link, pc.createDataChannel(CHANNEL, { ordered: true }));
@@ -426,8 +449,25 @@ async function onSignal(msg) {
   if (!potato.isName(from) || from === name) { count("signal_dropped_malformed"); return; }
   if (typeof msg.offer === "string") {
     if (links.has(from)) { reply(from, { refused: "duplicate" }); return; }
-    const pc = newPc();
+    // Strangers' pages can relay offers through the node: at most MAX_ANSWERING are answered
+    // at once, one per page (a new offer replaces its page's last), else each made a peer
+    // connection until the browser refused to make more, and real pages could not link.
+    if (answering.has(from)) drop(answering.get(from), "replaced");
+    const oldest = answering.values().next().value;
+    if (answering.size >= MAX_ANSWERING && now() - oldest.made >= STALE_ANSWER) {
+      drop(oldest, "stale"); // (a real page's link opens well within that)
+    }
+    let pc = null;
+    try {
+      if (answering.size < MAX_ANSWERING) pc = newPc();
+    } catch (err) { /* the browser has too many */ }
+    if (pc === null) {
+      count("refused_busy");
+      reply(from, { refused: "busy" });
+      return;
+    }
     const link = makeLink(from, pc, "page");
+    answering.set(from, link);
     pc.ondatachannel = (ev) => {
       if (ev.channel.label !== CHANNEL || link.channel) { ev.channel.close(); return; }
       attach(link, ev.channel);
@@ -451,6 +491,11 @@ async function onSignal(msg) {
   } else if (typeof msg.refused === "string") {
     const link = offering.get(from);
     if (link) { offering.delete(from); drop(link, "refused"); }
+    const tries = busyTries.get(from) || 0;
+    if (link && msg.refused === "busy" && tries < BUSY_RETRIES) { // answering others: later
+      busyTries.set(from, tries + 1);
+      setTimeout(() => offerTo(from), 1000 * 2 ** tries);
+    }
   } else {
     count("signal_dropped_malformed");
   }
@@ -504,11 +549,16 @@ window.potato = {
   name, core, links,
   state: () => ({ name, node: nodeName, frame: core.frame, peers: [...core.peers].sort(),
     strokes: picture().length, base: base.length, draft: draft.length, stats: { ...stats },
+    pending: answering.size,
     firstPeerMs, results: results.slice() }),
   propose: share,
 };
 
 $("me").textContent = name;
+if (asked !== null && name !== asked) { // (it was shown nowhere: the person wondered why)
+  $("canvas-note").textContent = `?name=${asked.slice(0, 40)}${asked.length > 40 ? "…" : ""} ` +
+    `is not a name (1 to ${potato.MAX_NAME} characters): this page is ${name}`;
+}
 $("auto").checked = params.get("auto") !== "0";
 document.title = `potato: ${name}`;
 showPeers();
