@@ -800,3 +800,31 @@ def test_requests_pipelined_past_the_bucket_get_one_refusal_and_the_connection_e
         finally:
             await stop(node, pages)
     run(main())
+
+
+def test_sockets_that_never_say_hello_cannot_keep_a_real_page_out():
+    # Every place held by sockets that said nothing: the oldest of them makes room. Once the
+    # places are pages that said hello, one more is refused (503).
+    async def main():
+        node, pages = await served(max_pages=4, hello_timeout=30)
+        held = []
+        try:
+            for k in range(4):
+                held.append(await Page.open(pages, local=f"127.0.0.{10 + k}"))
+            real = await Page.open(pages, local="127.0.0.20")
+            held.append(real)
+            assert "answer" in await real.hello("P1")
+            assert pages.stats["signal_evicted_silent"] == 1
+            msg = await held[0].ws.receive(timeout=10)  # the oldest silent one was closed
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
+                                aiohttp.WSMsgType.ERROR)
+            for k in range(3):  # the three other silent ones say hello: all places are pages
+                assert "answer" in await held[1 + k].hello(f"Q{k}")
+            with pytest.raises(aiohttp.WSServerHandshakeError) as e:
+                await Page.open(pages, local="127.0.0.21")
+            assert e.value.status == 503 and pages.stats["signal_refused_busy"] == 1
+        finally:
+            for p in held:
+                await p.close()
+            await stop(node, pages)
+    run(main())

@@ -28,7 +28,7 @@ import json
 import logging
 import math
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 from aiohttp import WSMsgType, web
@@ -92,6 +92,9 @@ class PageServer:
         self.stats: Counter = Counter()
         self.pages: dict[str, web.WebSocketResponse] = {}  # name -> its open WebSocket
         self._transports: dict[str, asyncio.Transport] = {}  # name -> its WebSocket's TCP
+        # WebSockets that have not said hello yet, oldest first (their connections): when
+        # every place is taken, the oldest of them makes room for a new one
+        self._silent: "OrderedDict[web.WebSocketResponse, object]" = OrderedDict()
         self._sockets: dict[str, int] = {}  # address -> WebSockets open from it
         self._http: dict[str, _Bucket] = {}  # address -> its requests' bucket
         self._closing: set[asyncio.Task] = set()  # WebSockets being closed (_link_gone)
@@ -248,8 +251,16 @@ class PageServer:
             self.stats["signal_refused_per_host"] += 1
             return web.Response(status=429)
         if sum(self._sockets.values()) >= self.max_pages:
-            self.stats["signal_refused_busy"] += 1
-            return web.Response(status=503)
+            if not self._silent:
+                self.stats["signal_refused_busy"] += 1
+                return web.Response(status=503)
+            # Every place taken, some by sockets that said nothing yet: the oldest of those
+            # goes (sockets that never say hello cannot keep real pages out; a page says
+            # hello at once, so it is the newest while it does).
+            old, old_wire = self._silent.popitem(last=False)
+            self.stats["signal_evicted_silent"] += 1
+            if old_wire is not None and not old_wire.is_closing():
+                old_wire.abort()
         ws = web.WebSocketResponse(max_msg_size=self.max_signal, autoping=True, heartbeat=None,
                                    compress=False)
         await ws.prepare(request)
@@ -258,8 +269,12 @@ class PageServer:
         self.stats["signal_opened"] += 1
         name = None
         hang_up = []  # ends the page's link (set once it has one)
+        self._silent[ws] = wire
         try:
-            name = await self._hello(ws, source, hang_up, wire)
+            try:
+                name = await self._hello(ws, source, hang_up, wire)
+            finally:
+                self._silent.pop(ws, None)
             if name is not None:
                 self._transports[name] = wire
             if name is not None:
