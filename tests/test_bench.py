@@ -481,3 +481,20 @@ def test_the_loopback_floor_is_half_a_round_trip_over_udp_and_tcp():
     for r in recs:
         assert r["count"] > 0 and 0 < r["latency_p50_us"] <= r["latency_p99_us"] <= \
             r["latency_max_us"]
+
+
+def test_a_trial_that_heard_something_late_but_delivered_every_message_soon_kept_up():
+    # NATS's agent at 10,000/s: its last activity 0.3 s after publishing ended (the bench's
+    # `sustained` says no), every message within 4 ms (it kept up).
+    from pelotari.harness.rates import kept_up, lossless
+
+    def trial(max_ms, until):
+        return TrialResult(offered_rate=10_000, sent=20_000, unique=80_000, expected=80_000,
+                           duplicates=0, reordered=0, elapsed=2.0, server_cpu=0.1,
+                           client_cpu={}, latency={"p99_ns": 300_000, "max_ns": max_ms * 1e6},
+                           received_until=until)
+    late_activity = trial(4, 2.3)
+    assert not late_activity.sustained and kept_up(late_activity) and lossless(late_activity)
+    behind = trial(300, 2.3)  # a message 0.3 s late: it fell behind
+    assert not kept_up(behind) and not lossless(behind)
+    assert kept_up(trial(300, 2.1))  # the last came within the margin (0.2 s of 2 s)
