@@ -222,9 +222,12 @@ def test_a_flood_of_offers_from_other_pages_is_bounded_and_a_real_page_still_lin
             async with s.ws_connect(f"{origin}/signal", headers={"Origin": origin}) as ws:
                 await ws.send_str(js.dumps({"hello": f"evil{k}", "offer": offer}))
                 await ws.receive()
-                for _ in range(50):  # 10 a second (what the node relays), for 5 s
-                    await ws.send_str(js.dumps({"to": "ana", "offer": offer}))
-                    await asyncio.sleep(0.1)
+                try:
+                    for _ in range(50):  # 10 a second (what the node relays), for 5 s
+                        await ws.send_str(js.dumps({"to": "ana", "offer": offer}))
+                        await asyncio.sleep(0.1)
+                except (aiohttp.ClientError, ConnectionError):
+                    pass  # the node closes a socket whose link never opened (5 s)
 
     async def floods():
         await asyncio.gather(*(flood(k) for k in range(16)))
