@@ -498,3 +498,9 @@ def test_a_trial_that_heard_something_late_but_delivered_every_message_soon_kept
     behind = trial(300, 2.3)  # a message 0.3 s late: it fell behind
     assert not kept_up(behind) and not lossless(behind)
     assert kept_up(trial(300, 2.1))  # the last came within the margin (0.2 s of 2 s)
+
+
+def test_the_rates_table_says_when_no_trial_ran():
+    from pelotari.cli.bench import _rates_table
+
+    assert _rates_table([], []) == "no trial ran (the reasons are above)"

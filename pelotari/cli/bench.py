@@ -198,6 +198,8 @@ def _rates_table(records, floor) -> str:
     """p99 per system and rate: median of the lossless trials (all trials lossy: "lossy")."""
     import statistics
 
+    if not records:
+        return "no trial ran (the reasons are above)"
     rates = sorted({r["offered_rate"] for r in records})
     systems = list(dict.fromkeys(r["system"] for r in records))
     lines = ["| system | " + " | ".join(f"{_r(x)}/s p99" for x in rates) + " |",
