@@ -6,20 +6,14 @@ import signal
 from pathlib import Path
 
 import pytest
-from nodeproc import NodeProcess, Spawner
+from nodeproc import Spawner
+from test_potato_node import Potato  # (one potato node process class for both)
 
 pytestmark = pytest.mark.slow
 
 OUTPUT = Path(__file__).resolve().parent.parent / "results" / "browser"
 WAIT_MS = 20000  # what a page may take on a machine 10x slower than this one
 STROKE = (120, 200, 520, 330)  # grid coordinates the test draws from and to
-
-
-class Potato(NodeProcess):
-    wait = NodeProcess.wait_named
-
-    def __init__(self, *args, **kwargs):
-        super().__init__("potato", "node", *args, **kwargs)
 
 
 @pytest.fixture

@@ -679,25 +679,15 @@ def fuzz_runs(raw: DataFrame) -> DataFrame:
 
 RATES_KINDS = ("latency-rate", "latency-floor")
 
-RATES_SCHEMA = StructType([
-    StructField("kind", StringType()),
-    StructField("system", StringType()),
-    StructField("scenario", StringType()),
-    StructField("payload", LongType()),
-    StructField("subscribers", LongType()),
-    StructField("publishers", LongType()),
+# The bench record's fields it shares (same names and types), and its own.
+RATES_SCHEMA = StructType([BENCH_SCHEMA[name] for name in (
+    "kind", "system", "scenario", "payload", "subscribers", "publishers", "ingress_rate",
+    "delivered_rate", "loss", "client_bound", "latency_p50_us", "latency_p99_us", "env")] + [
     StructField("offered_rate", DoubleType()),
     StructField("trial", LongType()),
-    StructField("ingress_rate", DoubleType()),
-    StructField("delivered_rate", DoubleType()),
-    StructField("loss", DoubleType()),
     StructField("lossless", BooleanType()),  # loss < 0.1 %, kept up, publishers reached 90 %
-    StructField("client_bound", BooleanType()),
-    StructField("latency_p50_us", DoubleType()),
-    StructField("latency_p99_us", DoubleType()),
     StructField("latency_max_us", DoubleType()),
     StructField("transport", StringType()),  # latency-floor: "udp" or "tcp"
-    StructField("env", BENCH_SCHEMA["env"].dataType),
 ])
 
 

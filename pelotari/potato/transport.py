@@ -1123,11 +1123,13 @@ class WebRtcTransport(Transport):
             raise PeerRefused(f"{host}: the SDP is not one data channel section (with its "
                               "fingerprint and a short mid)", "bad_sdp") from None
         self.stats["ice_candidates_dropped"] += dropped
-        if not kept:
-            self.stats["refused_no_candidate"] += 1
-            raise PeerRefused(f"{host}: no ICE candidate on the address that signaled",
-                              "no_candidate")
-        return sdp
+        return sdp if kept else self._no_candidate(sdp, host)
+
+    def _no_candidate(self, sdp: str, host: str) -> str:
+        """An SDP left with no candidate: refused (a node always offers one)."""
+        self.stats["refused_no_candidate"] += 1
+        raise PeerRefused(f"{host}: no ICE candidate on the address that signaled",
+                          "no_candidate")
 
     async def start(self) -> None:
         """Listen for signaling on TCP host:port (port 0: any; self.port is set)."""
@@ -1380,20 +1382,12 @@ class BrowserTransport(WebRtcTransport):
     async def connect(self, host: str, port: int) -> str:
         raise NotImplementedError("pages connect to us, over their WebSocket")
 
-    def _screen(self, sdp: str, host: str) -> str:
-        try:
-            sdp, kept, dropped = _screen_sdp(sdp, host, self.max_candidates)
-        except ValueError:
-            self.stats["refused_bad_sdp"] += 1
-            raise PeerRefused(f"{host}: the SDP is not one data channel section (with its "
-                              "fingerprint and a short mid)", "bad_sdp") from None
-        self.stats["ice_candidates_dropped"] += dropped
-        if not kept:
-            # No end of candidates then: aioice would fail at once with nothing to pair, and
-            # the page's checks, which bring its address, come after our answer.
-            sdp = "".join(line for line in sdp.splitlines(keepends=True)
-                          if line.rstrip("\r\n") != "a=end-of-candidates")
-        return sdp
+    def _no_candidate(self, sdp: str, host: str) -> str:
+        # A browser's candidates are mDNS names, all dropped. No end of candidates then:
+        # aioice would fail at once with nothing to pair, and the page's checks, which bring
+        # its address, come after our answer.
+        return "".join(line for line in sdp.splitlines(keepends=True)
+                       if line.rstrip("\r\n") != "a=end-of-candidates")
 
     def incoming_from(self, host: str | None) -> int:
         """Links (opening or open) with pages at `host`."""

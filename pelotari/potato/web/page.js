@@ -326,7 +326,7 @@ function drop(link, why) {
   }
   link.open = false;
   try { link.pc.close(); } catch (err) { /* closing already */ }
-  if (link.kind === "node" && !ws_closing) reconnectLater();
+  if (link.kind === "node") reconnectLater();
 }
 
 setInterval(() => { // liveness: ping the idle, drop the silent
@@ -359,7 +359,6 @@ function newPc() { return new RTCPeerConnection({ iceServers: [] }); }
 
 // ---- signaling over the node's WebSocket ---------------------------------------------------
 
-let ws_closing = false;
 let reconnecting = null;
 let refusal = ""; // why the node refused our last hello (shown until it takes one)
 
@@ -377,7 +376,7 @@ function reconnectLater() {
 }
 
 async function connect() {
-  if (ws) { ws_closing = true; ws.close(); ws_closing = false; }
+  if (ws) ws.close();
   let pc;
   try {
     pc = newPc();
