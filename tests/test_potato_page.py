@@ -828,3 +828,24 @@ def test_sockets_that_never_say_hello_cannot_keep_a_real_page_out():
                 await p.close()
             await stop(node, pages)
     run(main())
+
+
+@pytest.mark.parametrize("garbage", [b"\x00" * 5000, bytes(range(256)) * 8,
+                                     b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n"],
+                         ids=["zeros", "random", "long-line"])
+def test_garbage_on_the_page_port_gets_a_short_answer_that_quotes_none_of_it(garbage):
+    # aiohttp's own 400 quoted the garbage back: 5,000 bytes in, 20,205 out.
+    async def main():
+        node, pages = await served()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", pages.port)
+            writer.write(garbage)
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 10)  # (closed after it)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.") and b" 400 " in answer.split(b"\r\n")[0]
+            assert len(answer) <= 256 and b"\\x" not in answer and b"aaaa" not in answer
+            assert pages.stats["http_error_400"] == 1
+        finally:
+            await stop(node, pages)
+    run(main())
