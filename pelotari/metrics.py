@@ -186,6 +186,13 @@ def page(entries: list, query: Mapping[str, list]) -> dict:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "pelotari-metrics"
     timeout = REQUEST_TIMEOUT  # applied to the connection's socket by StreamRequestHandler
+    error_content_type = "text/plain"
+    error_message_format = "%(code)d %(message)s\n"
+
+    def send_error(self, code, message=None, explain=None):
+        """The status alone: http.server's error page quoted a bad request line back (3,018
+        bytes in, 3,364 out)."""
+        super().send_error(code)
 
     def do_GET(self):  # noqa: N802 - http.server's naming
         url = urlsplit(self.path)
