@@ -180,7 +180,7 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
     env = results.environment()
     try:
         with Children(interrupt=STOP_SIGNALS):
-            floor = floor_records(trials, env, where, placement()[1])
+            floor = floor_records(trials, env, where, placement()[1], progress=progress.update)
             results.write(output, floor)
             done = RatesRunner(systems, names, scenarios, rates, duration, output, trials,
                                env=env, placement=where).run(show)

@@ -159,11 +159,14 @@ def loopback_floor(transport: str, cpus=None, count: int = FLOOR_COUNT,
     return json.loads(res.stdout)
 
 
-def floor_records(trials: int, env: dict, placement: str, cpus=None) -> List[dict]:
-    """`trials` runs of the UDP and the TCP floor, one record each (kind "latency-floor")."""
+def floor_records(trials: int, env: dict, placement: str, cpus=None,
+                  progress: Callable[[str], None] = lambda text: None) -> List[dict]:
+    """`trials` runs of the UDP and the TCP floor, one record each (kind "latency-floor");
+    progress(text) before each (each takes FLOOR_COUNT / FLOOR_RATE = 5 s)."""
     out = []
     for k in range(trials):
         for transport in ("udp", "tcp"):
+            progress(f"the loopback floor: {transport.upper()} ping-pong, trial {k + 1}/{trials}")
             got = loopback_floor(transport, cpus)
             out.append({"kind": "latency-floor", "transport": transport, "trial": k,
                         "rate": got["rate"], "size": got["size"], "count": got["count"],
