@@ -3,12 +3,12 @@
 with per-publisher stream counting and a latency histogram kept in C (include/loadstats.h)."""
 cimport cython
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
-from libc.stdint cimport uint8_t, uint16_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
 from posix.time cimport nanosleep, timespec
 from posix.uio cimport iovec
 
-from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, poll, pollfd, POLLIN, AF_INET,
+from fastpath.csocket cimport (mmsghdr, sockaddr_in, sendmmsg, AF_INET,
                                htons, htonl, errno, EINTR)
 from fastpath.wire cimport get_u16, put_u16
 from fastpath.batchio cimport RecvBatch
@@ -24,11 +24,42 @@ from fastpath.packets import NOJOURNAL, NOSUBSCRIBE, packed_flags
 cdef extern from "<sys/socket.h>" nogil:
     ssize_t sendto(int fd, const void* buf, size_t n, int flags, const void* addr, unsigned int addrlen)
 
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        uint32_t u32
+    cdef struct epoll_event:
+        uint32_t events
+        epoll_data_t data
+    int epoll_create1(int flags)
+    int epoll_ctl(int epfd, int op, int fd, epoll_event* event)
+    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
+    enum:
+        EPOLLIN
+        EPOLL_CTL_ADD
+        EPOLL_CLOEXEC
+
+cdef extern from "<sys/mman.h>" nogil:
+    void* mmap(void* addr, size_t length, int prot, int flags, int fd, long offset)
+    int munmap(void* addr, size_t length)
+    void* MAP_FAILED
+    enum:
+        PROT_READ
+        PROT_WRITE
+        MAP_PRIVATE
+        MAP_ANONYMOUS
+
+cdef extern from "<unistd.h>" nogil:
+    int close(int fd)
+
 STAMP_SIZE = LS_STAMP_SIZE
 MAX_PUBLISHERS = LS_MAX_PUBLISHERS
 DEFAULT_BATCH = 64
+MAX_SUBSCRIBERS = 16384  # sockets one SubscriberGroup holds (each needs a file descriptor)
+MAX_TIMELINE = 1_000_000  # slices a measure(timeline=...) keeps: 8 MB
 cdef int RECV_BATCH = 64
 cdef int RECV_SLOT = 65536
+cdef int MAX_EVENTS = 1024  # ready sockets taken per epoll_wait
+cdef uint64_t KEEPALIVE_SPREAD_NS = 500000000
 cdef bytes _ACK = bytes([T_KEEPALIVE_ACK])  # a KEEPALIVE-ACK's first byte
 
 
@@ -76,13 +107,18 @@ cdef class StreamCounter:
     """Per-publisher accounting of received payloads: unique, duplicates, reordered, latency."""
 
     def __cinit__(self):
-        self.c = <ls_counter*>PyMem_Calloc(1, sizeof(ls_counter))
-        if self.c == NULL:
+        # Mapped, not calloc'd: its pages (about 530 KB, mostly windows of publishers that
+        # never send) stay untouched until used, so 10,000 subscribers cost ~20 KB each.
+        cdef void* mem = mmap(NULL, sizeof(ls_counter), PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if mem == MAP_FAILED:
             raise MemoryError()
-        ls_counter_init(self.c)
+        self.c = <ls_counter*>mem
+        ls_counter_init_zeroed(self.c)
 
     def __dealloc__(self):
-        PyMem_Free(self.c)
+        if self.c != NULL:
+            munmap(self.c, sizeof(ls_counter))
 
     def record(self, payload, uint64_t now_ns):
         """Account one received payload (as a subscriber received it) at time now_ns."""
@@ -173,12 +209,15 @@ cdef class _SendArena:
 
 def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double duration=1.0,
                      double rate=0.0, int pub_id=0, uint64_t count=0, int batch=DEFAULT_BATCH,
-                     Py_ssize_t pack=0, Py_ssize_t max_frames=1024):
+                     Py_ssize_t pack=0, Py_ssize_t max_frames=1024, double interval=0.0):
     """Send stamped PUSHes for `duration` seconds (or `count` messages) at `rate` per second
     (0: as fast as possible), in sendmmsg batches; return what was sent. With `pack` > 0, as
     many PUSH frames as fit in `pack` bytes (at most `max_frames`) share a datagram (the
     packing extension): the socket then signs on first as a NOSUBSCRIBE NOJOURNAL PACKED client
-    and keeps that alive every second, since the backbone takes packs only from such clients."""
+    and keeps that alive every second, since the backbone takes packs only from such clients.
+    With `interval` > 0 (seconds, with a rate) the publisher sends at most once per interval,
+    everything due by then: a pack then holds rate x interval messages (each is stamped when
+    it is sent, so the wait is not in the latency measured)."""
     if payload_size < LS_STAMP_SIZE or payload_size > MAX_DATA:
         raise ValueError(f"payload_size must be within {LS_STAMP_SIZE}..{MAX_DATA}")
     if not 0 <= pub_id < LS_MAX_PUBLISHERS:
@@ -189,13 +228,16 @@ def publish_fyrehose(host, int port, *, Py_ssize_t payload_size=16, double durat
         raise ValueError(f"pack must be 0 or within {HEADER_SIZE}..{MAX_DATAGRAM}")
     if max_frames < 1:
         raise ValueError("max_frames must be at least 1")
+    if not 0.0 <= interval <= 10.0:
+        raise ValueError("interval must be within 0..10 seconds")
     with _udp_socket(4 << 20) as sock:  # closed on every way out
         return _publish(sock, host, port, payload_size, duration, rate, pub_id, count, batch,
-                        pack, max_frames)
+                        pack, max_frames, interval)
 
 
 def _publish(sock, host, int port, Py_ssize_t payload_size, double duration, double rate,
-             int pub_id, uint64_t count, int batch, Py_ssize_t pack, Py_ssize_t max_frames):
+             int pub_id, uint64_t count, int batch, Py_ssize_t pack, Py_ssize_t max_frames,
+             double interval):
     cdef int fd = sock.fileno()
     cdef sockaddr_in dst
     _fill_sockaddr(&dst, host, port)
@@ -219,6 +261,8 @@ def _publish(sock, host, int port, Py_ssize_t payload_size, double duration, dou
     cdef uint64_t start, now, deadline
     cdef int64_t ahead
     cdef double interval_ns = 1e9 / rate if rate > 0 else 0.0
+    cdef uint64_t tick_ns = <uint64_t>(interval * 1e9) if rate > 0 else 0
+    cdef uint64_t next_tick = 0
     for i in range(batch):
         for j in range(per):
             arena[i * dgram + j * frame] = T_PUSH
@@ -241,6 +285,9 @@ def _publish(sock, host, int port, Py_ssize_t payload_size, double duration, dou
                 sendto(fd, ka, ka_len, 0, &dst, sizeof(sockaddr_in))
                 next_keepalive = now + 1000000000
             n = batch * per  # messages this round
+            if tick_ns and now < next_tick:
+                _sleep_ns(<int64_t>(next_tick - now))
+                continue
             if rate > 0:
                 due = <uint64_t>((now - start) / interval_ns) + 1
                 if due <= sent:
@@ -272,6 +319,8 @@ def _publish(sock, host, int port, Py_ssize_t payload_size, double duration, dou
                     failed += 1
                     off += 1
             sent += n
+            if tick_ns:
+                next_tick = now + tick_ns
         now = ls_now_ns()
     return {"sent": sent, "datagrams": datagrams, "send_failures": failed,
             "sendmmsg_calls": calls, "elapsed": (now - start) / 1e9, "pub_id": pub_id}
@@ -298,10 +347,11 @@ def _sign_on_publisher(sock, host, int port, bytes keepalive, double timeout=3.0
 
 
 cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, uint64_t now,
-                                 uint64_t* frames) noexcept nogil:
+                                 uint64_t* frames, uint64_t* worst) noexcept nogil:
     """Count one datagram's DELIVER frames (one, or several packed back to back); return
     whether it was all DELIVERs (a malformed tail is counted by the caller, never read)."""
     cdef Py_ssize_t off = 0, size
+    cdef uint64_t sent
     if n < HEADER_SIZE or p[0] != T_DELIVER:
         return False
     while n - off >= HEADER_SIZE and p[off] == T_DELIVER:
@@ -309,6 +359,10 @@ cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, 
         if size > n - off:
             break
         ls_counter_record(c, p + off + HEADER_SIZE, size - HEADER_SIZE, now)
+        if size - HEADER_SIZE >= LS_STAMP_SIZE:
+            sent = ls_get_be(p + off + HEADER_SIZE + 8, 8)
+            if now > sent and now - sent > worst[0]:
+                worst[0] = now - sent
         frames[0] += 1
         off += size
     return off == n
@@ -328,15 +382,17 @@ cdef class SubscriberGroup:
     cdef int port
     cdef int nsub
     cdef bytes keepalive
-    cdef pollfd* pfds
+    cdef int epfd
+    cdef int* fds
     cdef RecvBatch rx
     cdef sockaddr_in bb
     cdef readonly bint gro
 
     def __cinit__(self, host, int port, int subscribers=1, int buffer=32 << 20,
                   Py_ssize_t pack=0, bint gro=False):
-        if subscribers < 1 or subscribers > 1024:
-            raise ValueError("subscribers must be within 1..1024")
+        self.epfd = -1
+        if subscribers < 1 or subscribers > MAX_SUBSCRIBERS:
+            raise ValueError(f"subscribers must be within 1..{MAX_SUBSCRIBERS}")
         self.host, self.port, self.nsub = host, port, subscribers
         self.socks = []
         for _ in range(subscribers):
@@ -349,17 +405,27 @@ cdef class SubscriberGroup:
         flags = NOJOURNAL | (packed_flags(pack) if pack else 0)
         self.keepalive = encode_keepalive("", 0, flags, b"pelotari-loadgen")
         _fill_sockaddr(&self.bb, host, port)
-        self.pfds = <pollfd*>PyMem_Calloc(subscribers, sizeof(pollfd))
-        if not self.pfds:
+        self.fds = <int*>PyMem_Calloc(subscribers, sizeof(int))
+        if not self.fds:
             raise MemoryError()
         self.rx = RecvBatch(RECV_BATCH, RECV_SLOT, gro)
+        # epoll, not poll: a wake-up costs the sockets that are ready, not all of them.
+        self.epfd = epoll_create1(EPOLL_CLOEXEC)
+        if self.epfd < 0:
+            raise OSError(errno, "epoll_create1")
         cdef int k
+        cdef epoll_event ev
         for k in range(subscribers):
-            self.pfds[k].fd = self.socks[k].fileno()
-            self.pfds[k].events = POLLIN
+            self.fds[k] = self.socks[k].fileno()
+            ev.events = EPOLLIN
+            ev.data.u32 = <uint32_t>k
+            if epoll_ctl(self.epfd, EPOLL_CTL_ADD, self.fds[k], &ev) < 0:
+                raise OSError(errno, "epoll_ctl")
 
     def __dealloc__(self):
-        PyMem_Free(self.pfds)
+        PyMem_Free(self.fds)
+        if self.epfd >= 0:
+            close(self.epfd)
         for sock in self.socks or ():  # a sign_off() never called, or __cinit__ failing
             sock.close()
 
@@ -387,51 +453,93 @@ cdef class SubscriberGroup:
                 pass
             s.close()
 
-    def measure(self, double max_duration=30.0, double idle=0.5):
-        """Count DELIVERs until `idle` seconds pass without one (after the first) or
-        `max_duration` ends; return the counts and latency summary."""
+    def measure(self, double max_duration=30.0, double idle=0.5, double timeline=0.0,
+                ready=None):
+        """Renew every subscription, call ready() (publishing may start then), and count
+        DELIVERs until `idle` seconds pass without one (after the first) or `max_duration`
+        ends; return the counts and latency summary. With `timeline` > 0 (in
+        seconds, at least 1 ms), also the worst latency (ns) of each `timeline`-long slice of
+        the trial, by arrival time (at most MAX_TIMELINE slices: the last takes any later ones)."""
+        if timeline < 0 or (timeline and timeline < 1e-3):
+            raise ValueError("timeline must be 0 or at least 0.001 s")
         counters = [StreamCounter() for _ in range(self.nsub)]
+        cdef Py_ssize_t slices = min(<Py_ssize_t>(max_duration / timeline) + 1, MAX_TIMELINE) \
+            if timeline else 1
+        cdef uint64_t slice_ns = <uint64_t>(timeline * 1e9) if timeline else 0
+        cdef uint64_t* worst = <uint64_t*>PyMem_Calloc(slices, sizeof(uint64_t))
+        if worst == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t at = 0
+        cdef int target
+        timeline_ns = []
         cdef int nsub = self.nsub
         cdef ls_counter** cs = <ls_counter**>PyMem_Calloc(nsub, sizeof(ls_counter*))
         if cs == NULL:
+            PyMem_Free(worst)
             raise MemoryError()
         cdef int k
         for k in range(nsub):
             cs[k] = (<StreamCounter>counters[k]).c
+            ls_counter_prefault(cs[k])
         cdef const uint8_t* ka = self.keepalive
         cdef Py_ssize_t ka_len = len(self.keepalive)
         cdef uint64_t start, now, last_rx = 0, next_keepalive, deadline
         cdef uint64_t idle_ns = <uint64_t>(idle * 1e9)
         cdef uint64_t other = 0, datagrams = 0, frames = 0, reads = 0
-        cdef int rc, i, ready_n
+        cdef int rc, i, e, ready_n, fd
         cdef const uint8_t* p
-        cdef pollfd* pfds = self.pfds
+        cdef int* fds = self.fds
+        cdef int epfd = self.epfd
+        cdef int ka_next
+        cdef uint64_t ka_round
+        cdef epoll_event* evs = <epoll_event*>PyMem_Calloc(MAX_EVENTS, sizeof(epoll_event))
+        if evs == NULL:
+            PyMem_Free(cs)
+            PyMem_Free(worst)
+            raise MemoryError()
         cdef RecvBatch rx = self.rx
         cdef Py_ssize_t n, off, seg
         try:
+            with nogil:  # (C1) subscribed again, all at once, before publishing may start
+                for k in range(nsub):
+                    sendto(fds[k], ka, ka_len, 0, &self.bb, sizeof(sockaddr_in))
+            if ready is not None:
+                ready()
             with nogil:
                 start = ls_now_ns()
                 deadline = start + <uint64_t>(max_duration * 1e9)
-                next_keepalive = start
+                # (C1) stay subscribed: a KEEPALIVE from every socket once a second, spread
+                # over KEEPALIVE_SPREAD so that 10,000 sockets never hold up receiving for
+                # the time 10,000 sends take.
+                ka_round = start
+                ka_next = nsub
                 while True:
                     now = ls_now_ns()
                     if now >= deadline or (last_rx and now - last_rx > idle_ns):
                         break
-                    if now >= next_keepalive:  # (C1) stay subscribed
-                        for k in range(nsub):
-                            sendto(pfds[k].fd, ka, ka_len, 0, &self.bb, sizeof(sockaddr_in))
-                        next_keepalive = now + 1000000000
-                    ready_n = poll(pfds, nsub, 50)
-                    if ready_n <= 0:
+                    if ka_next < nsub:
+                        target = nsub if now - ka_round >= KEEPALIVE_SPREAD_NS else \
+                            1 + <int>((nsub - 1) * (now - ka_round) // KEEPALIVE_SPREAD_NS)
+                        while ka_next < target:
+                            sendto(fds[ka_next], ka, ka_len, 0, &self.bb, sizeof(sockaddr_in))
+                            ka_next += 1
+                    elif now - ka_round >= 1000000000:
+                        ka_round = now
+                        ka_next = 0
                         continue
-                    for k in range(nsub):
-                        if not (pfds[k].revents & POLLIN):
-                            continue
+                    ready_n = epoll_wait(epfd, evs, MAX_EVENTS, 10)
+                    for e in range(ready_n):
+                        k = <int>evs[e].data.u32
+                        fd = fds[k]
                         while True:
-                            rc = rx.receive(pfds[k].fd)
+                            rc = rx.receive(fd)
                             if rc <= 0:
                                 break
                             now = ls_now_ns()
+                            if slice_ns:
+                                at = <Py_ssize_t>((now - start) // slice_ns)
+                                if at >= slices:
+                                    at = slices - 1  # (bounded) the last slice takes the rest
                             reads += rc
                             for i in range(rc):
                                 p = rx.slot(i)
@@ -446,7 +554,7 @@ cdef class SubscriberGroup:
                                 while off < n:
                                     datagrams += 1
                                     if _count_delivers(cs[k], p + off, min(seg, n - off), now,
-                                                       &frames):
+                                                       &frames, &worst[at]):
                                         last_rx = now
                                     else:
                                         other += 1
@@ -454,8 +562,13 @@ cdef class SubscriberGroup:
                             if rc < RECV_BATCH:
                                 break
                 now = ls_now_ns()
+            if slice_ns:
+                last = (last_rx - start) // slice_ns + 1 if last_rx > start else 0
+                timeline_ns = [worst[i] for i in range(min(<Py_ssize_t>last, slices))]
         finally:
             PyMem_Free(cs)
+            PyMem_Free(worst)
+            PyMem_Free(evs)
         merged = LatencyHistogram()
         per_sub = []
         for c in counters:
@@ -474,18 +587,19 @@ cdef class SubscriberGroup:
             "latency_buckets": merged.buckets(),
             "elapsed": (now - start) / 1e9,
             "active": ((last_rx - start) / 1e9) if last_rx else 0.0,
+            **({"timeline_s": timeline, "timeline_worst_ns": timeline_ns,
+                "timeline_start_ns": start} if slice_ns else {}),
         }
 
 
 def subscribe_fyrehose(host, int port, *, int subscribers=1, double max_duration=30.0,
                        double idle=0.5, double ack_timeout=3.0, ready=None, int buffer=32 << 20,
-                       Py_ssize_t pack=0, bint gro=False):
-    """One trial: sign `subscribers` sockets on, call ready(), measure, sign off."""
+                       Py_ssize_t pack=0, bint gro=False, double timeline=0.0):
+    """One trial: sign `subscribers` sockets on, measure (ready() is called once every socket
+    is subscribed and counting can start), sign off."""
     group = SubscriberGroup(host, port, subscribers, buffer, pack, gro)
     try:
         group.sign_on(ack_timeout)
-        if ready is not None:
-            ready()
-        return group.measure(max_duration, idle)
+        return group.measure(max_duration, idle, timeline, ready=ready)
     finally:
         group.sign_off()

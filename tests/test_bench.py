@@ -251,6 +251,7 @@ class FakeSystem:
     def __init__(self, name, capacity, why=None, fail_on=()):
         self.name, self.capacity, self.why, self.fail_on = name, capacity, why, set(fail_on)
         self.sessions = 0
+        self.asked = []  # (timeline, interval) of each trial
 
     def check(self):
         return self.why
@@ -264,14 +265,16 @@ class FakeSession:
 
     def __init__(self, system, scenario, clock, log):
         system.sessions += 1
+        self.system = system
         if system.sessions in system.fail_on:
             raise Unavailable(f"{system.name} exited during the run")
         self.trial_model = model(system.capacity, subscribers=scenario.subscribers)
         self.clock, self.log = clock, log
         log.append((system.name, scenario.name))
 
-    def trial(self, rate, duration):
+    def trial(self, rate, duration, timeline=0.0, interval=0.0):
         self.clock.now += duration
+        self.system.asked.append((timeline, interval))
         return self.trial_model(rate)
 
     def __enter__(self):
@@ -413,13 +416,13 @@ def test_memory_slope_is_the_least_squares_fit():
 
 # ---- `pelotari bench --latency-rates` (pelotari/harness/rates.py) ------------------------------
 
-def fake_rates_runner(tmp_path, systems, rates=(10_000, 50_000), trials=2):
+def fake_rates_runner(tmp_path, systems, rates=(10_000, 50_000), trials=2, interval=0.0):
     from pelotari.harness.rates import RatesRunner
 
     clock, log = FakeClock(), []
     return RatesRunner({s.name: s for s in systems}, [s.name for s in systems],
                        [Scenario(16, 4)], rates, 1.0, tmp_path / "r.jsonl", trials,
-                       env={"commit": "x"}, placement="here",
+                       env={"commit": "x"}, placement="here", interval=interval,
                        session=lambda system, scenario: FakeSession(system, scenario, clock,
                                                                     log)), log
 
@@ -428,10 +431,12 @@ def test_the_rates_runner_takes_systems_in_turn_trial_after_trial(tmp_path):
     from pelotari.harness.rates import RateMeasured, RateTrial
 
     fast, slow = FakeSystem("fast", 200_000), FakeSystem("slow", 30_000)
-    runner, log = fake_rates_runner(tmp_path, [fast, slow])
+    runner, log = fake_rates_runner(tmp_path, [fast, slow], interval=0.05)
     events = []
     records = runner.run(events.append)
-    # a fresh session per system and trial, the systems taking turns
+    # a fresh session per system and trial, the systems taking turns; every trial keeps the
+    # worst latency of each millisecond and is published with the runner's interval
+    assert fast.asked == slow.asked == [(0.001, 0.05)] * 4
     assert log == [("fast", "S=16 N=4 P=1"), ("slow", "S=16 N=4 P=1")] * 2
     asked = [(e.system, e.rate, e.trial, e.number, e.total) for e in events
              if isinstance(e, RateTrial)]
@@ -447,6 +452,7 @@ def test_the_rates_runner_takes_systems_in_turn_trial_after_trial(tmp_path):
     assert records[3]["loss"] == pytest.approx(0.4)
     assert all(r["kind"] == "latency-rate" and r["scenario"] == "S=16 N=4 P=1" and
                r["system_version"] == f"{r['system']} 1.0" and r["placement"] == "here"
+               and r["publish_interval_s"] == 0.05 and r["stalled_ms"] == -1  # (no timeline)
                for r in records)
     assert [json.loads(line) for line in open(tmp_path / "r.jsonl")] == records
 
@@ -471,16 +477,24 @@ def test_the_rates_runner_skips_a_system_that_cannot_run_or_dies_in_a_trial(tmp_
     assert numbers == [4, 5, 6]
 
 
-@pytest.mark.slow  # compiles and runs a C ping-pong
+@pytest.mark.slow  # compiles and runs a C ping-pong and the wake-up meter
 def test_the_loopback_floor_is_half_a_round_trip_over_udp_and_tcp():
     from pelotari.harness.rates import floor_records
 
-    recs = floor_records(1, {"commit": "x"}, "here")
-    assert [(r["kind"], r["transport"]) for r in recs] == [("latency-floor", "udp"),
-                                                           ("latency-floor", "tcp")]
-    for r in recs:
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    recs = floor_records(1, {"commit": "x"}, "here", wakeup_cpus=set(cpus))
+    assert [(r["kind"], r.get("transport", r.get("cpu"))) for r in recs] == [
+        *[("latency-wakeup", cpu) for cpu in cpus], ("latency-floor", "udp"),
+        ("latency-floor", "tcp")]
+    for r in recs[len(cpus):]:
         assert r["count"] > 0 and 0 < r["latency_p50_us"] <= r["latency_p99_us"] <= \
             r["latency_max_us"]
+    for r in recs[:len(cpus)]:  # each core's napping thread: counts that nest
+        assert r["naps"] > 0 and r["nap_us"] == 50 and r["seconds"] >= 2.0
+        assert r["late_500us"] >= r["late_1ms"] >= r["late_2ms"] >= r["late_4ms"] >= 0
+        assert (r["worst_us"] >= 1000) == (r["late_1ms"] > 0)
 
 
 def test_a_trial_that_heard_something_late_but_delivered_every_message_soon_kept_up():
@@ -504,3 +518,18 @@ def test_the_rates_table_says_when_no_trial_ran():
     from pelotari.cli.bench import _rates_table
 
     assert _rates_table([], []) == "no trial ran (the reasons are above)"
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--pack-interval", "0.05"], "needs --latency-rates"),
+    (["--latency-rates", "100", "--systems", "pelotari-packed,nats", "--pack-interval", "0.05"],
+     "nats has no pack interval"),
+    (["--latency-rates", "100", "-N", "16385"], "at most 16,384"),
+], ids=["without-rates", "a-peer", "too-many-subscribers"])
+def test_bench_refuses_what_it_cannot_run_in_one_line(args, why):
+    from click.testing import CliRunner
+
+    from pelotari.cli import main
+
+    res = CliRunner().invoke(main, ["bench", *args, "-o", "/dev/null"])
+    assert res.exit_code == 2 and why in res.output, res.output

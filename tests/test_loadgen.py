@@ -141,6 +141,93 @@ def test_gro_subscribers_read_gso_runs_whole_and_split_them(held_backbone, gro):
         assert result["reads"] == result["datagrams"]
 
 
+@pytest.mark.slow  # 1,500 sockets signed on, 30,000 DELIVERs
+def test_a_group_past_a_thousand_sockets_counts_every_subscriber(backbone_factory):
+    # epoll over 1,500 sockets (poll() scanned them all at every wake-up), and the group's
+    # keepalives spread over half a second instead of 1,500 sends at once
+    from pelotari.harness.agent import open_files
+
+    open_files(1_500 + 64)
+    bb = backbone_factory(max_subscribers=2_000, max_per_address=0)
+    port = bb.address[1]
+    result, ready = {}, threading.Event()
+    t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
+        "127.0.0.1", port, subscribers=1_500, ready=ready.set, idle=3.0, max_duration=60,
+        timeline=0.01)))
+    t.start()
+    assert ready.wait(30)
+    publish_fyrehose("127.0.0.1", port, payload_size=16, count=20, duration=10)
+    t.join()
+    assert result["unique"] == 1_500 * 20 and result["duplicates"] == 0
+    assert all(sub["unique"] == 20 for sub in result["subscribers"])
+    # the timeline's worst slice is the trial's worst message (both from the same stamps)
+    assert max(result["timeline_worst_ns"]) == result["latency"]["max_ns"] > 0
+
+
+def test_the_largest_group_opens_and_one_more_is_refused():
+    from pelotari.harness.agent import open_files
+    from pelotari.harness.systems import MAX_SUBSCRIBERS as BENCH_TABLE
+
+    assert loadgen.MAX_SUBSCRIBERS == BENCH_TABLE  # the bench backbones' --max-subscribers
+    open_files(loadgen.MAX_SUBSCRIBERS + 64)
+    group = loadgen.SubscriberGroup("127.0.0.1", 9, loadgen.MAX_SUBSCRIBERS)
+    del group  # (closes its sockets)
+    with pytest.raises(ValueError, match="subscribers must be within"):
+        loadgen.SubscriberGroup("127.0.0.1", 9, loadgen.MAX_SUBSCRIBERS + 1)
+
+
+def test_a_timeline_keeps_one_worst_latency_per_slice(backbone):
+    port = backbone.address[1]
+    result, ready = {}, threading.Event()
+    t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
+        "127.0.0.1", port, subscribers=2, ready=ready.set, idle=1.0, max_duration=60)))
+    t.start()
+    assert ready.wait(5)
+    publish_fyrehose("127.0.0.1", port, payload_size=16, count=100, duration=10)
+    t.join()
+    assert "timeline_worst_ns" not in result  # only when asked for
+    group = loadgen.SubscriberGroup("127.0.0.1", port, 1)
+    try:
+        group.sign_on()
+        for bad in (-1.0, 0.0005):
+            with pytest.raises(ValueError, match="timeline"):
+                group.measure(1.0, 0.1, bad)
+        got = group.measure(0.2, 0.1, 0.001)  # nothing arrives: an empty timeline
+        assert got["timeline_worst_ns"] == [] and got["timeline_s"] == 0.001
+    finally:
+        group.sign_off()
+
+
+def test_a_publisher_with_an_interval_sends_at_most_once_per_interval(backbone):
+    port = backbone.address[1]
+    paced = publish_fyrehose("127.0.0.1", port, rate=1000, duration=0.5, interval=0.1,
+                             pack=65507, max_frames=1024)
+    # at most one pack per 0.1 s (the first at once), each holding what was due by then
+    assert paced["datagrams"] <= 6 and 100 <= paced["sent"] <= 501
+    each = publish_fyrehose("127.0.0.1", port, rate=1000, duration=0.5, pack=65507,
+                            max_frames=1024)
+    assert each["datagrams"] > 50  # without: each message leaves when it is due
+    for bad in (-0.1, 10.5):
+        with pytest.raises(ValueError, match="interval"):
+            publish_fyrehose("127.0.0.1", port, rate=1000, duration=0.1, interval=bad)
+
+
+def test_open_files_raises_the_soft_limit_or_says_why_not():
+    import resource
+
+    from pelotari.harness.agent import open_files
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    open_files(soft)  # already enough: unchanged
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == (soft, hard)
+    if hard != resource.RLIM_INFINITY and hard > soft:
+        try:
+            open_files(soft + 1)
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft + 1
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_paced_publisher_sends_rate_times_duration():
     import socket
 

@@ -1189,13 +1189,26 @@ def test_report_on_failover_records_only(spark, tmp_path):
 
 # ---- latency at the same offered rate (`pelotari bench --latency-rates`) ------------------------
 
-def rate_trial(system, rate, trial, p99, lossless=True, loss=0.0, client_bound=False, p50=None):
-    return {"kind": "latency-rate", "system": system, "scenario": "S=16 N=4 P=1", "payload": 16,
-            "subscribers": 4, "publishers": 1, "offered_rate": float(rate), "trial": trial,
-            "ingress_rate": float(rate), "delivered_rate": 4.0 * rate, "loss": loss,
-            "lossless": lossless, "client_bound": client_bound,
-            "latency_p50_us": p50 if p50 is not None else p99 / 3, "latency_p99_us": p99,
-            "latency_max_us": p99 * 2, "env": bully_env()}
+def rate_trial(system, rate, trial, p99, lossless=True, loss=0.0, client_bound=False, p50=None,
+               subscribers=4, stalled_ms=None, interval=None, env=None):
+    rec = {"kind": "latency-rate", "system": system, "scenario": f"S=16 N={subscribers} P=1",
+           "payload": 16, "subscribers": subscribers, "publishers": 1,
+           "offered_rate": float(rate), "trial": trial, "ingress_rate": float(rate),
+           "delivered_rate": float(subscribers) * rate, "loss": loss, "lossless": lossless,
+           "client_bound": client_bound,
+           "latency_p50_us": p50 if p50 is not None else p99 / 3, "latency_p99_us": p99,
+           "latency_max_us": p99 * 2, "env": env or bully_env()}
+    if stalled_ms is not None:
+        rec["stalled_ms"] = stalled_ms
+    if interval is not None:
+        rec["publish_interval_s"] = interval
+    return rec
+
+
+def wakeup_trial(cpu, trial, late_1ms, worst_us):
+    return {"kind": "latency-wakeup", "cpu": cpu, "trial": trial, "seconds": 5.0, "nap_us": 50,
+            "naps": 36_000, "late_1ms": late_1ms, "late_2ms": 0, "worst_us": worst_us,
+            "env": bully_env()}
 
 
 def floor_trial(transport, trial, p99):
@@ -1212,12 +1225,17 @@ RATE_RECORDS = [
     rate_trial("pelotari", 1_000_000, 1, 800.0, lossless=False, loss=0.05),
     rate_trial("pelotari", 1_000_000, 2, 700.0),
     # packed at 1M: two of three lossless, one of them client-bound; the lossy one left out
-    rate_trial("pelotari-packed", 1_000_000, 0, 4_000.0, client_bound=True),
-    rate_trial("pelotari-packed", 1_000_000, 1, 5_000.0),
+    rate_trial("pelotari-packed", 1_000_000, 0, 4_000.0, client_bound=True, stalled_ms=30),
+    rate_trial("pelotari-packed", 1_000_000, 1, 5_000.0, stalled_ms=40),
     rate_trial("pelotari-packed", 1_000_000, 2, 90_000.0, lossless=False, loss=0.002,
-               client_bound=True),
+               client_bound=True, stalled_ms=900),
     floor_trial("udp", 0, 5.0), floor_trial("udp", 1, 7.0), floor_trial("udp", 2, 6.0),
     floor_trial("tcp", 0, 8.0),
+    # 10,000 subscribers, packs every 50 ms, from a later commit: its own panel and table
+    *[rate_trial("pelotari-packed", 200, k, 25_000.0 + k, subscribers=10_000, interval=0.05,
+                 env=bully_env("bbb", "2026-11-02T10:00:00+00:00")) for k in range(2)],
+    wakeup_trial(0, 0, 5, 2_500.0), wakeup_trial(0, 1, 10, 1_200.0), wakeup_trial(0, 2, 15, 900.0),
+    wakeup_trial(1, 0, 0, 300.0),
 ]
 
 
@@ -1230,7 +1248,7 @@ def test_latency_at_rates_is_the_median_of_the_lossless_trials_with_its_spread(r
     rows = {(r["system"], r["offered_rate"]): r
             for r in collect(trend.latency_at_rates(rates_raw), "system", "offered_rate")}
     assert set(rows) == {("pelotari", 10_000.0), ("pelotari", 1_000_000.0),
-                         ("pelotari-packed", 1_000_000.0)}
+                         ("pelotari-packed", 1_000_000.0), ("pelotari-packed", 200.0)}
     low = rows[("pelotari", 10_000.0)]
     assert (low["trials"], low["lossless_trials"], low["lossy"]) == (3, 3, False)
     assert (low["p99_us"], low["p99_us_min"], low["p99_us_max"]) == (250.0, 200.0, 3_000.0)
@@ -1238,8 +1256,20 @@ def test_latency_at_rates_is_the_median_of_the_lossless_trials_with_its_spread(r
     assert (lossy["lossless_trials"], lossy["lossy"], lossy["loss"]) == (1, True, 0.03)
     packed = rows[("pelotari-packed", 1_000_000.0)]
     assert (packed["lossy"], packed["client_bound"]) == (False, True)
-    # the lossy trial's 90 ms is not in the figure, nor its client-bound flag
-    assert (packed["p99_us"], packed["p99_us_max"]) == (4_500.0, 5_000.0)
+    # the lossy trial's 90 ms is not in the figure, nor its client-bound flag, nor its stalls
+    assert (packed["p99_us"], packed["p99_us_max"], packed["stalled_ms"]) == (4_500.0, 5_000.0,
+                                                                              35.0)
+    assert low["stalled_ms"] is None and low["publish_interval_s"] == 0.0  # (not recorded)
+    wide = rows[("pelotari-packed", 200.0)]
+    assert (wide["subscribers"], wide["publish_interval_s"], wide["delivered_rate"],
+            wide["commit"]) == (10_000, 0.05, 2_000_000.0, "bbb")
+
+
+def test_wakeup_stalls_per_core_per_second(rates_raw):
+    rows = collect(trend.wakeup_stalls(rates_raw), "cpu")
+    assert [(r["cpu"], r["trials"], r["late_1ms_per_s"], r["late_1ms_per_s_min"],
+             r["late_1ms_per_s_max"], r["worst_us"]) for r in rows] == [
+        (0, 3, 2.0, 1.0, 3.0, 2_500.0), (1, 1, 0.0, 0.0, 0.0, 300.0)]
 
 
 def test_latency_floor_per_transport(rates_raw):
@@ -1257,10 +1287,17 @@ def test_report_on_latency_rate_records_plots_and_tables_them(spark, tmp_path):
     frames = report.load(spark, report.find(folder))
     assert set(frames) == {"rates"}
     written = report.write(report.analyse(frames, 0.1), tmp_path / "trend", 0.1)
-    assert {p.name for p in written} == {"latency_rates", "latency_floor", "latency-rates.png",
-                                         "summary.md"}
+    assert {p.name for p in written} == {"latency_rates", "latency_floor", "wakeup_stalls",
+                                         "latency-rates.png", "summary.md"}
     summary = (tmp_path / "trend" / "summary.md").read_text()
+    # N=4 keeps its own (older) commit's table beside the newer N=10,000 run's
     assert "| pelotari (GSO fan-out) | 250 (200 – 3,000) | lossy (3.0% lost) |" in summary
-    assert "| pelotari, packed clients (extension) | — | 4,500 (4,000 – 5,000) (cb) |" in summary
+    assert ("| pelotari, packed clients (extension) | — | 4,500 (4,000 – 5,000) (cb); "
+            "35 ms stalled |") in summary
+    assert ("### S=16 N=10000 P=1\n\n| system | 200/s |\n|---|---|\n"
+            "| pelotari, packed clients (extension) | 25,000 (25,000 – 25,001), "
+            "2.00M/s delivered |") in summary
+    assert ("Wake-up stalls, core 0 (a thread napping 50 µs, bench/floor/wakeup.c): woken "
+            "≥ 1 ms late 2.0 times a second (1.0 – 3.0, 3 trials), worst 2.5 ms.") in summary
     assert "UDP ping-pong (C, one way = half the round trip): p50 1.5 µs, p99 6.0 µs" in summary
     assert (tmp_path / "trend" / "latency-rates.png").read_bytes()[:4] == b"\x89PNG"

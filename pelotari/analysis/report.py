@@ -103,7 +103,8 @@ def analyse(frames: Dict[str, object], threshold: float) -> Dict[str, object]:
                    failovers=trend.failovers(frames["failover"]))
     if "rates" in frames:
         out.update(latency_rates=trend.latency_at_rates(frames["rates"]),
-                   latency_floor=trend.latency_floor(frames["rates"]))
+                   latency_floor=trend.latency_floor(frames["rates"]),
+                   wakeup_stalls=trend.wakeup_stalls(frames["rates"]))
     if "micro" in frames:
         out["micro"] = trend.micro_benchmarks(frames["micro"])
     return out

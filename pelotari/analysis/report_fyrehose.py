@@ -407,13 +407,32 @@ def _latest_commit(rows: List[dict]) -> List[dict]:
     return [r for r in rows if r["commit"] == newest]
 
 
+def _latest_per_scenario(rows: List[dict]) -> List[dict]:
+    """Each scenario's rows of its newest commit (a later run of one scenario leaves the
+    others' panels as they were)."""
+    out = []
+    for sc in dict.fromkeys(r["scenario"] for r in rows):
+        out += _latest_commit([r for r in rows if r["scenario"] == sc])
+    return out
+
+
+def _delivered_note(row: dict) -> str:
+    """What a point of a large group delivered: '1.95M/s delivered'."""
+    v = row.get("delivered_rate")
+    if not _number(v):
+        return ""
+    return (f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.0f}k" if v >= 1e3 else f"{v:.0f}") \
+        + "/s delivered"
+
+
 def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
     """p99 against the offered rate, one line per system (the band: smallest to largest p99
     of its lossless trials), log axes, client-bound points hollow, lossy points left out and
-    named; the loopback floor dashed. One panel per scenario; the newest commit's records."""
+    named; the loopback floor dashed. One panel per scenario, with its newest commit's
+    records; in a panel of over 16 subscribers each point says what it delivered."""
     from matplotlib.lines import Line2D
 
-    rows = _latest_commit(rates)
+    rows = _latest_per_scenario(rates)
     floor = _latest_commit(floor)
     scenarios = _scenario_order(rows)
     systems = _system_order({r["system"] for r in rows})
@@ -446,6 +465,10 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
                             lw=0.8, capsize=3, ls="none")
                 ax.plot([r["offered_rate"]], [r["p99_us"]], marker=marker, color=colour, ms=7,
                         ls="none", markerfacecolor="white" if r["client_bound"] else colour)
+                if r["subscribers"] > 16:
+                    ax.annotate(_delivered_note(r), (r["offered_rate"], r["p99_us"]),
+                                textcoords="offset points", xytext=(0, 9), ha="center",
+                                fontsize=7, color=colour)
         for f in floor:
             style = {"udp": (0, (5, 3)), "tcp": (0, (1, 2))}.get(f["transport"], "--")
             ax.axhline(f["p99_us"], color="black", lw=1, ls=style)
@@ -459,6 +482,11 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
         ax.set_xlabel("offered msgs/s in (log)")
         ax.set_ylabel("p99 one-way latency, µs (log)")
         title = f"{sc}: p99 at the same offered rate"
+        packs = {r["publish_interval_s"] for r in rows if r["scenario"] == sc
+                 and _number(r.get("publish_interval_s"))} - {0.0}
+        if packs:
+            title += "; publishers send every " + ", ".join(
+                f"{p * 1000:g} ms" for p in sorted(packs))
         if left_out:
             title += "\nleft out, lossy (over half the trials lost ≥ 0.1 % or fell behind): " + \
                 "; ".join(left_out)
@@ -472,8 +500,9 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
                   label="band and bar: smallest to largest p99 of the lossless trials")
     _system_legend(fig, systems, [hollow, band], ncol=2)
     trials = max((r["trials"] for r in rows), default=0)
+    commits = ", ".join(dict.fromkeys(_short(r["commit"]) for r in rows)) or "?"
     fig.suptitle(f"Latency at the same load: median p99 of {plural(trials, 'trial')} per "
-                 f"point; commit {_short(rows[0]['commit']) if rows else '?'}", fontsize=10)
+                 f"point; commit {commits}", fontsize=10)
     fig.tight_layout(rect=(0, (0.25 * legend_rows + 0.1) / height, 1, 1 - 0.4 / height))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -487,16 +516,18 @@ def _wrap_title(text: str, width: int = 110) -> str:
 
 
 def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
-    rows = _latest_commit(data.get("latency_rates", []))
+    rows = _latest_per_scenario(data.get("latency_rates", []))
     if not rows:
         return []
     floor = _latest_commit(data.get("latency_floor", []))
-    rates = sorted({r["offered_rate"] for r in rows})
     lines = ["## Latency at the same offered rate", "",
              "`pelotari bench --latency-rates`: every system at the same offered rates; each "
              "cell the median p99 of the lossless trials (smallest – largest), µs; `lossy`: "
-             "over half the trials lost ≥ 0.1 % or fell behind; (cb): client-bound.", ""]
+             "over half the trials lost ≥ 0.1 % or fell behind; (cb): client-bound; "
+             "stalled: the median trial's milliseconds in which some message arrived over "
+             "1 ms late.", ""]
     for sc in _scenario_order(rows):
+        rates = sorted({r["offered_rate"] for r in rows if r["scenario"] == sc})
         lines += [f"### {sc}", "",
                   "| system | " + " | ".join(f"{_rate_tick(x)}/s" for x in rates) + " |",
                   "|---|" + "---|" * len(rates)]
@@ -512,7 +543,12 @@ def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
                 else:
                     cells.append(f"{r['p99_us']:,.0f} ({r['p99_us_min']:,.0f} – "
                                  f"{r['p99_us_max']:,.0f})" + (" (cb)" if r["client_bound"]
-                                                                else ""))
+                                                                else "")
+                                 + (f", {_delivered_note(r)}" if r["subscribers"] > 16
+                                    else "")
+                                 + (f"; {r['stalled_ms']:g} ms stalled"
+                                    if _number(r.get("stalled_ms")) and r["stalled_ms"] >= 1
+                                    and r["subscribers"] <= 16 else ""))
             lines.append(f"| {system_style(system)[0]} | " + " | ".join(cells) + " |")
         lines.append("")
     for f in floor:
@@ -520,5 +556,11 @@ def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
                      f"the round trip): p50 {f['p50_us']:.1f} µs, p99 {f['p99_us']:.1f} µs "
                      f"({f['p99_us_min']:.1f} – {f['p99_us_max']:.1f}, "
                      f"{plural(f['trials'], 'trial')}).")
+    for w in sorted(_latest_commit(data.get("wakeup_stalls", [])), key=lambda w: w["cpu"]):
+        lines.append(f"Wake-up stalls, core {w['cpu']} (a thread napping {w['nap_us']} µs, "
+                     f"bench/floor/wakeup.c): woken ≥ 1 ms late {w['late_1ms_per_s']:.1f} "
+                     f"times a second ({w['late_1ms_per_s_min']:.1f} – "
+                     f"{w['late_1ms_per_s_max']:.1f}, {plural(w['trials'], 'trial')}), worst "
+                     f"{w['worst_us'] / 1000:.1f} ms.")
     lines.append("")
     return lines

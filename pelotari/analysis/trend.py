@@ -677,7 +677,7 @@ def fuzz_runs(raw: DataFrame) -> DataFrame:
 
 # ---- latency at the same offered rate (`pelotari bench --latency-rates`, harness/rates.py) ------
 
-RATES_KINDS = ("latency-rate", "latency-floor")
+RATES_KINDS = ("latency-rate", "latency-floor", "latency-wakeup")
 
 # The bench record's fields it shares (same names and types), and its own.
 RATES_SCHEMA = StructType([BENCH_SCHEMA[name] for name in (
@@ -688,21 +688,33 @@ RATES_SCHEMA = StructType([BENCH_SCHEMA[name] for name in (
     StructField("lossless", BooleanType()),  # loss < 0.1 %, kept up, publishers reached 90 %
     StructField("latency_max_us", DoubleType()),
     StructField("transport", StringType()),  # latency-floor: "udp" or "tcp"
+    StructField("publish_interval_s", DoubleType()),  # --pack-interval (0 or absent: none)
+    StructField("stalled_ms", LongType()),  # ms in which a message came > 1 ms late (-1: ?)
+    # latency-wakeup (bench/floor/wakeup.c): one core's napping thread
+    StructField("cpu", LongType()),
+    StructField("seconds", DoubleType()),
+    StructField("nap_us", LongType()),
+    StructField("naps", LongType()),
+    StructField("late_1ms", LongType()),
+    StructField("late_2ms", LongType()),
+    StructField("worst_us", DoubleType()),
 ])
 
 
 def latency_at_rates(raw: DataFrame) -> DataFrame:
-    """latency-rate records → per (scenario, system, offered rate, commit): trials, how many
-    were lossless, and over the lossless ones the median p50, p99 (with its smallest and
-    largest) and max, and whether any was client-bound; `lossy` when at most half the trials
-    were lossless (then the latencies say nothing)."""
+    """latency-rate records → per (scenario, system, offered rate, pack interval, commit):
+    trials, how many were lossless, and over the lossless ones the median p50, p99 (with its
+    smallest and largest), max, delivered msgs/s and stalled milliseconds, and whether any was
+    client-bound; `lossy` when at most half the trials were lossless (then the latencies say
+    nothing)."""
     ok = F.coalesce("lossless", F.lit(False))
 
     def over_lossless(column):
         return F.when(ok, F.col(column))
     return (raw.where(F.col("kind") == "latency-rate")
+            .withColumn("publish_interval_s", F.coalesce("publish_interval_s", F.lit(0.0)))
             .groupBy("scenario", "payload", "subscribers", "publishers", "system",
-                     "offered_rate", F.col("env.commit").alias("commit"))
+                     "offered_rate", "publish_interval_s", F.col("env.commit").alias("commit"))
             .agg(F.min(F.to_timestamp("env.time")).alias("time"),
                  F.count(F.lit(1)).alias("trials"),
                  F.sum(ok.cast("long")).alias("lossless_trials"),
@@ -711,11 +723,28 @@ def latency_at_rates(raw: DataFrame) -> DataFrame:
                  F.min(over_lossless("latency_p99_us")).alias("p99_us_min"),
                  F.max(over_lossless("latency_p99_us")).alias("p99_us_max"),
                  F.median(over_lossless("latency_max_us")).alias("max_us"),
+                 F.median(over_lossless("delivered_rate")).alias("delivered_rate"),
+                 F.median(F.when(ok & (F.col("stalled_ms") >= 0), F.col("stalled_ms")))
+                 .alias("stalled_ms"),
                  F.max(over_lossless("loss")).alias("worst_lossless_loss"),
                  F.median("loss").alias("loss"),
                  F.max((ok & F.coalesce("client_bound", F.lit(False))).cast("int"))
                  .cast("boolean").alias("client_bound"))
             .withColumn("lossy", F.col("lossless_trials") * 2 <= F.col("trials")))
+
+
+def wakeup_stalls(raw: DataFrame) -> DataFrame:
+    """latency-wakeup records → per (core, commit): trials, and the naps woken at least 1 ms
+    late per second (median, smallest, largest) and the worst oversleep, in µs."""
+    late = F.col("late_1ms") / F.col("seconds")
+    return (raw.where(F.col("kind") == "latency-wakeup")
+            .groupBy("cpu", "nap_us", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.count(F.lit(1)).alias("trials"),
+                 F.median(late).alias("late_1ms_per_s"),
+                 F.min(late).alias("late_1ms_per_s_min"),
+                 F.max(late).alias("late_1ms_per_s_max"),
+                 F.max("worst_us").alias("worst_us")))
 
 
 def latency_floor(raw: DataFrame) -> DataFrame:

@@ -57,11 +57,18 @@ def _int_list(ctx, param, value):
               help="With --latency-rates: trials per system and rate (the systems take turns "
                    "trial after trial); a figure is their median, with the smallest and "
                    "largest.")
+@click.option("--pack-interval", type=FiniteRange(0, 10), default=0.0, show_default=True,
+              metavar="SECONDS",
+              help="With --latency-rates: each publisher sends at most once per this many "
+                   "seconds, everything due by then (with pelotari-packed: one pack); 0 sends "
+                   "each message when it is due. Fan-out to thousands of subscribers needs "
+                   "packs of several messages, e.g. -N 10000 --pack-interval 0.05 (fyrehose "
+                   "systems only: the others' load generator has no such option).")
 @click.option("-o", "--output", type=click.Path(path_type=pathlib.Path), default=None,
               help="JSON-lines file to append to [default: results/bench-TIME.jsonl].")
 @click.option("--list", "list_systems", is_flag=True, help="List the systems and whether each can run here.")
 def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds, precision,
-          latency_rates, trials, output, list_systems):
+          latency_rates, trials, pack_interval, output, list_systems):
     """Measure systems side by side: the highest lossless rate of each scenario.
 
     For every payload size S and subscriber count N, each system is started alone on one core
@@ -75,7 +82,7 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     from pelotari.harness import results
     from pelotari.harness.procs import STOP_SIGNALS, Children
     from pelotari.harness.runner import BenchRunner, Failed, Measured, Probe, Skipped
-    from pelotari.harness.systems import SYSTEMS
+    from pelotari.harness.systems import MAX_SUBSCRIBERS, SYSTEMS
     from pelotari.harness.trial import Scenario, placement
 
     if list_systems:
@@ -89,17 +96,26 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     if unknown:
         raise click.BadParameter(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}",
                                  param_hint="--systems")
+    if pack_interval and not latency_rates:
+        raise click.BadParameter("needs --latency-rates", param_hint="--pack-interval")
+    others = [n for n in names if SYSTEMS[n].protocol != "fyrehose"]
+    if pack_interval and others:
+        raise click.BadParameter(f"{others[0]} has no pack interval (fyrehose systems only)",
+                                 param_hint="--pack-interval")
     payloads = payloads or ([16] if latency_rates else [16, 256, 1024])
     subscribers = subscribers or ([4] if latency_rates else [1, 4, 16])
     if min(payloads) < 16:
         raise click.BadParameter("payloads must be at least 16 bytes", param_hint="--payloads")
+    if max(subscribers) > MAX_SUBSCRIBERS:
+        raise click.BadParameter(f"at most {MAX_SUBSCRIBERS:,} (the load generator's largest "
+                                 f"group)", param_hint="--subscribers")
     output = output or pathlib.Path("results") / (
         "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + ".jsonl")
     where = placement()[2]
     scenarios = [Scenario(s, n, publishers) for s in payloads for n in subscribers]
     if latency_rates:
         _latency_rates(SYSTEMS, names, scenarios, latency_rates, trials, duration, output,
-                       where)
+                       where, pack_interval)
         return
     click.echo(f"pelotari bench: {', '.join(names)}; S={payloads} N={subscribers} P={publishers}; "
                f"{duration:g}s trials; {where}", err=True)
@@ -138,7 +154,8 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
                f"({done.elapsed:.0f}s)", err=True)
 
 
-def _latency_rates(systems, names, scenarios, rates, trials, duration, output, where):
+def _latency_rates(systems, names, scenarios, rates, trials, duration, output, where,
+                   interval=0.0):
     """`pelotari bench --latency-rates`: every system at the same offered rates, and the floor."""
     from pelotari.harness import results
     from pelotari.harness.procs import STOP_SIGNALS, Children
@@ -149,8 +166,9 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
 
     click.echo(f"pelotari bench --latency-rates: {', '.join(names)}; "
                f"{', '.join(s.name for s in scenarios)}; offered "
-               f"{', '.join(_r(r) for r in rates)} msgs/s; {trials} trials of {duration:g}s; "
-               f"{where}", err=True)
+               f"{', '.join(_r(r) for r in rates)} msgs/s"
+               + (f" (sent every {interval * 1000:g} ms)" if interval else "")
+               + f"; {trials} trials of {duration:g}s; {where}", err=True)
     progress = StatusLine(interval=0.0, plain_interval=10.0)
     started = time.monotonic()
 
@@ -170,7 +188,8 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
                 else "fell behind"
             progress.update(f"[{event.at.number}/{event.at.total}] {event.at.system:<15} "
                             f"{_r(event.at.rate)}/s: p50 {r['latency_p50_us']:.0f} µs, p99 "
-                            f"{r['latency_p99_us']:.0f} µs, {what}"
+                            f"{r['latency_p99_us']:.0f} µs, {_r(r['delivered_rate'])}/s "
+                            f"delivered, {what}"
                             + (" (client-bound)" if r["client_bound"] else ""),
                             force=True)
         elif isinstance(event, RateFailed):
@@ -180,15 +199,19 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
     env = results.environment()
     try:
         with Children(interrupt=STOP_SIGNALS):
-            floor = floor_records(trials, env, where, placement()[1], progress=progress.update)
+            server_cpus, client_cpus, _ = placement()
+            floor = floor_records(trials, env, where, client_cpus, progress=progress.update,
+                                  wakeup_cpus=(server_cpus or set()) | (client_cpus or set()))
             results.write(output, floor)
             done = RatesRunner(systems, names, scenarios, rates, duration, output, trials,
-                               env=env, placement=where).run(show)
+                               env=env, placement=where, interval=interval).run(show)
     except Unavailable as exc:
         progress.finish()
         raise click.ClickException(str(exc)) from None
     progress.finish()
-    click.echo(_rates_table([r for r in done if r.get("kind") == "latency-rate"], floor))
+    click.echo(_rates_table([r for r in done if r.get("kind") == "latency-rate"],
+                            [f for f in floor if f["kind"] == "latency-floor"]))
+    click.echo(_wakeup_line([f for f in floor if f["kind"] == "latency-wakeup"]))
     click.echo(f"{where}; {trials} trials of {duration:g}s per system and rate; results in "
                f"{output} ({time.monotonic() - started:.0f}s); `pelotari trend` plots them",
                err=True)
@@ -201,15 +224,17 @@ def _rates_table(records, floor) -> str:
     if not records:
         return "no trial ran (the reasons are above)"
     rates = sorted({r["offered_rate"] for r in records})
-    systems = list(dict.fromkeys(r["system"] for r in records))
+    scenarios = list(dict.fromkeys(r["scenario"] for r in records))
+    rows = [(sc, s) for sc in scenarios for s in dict.fromkeys(
+        r["system"] for r in records if r["scenario"] == sc)]
     lines = ["| system | " + " | ".join(f"{_r(x)}/s p99" for x in rates) + " |",
              "|---|" + "---|" * len(rates)]
-    for s in systems:
+    for sc, s in rows:
         cells = []
         for x in rates:
-            ok = [r for r in records if r["system"] == s and r["offered_rate"] == x
-                  and r["lossless"]]
-            ran = [r for r in records if r["system"] == s and r["offered_rate"] == x]
+            ran = [r for r in records if r["scenario"] == sc and r["system"] == s
+                   and r["offered_rate"] == x]
+            ok = [r for r in ran if r["lossless"]]
             if not ran:
                 cells.append("—")
             elif len(ok) * 2 <= len(ran):
@@ -217,15 +242,33 @@ def _rates_table(records, floor) -> str:
             else:
                 p99 = [r["latency_p99_us"] for r in ok]
                 bound = " (client-bound)" if any(r["client_bound"] for r in ok) else ""
+                delivered = statistics.median(r["delivered_rate"] for r in ok)
                 cells.append(f"{statistics.median(p99):,.0f} µs ({min(p99):,.0f}–"
-                             f"{max(p99):,.0f}){bound}")
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+                             f"{max(p99):,.0f}){bound}"
+                             + (f", {_r(delivered)}/s delivered" if ok[0]["subscribers"] > 16
+                                else ""))
+        lines.append(f"| {s}" + (f" ({sc})" if len(scenarios) > 1 else "") + " | "
+                     + " | ".join(cells) + " |")
     for t in ("udp", "tcp"):
         p99 = [f["latency_p99_us"] for f in floor if f["transport"] == t]
         if p99:
             lines.append(f"| loopback floor, {t.upper()} ping-pong | "
                          + " | ".join(f"{statistics.median(p99):,.1f} µs" for _ in rates) + " |")
     return "\n".join(lines)
+
+
+def _wakeup_line(records) -> str:
+    """The wake-up meter's figures per core: naps at least 1 ms late per second, the worst."""
+    import statistics
+
+    parts = []
+    for cpu in sorted({r["cpu"] for r in records}):
+        mine = [r for r in records if r["cpu"] == cpu]
+        per_s = [r["late_1ms"] / r["seconds"] for r in mine]
+        parts.append(f"core {cpu}: {statistics.median(per_s):.1f}/s ({min(per_s):.1f}–"
+                     f"{max(per_s):.1f}), worst {max(r['worst_us'] for r in mine) / 1000:.1f} ms")
+    return ("wake-up stalls (a thread napping 50 µs woke ≥ 1 ms late): " + "; ".join(parts)) \
+        if parts else ""
 
 
 def _label(turn) -> str:

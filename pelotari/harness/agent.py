@@ -26,9 +26,26 @@ def answer(record) -> None:
     sys.stdout.flush()
 
 
+def open_files(needed: int) -> None:
+    """Raise this process's open-file limit to `needed` (within the hard limit), or say why a
+    group of that many sockets cannot be opened here."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        try:  # root (CAP_SYS_RESOURCE) may raise the hard limit too
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, needed))
+            return
+        except (ValueError, OSError):
+            raise OSError(f"{needed} file descriptors needed, the hard limit is {hard} "
+                          f"(ulimit -Hn)") from None
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 def run_sub(args) -> None:
     from fastpath.loadgen import SubscriberGroup
 
+    open_files(args.subscribers + 64)  # the sockets, and what Python holds besides
     group = SubscriberGroup(args.host, args.port, args.subscribers, pack=args.pack, gro=args.gro)
     try:
         group.sign_on()
@@ -37,9 +54,10 @@ def run_sub(args) -> None:
             cmd = json.loads(line)
             if cmd.get("cmd") == "quit":
                 break
-            answer({"armed": True})
             before = cpu_seconds()
-            result = group.measure(cmd.get("max_duration", 30.0), cmd.get("idle", 0.5))
+            result = group.measure(cmd.get("max_duration", 30.0), cmd.get("idle", 0.5),
+                                   cmd.get("timeline", 0.0),
+                                   ready=lambda: answer({"armed": True}))
             result["cpu"] = cpu_seconds() - before
             result.pop("subscribers", None)
             answer(result)
@@ -59,7 +77,8 @@ def run_pub(args) -> None:
         result = publish_fyrehose(args.host, args.port, payload_size=cmd["payload_size"],
                                   duration=cmd["duration"], rate=cmd.get("rate", 0.0),
                                   pub_id=args.pub_id, batch=cmd.get("batch", 64),
-                                  pack=args.pack, max_frames=args.pack_frames)
+                                  pack=args.pack, max_frames=args.pack_frames,
+                                  interval=cmd.get("interval", 0.0))
         result["cpu"] = cpu_seconds() - before
         answer(result)
 

@@ -19,6 +19,9 @@ from pelotari.harness.trial import MAX_LAG, MIN_LAG, Scenario, Session, TrialRes
 
 FLOOR_RATE = 10_000  # the floor's ping-pong rate: far below any rate a round trip limits
 FLOOR_COUNT = 50_000
+WAKEUP_SECONDS = 2.0
+WAKEUP_NAP_US = 50  # about what the publisher naps between sends at 1,000,000 msgs/s
+TIMELINE = 0.001  # the subscribers keep the worst latency of every millisecond (stalled_ms)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def lossless(result: TrialResult) -> bool:
 
 
 def record(system: str, scenario: Scenario, result: TrialResult, trial: int, env: dict,
-           placement: str, duration: float, version: str = "") -> dict:
+           placement: str, duration: float, version: str = "", interval: float = 0.0) -> dict:
     """The JSON-lines record of one trial at one offered rate."""
     lat = result.latency
     return {"kind": "latency-rate", "system": system, "system_version": version,
@@ -84,7 +87,16 @@ def record(system: str, scenario: Scenario, result: TrialResult, trial: int, env
             "latency_p99_us": lat.get("p99_ns", 0) / 1000,
             "latency_max_us": lat.get("max_ns", 0) / 1000,
             "server_cpu_s": result.server_cpu, "notes": result.notes, "duration_s": duration,
+            "publish_interval_s": interval, "stalled_ms": stalled_ms(result),
             "placement": placement, "env": env}
+
+
+def stalled_ms(result: TrialResult) -> int:
+    """Milliseconds of the trial in which some message arrived more than 1 ms late (from the
+    subscribers' timeline of worst latency per millisecond; -1 without one)."""
+    if not result.timeline_worst_ns:
+        return -1
+    return sum(1 for worst in result.timeline_worst_ns if worst > 1_000_000)
 
 
 @dataclass
@@ -103,6 +115,7 @@ class RatesRunner:
     env: dict = field(default_factory=dict)
     placement: str = ""
     session: Callable[[System, Scenario], Session] = Session
+    interval: float = 0.0  # publishers send at most once per interval (0: as each is due)
 
     def run(self, report: Callable[[object], None] = lambda event: None) -> List[dict]:
         """Run every trial; each event (RateTrial before, RateMeasured or RateFailed after)
@@ -133,9 +146,11 @@ class RatesRunner:
                                 at = RateTrial(name, scenario, rate, k, self.trials, number,
                                                total)
                                 report(at)
-                                result = session.trial(rate, self.duration)
+                                result = session.trial(rate, self.duration, timeline=TIMELINE,
+                                                       interval=self.interval)
                                 rec = record(name, scenario, result, k, self.env,
-                                             self.placement, self.duration, versions[name])
+                                             self.placement, self.duration, versions[name],
+                                             self.interval)
                                 out.append(rec)
                                 results.write(self.output, [rec])
                                 report(RateMeasured(at, rec))
@@ -159,12 +174,45 @@ def loopback_floor(transport: str, cpus=None, count: int = FLOOR_COUNT,
     return json.loads(res.stdout)
 
 
+def wakeup_stalls(cpus, seconds: float = WAKEUP_SECONDS, nap_us: int = WAKEUP_NAP_US) -> list:
+    """How late this machine wakes a napping thread: bench/floor/wakeup.c on each of `cpus` at
+    once for `seconds` (naps of `nap_us`); one dict per cpu, its counts of naps that overslept
+    by at least 0.5, 1, 2 and 4 ms and the worst oversleep."""
+    program = compile_c(bench_dir() / "floor" / "wakeup.c")
+    procs = [(cpu, subprocess.Popen([str(program), str(seconds), str(nap_us)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    preexec_fn=pin({cpu})))
+             for cpu in sorted(cpus)]
+    out = []
+    try:
+        for cpu, proc in procs:
+            stdout, stderr = proc.communicate(timeout=seconds + 60)
+            if proc.returncode != 0:
+                raise Unavailable(f"the wake-up meter failed: {stderr.strip()[-200:]}")
+            out.append(dict(json.loads(stdout), cpu=cpu))
+    finally:
+        for _, proc in procs:  # (an interrupt, a failure: none is left running)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return out
+
+
 def floor_records(trials: int, env: dict, placement: str, cpus=None,
-                  progress: Callable[[str], None] = lambda text: None) -> List[dict]:
-    """`trials` runs of the UDP and the TCP floor, one record each (kind "latency-floor");
-    progress(text) before each (each takes FLOOR_COUNT / FLOOR_RATE = 5 s)."""
+                  progress: Callable[[str], None] = lambda text: None,
+                  wakeup_cpus=()) -> List[dict]:
+    """`trials` runs of the UDP and the TCP floor, one record each (kind "latency-floor"),
+    and with `wakeup_cpus` of the wake-up meter on those cores at once (kind
+    "latency-wakeup", one record per core); progress(text) before each (a floor takes 5 s,
+    the meter WAKEUP_SECONDS)."""
     out = []
     for k in range(trials):
+        if wakeup_cpus:
+            progress(f"wake-up stalls: a thread napping {WAKEUP_NAP_US} µs on each core, "
+                     f"trial {k + 1}/{trials}")
+            for got in wakeup_stalls(wakeup_cpus):
+                out.append({"kind": "latency-wakeup", "trial": k, **got,
+                            "placement": placement, "env": env})
         for transport in ("udp", "tcp"):
             progress(f"the loopback floor: {transport.upper()} ping-pong, trial {k + 1}/{trials}")
             got = loopback_floor(transport, cpus)

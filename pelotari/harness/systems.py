@@ -206,6 +206,8 @@ def _reference(gso: bool) -> Callable[[int], List[str]]:
 
 
 PEER_HINT = "run: sudo bash bench/peers/install.sh"
+MAX_SUBSCRIBERS = 16_384  # the load generator's largest group (fastpath.loadgen; a test holds
+# the two equal), and the bench backbones' --max-subscribers
 PACK = 65507  # pelotari-packed's datagram limit: loopback's MTU carries it unfragmented
 # Frames per packed PUSH, on both sides: 65,507-byte packs of the smallest (16-byte) messages
 # hold 2,620 frames, past the backbone's default --max-pack-frames of 1,024.
@@ -273,10 +275,12 @@ def _require_gso_and_gro() -> None:
 
 def _pelotari(*extra: str):
     """`pelotari backbone` on 127.0.0.1. Every bench client shares one address there, so the
-    per-host table limit is lifted (--max-per-address 0) for the 1,000-subscriber scenarios."""
+    per-host table limit is lifted (--max-per-address 0) and the table holds the load
+    generator's largest group (the 10,000-subscriber scenarios)."""
     return lambda port: [sys.executable, "-m", "pelotari", "backbone", "--host", "127.0.0.1",
                          "--port", str(port), "--stats-interval", "3600",
-                         "--max-per-address", "0", *extra]
+                         "--max-per-address", "0", "--max-subscribers", str(MAX_SUBSCRIBERS),
+                         *extra]
 
 
 SYSTEMS: Dict[str, System] = {s.name: s for s in [

@@ -45,6 +45,7 @@ class TrialResult:
     client_bound: bool = False
     notes: List[str] = field(default_factory=list)
     received_until: float = 0.0  # seconds from the trial's start to the last message received
+    timeline_worst_ns: List[int] = field(default_factory=list)  # worst latency per slice
 
     @property
     def loss(self) -> float:
@@ -150,20 +151,25 @@ class Session:
             self.close()
             raise
 
-    def trial(self, rate: float, duration: float, idle: float = 0.5) -> TrialResult:
+    def trial(self, rate: float, duration: float, idle: float = 0.5,
+              timeline: float = 0.0, interval: float = 0.0) -> TrialResult:
         """Publish at `rate` msgs/s in total (0: as fast as possible) for `duration` seconds; the
-        count ends `idle` seconds after the last message (a test gives a stalled machine more)."""
+        count ends `idle` seconds after the last message (a test gives a stalled machine more).
+        With `timeline` (seconds), the result keeps the worst latency of each slice that long;
+        with `interval` (seconds), each publisher sends at most once per interval (what is due)."""
         if not self.server.alive():
             raise Unavailable(f"{self.system.name} exited during the run")
         cpu_before = self.server.cpu_seconds()
-        self.sub.send({"cmd": "measure", "max_duration": duration + idle + 10.0, "idle": idle})
+        self.sub.send({"cmd": "measure", "max_duration": duration + idle + 10.0, "idle": idle,
+                       **({"timeline": timeline} if timeline else {})})
         armed = self.sub.read()  # every subscriber is subscribed: publishing may start
         if not armed.get("armed"):
             raise Unavailable(f"load generator failed: {armed.get('error', armed)}")
         per_pub = rate / len(self.pubs) if rate else 0.0
         for agent in self.pubs:
             agent.send({"cmd": "publish", "payload_size": self.scenario.payload,
-                        "duration": duration, "rate": per_pub})
+                        "duration": duration, "rate": per_pub,
+                        **({"interval": interval} if interval else {})})
         pubs = [agent.read() for agent in self.pubs]
         sub = self.sub.read()
         server_cpu = self.server.cpu_seconds() - cpu_before
@@ -175,7 +181,8 @@ class Session:
             offered_rate=rate, sent=sent, unique=sub["unique"],
             expected=sent * self.scenario.subscribers, duplicates=sub["duplicates"],
             reordered=sub["reordered"], elapsed=elapsed, server_cpu=server_cpu,
-            client_cpu=client_cpu, latency=sub["latency"], received_until=sub.get("active", 0.0))
+            client_cpu=client_cpu, latency=sub["latency"], received_until=sub.get("active", 0.0),
+            timeline_worst_ns=sub.get("timeline_worst_ns", []))
         busy = [name for name, cpu in client_cpu.items() if cpu >= CLIENT_BOUND * elapsed]
         if busy:
             result.client_bound = True
