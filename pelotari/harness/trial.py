@@ -46,6 +46,7 @@ class TrialResult:
     notes: List[str] = field(default_factory=list)
     received_until: float = 0.0  # seconds from the trial's start to the last message received
     timeline_worst_ns: List[int] = field(default_factory=list)  # worst latency per slice
+    timeline_start_ns: int = 0  # when the timeline's first slice began (CLOCK_MONOTONIC)
 
     @property
     def loss(self) -> float:
@@ -182,7 +183,8 @@ class Session:
             expected=sent * self.scenario.subscribers, duplicates=sub["duplicates"],
             reordered=sub["reordered"], elapsed=elapsed, server_cpu=server_cpu,
             client_cpu=client_cpu, latency=sub["latency"], received_until=sub.get("active", 0.0),
-            timeline_worst_ns=sub.get("timeline_worst_ns", []))
+            timeline_worst_ns=sub.get("timeline_worst_ns", []),
+            timeline_start_ns=sub.get("timeline_start_ns", 0))
         busy = [name for name, cpu in client_cpu.items() if cpu >= CLIENT_BOUND * elapsed]
         if busy:
             result.client_bound = True

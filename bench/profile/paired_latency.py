@@ -1,0 +1,47 @@
+"""Two systems' p99 at one offered rate, trial by trial in turn (A B A B ...) with both kept
+running, so that the machine's drift falls on both alike: each one's median p99, its trials,
+their stalled milliseconds, and in how many pairs the first was lower.
+
+    .venv/bin/python bench/profile/paired_latency.py SYSTEM,SYSTEM RATE [PAIRS] [N]
+
+e.g. `pelotari-plain,reference 50000 15` (S=16, N=4 by default; 2 s trials).
+"""
+import statistics
+import sys
+from contextlib import ExitStack
+
+from pelotari.harness.rates import TIMELINE, stalled_ms
+from pelotari.harness.systems import SYSTEMS
+from pelotari.harness.trial import Scenario, Session
+
+
+def main(systems, rate, pairs="15", subscribers="4"):
+    names = systems.split(",")
+    if len(names) != 2 or any(n not in SYSTEMS for n in names):
+        sys.exit(f"two systems, comma-separated, from: {', '.join(SYSTEMS)}")
+    p99 = {n: [] for n in names}
+    stalls = {n: [] for n in names}
+    with ExitStack() as stack:
+        sessions = {n: stack.enter_context(Session(SYSTEMS[n], Scenario(16, int(subscribers))))
+                    for n in names}
+        for k in range(int(pairs)):
+            for n in names:
+                result = sessions[n].trial(float(rate), 2.0, timeline=TIMELINE)
+                if result.loss >= 0.001:
+                    sys.exit(f"{n} lost {result.loss:.2%} at {rate}/s: not a rate it sustains")
+                p99[n].append(result.latency["p99_ns"] / 1000)
+                stalls[n].append(stalled_ms(result))
+            print(f"pair {k + 1}: " + ", ".join(f"{n} {p99[n][-1]:.0f} µs" for n in names),
+                  flush=True)
+    for n in names:
+        print(f"{n}: median p99 {statistics.median(p99[n]):.0f} µs "
+              f"({min(p99[n]):.0f} – {max(p99[n]):.0f}), median stalled "
+              f"{statistics.median(stalls[n]):g} ms")
+    a, b = names
+    lower = sum(x < y for x, y in zip(p99[a], p99[b]))
+    print(f"{a} lower in {lower} of {len(p99[a])} pairs "
+          f"({sum(x == y for x, y in zip(p99[a], p99[b]))} equal)")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
