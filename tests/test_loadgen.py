@@ -96,13 +96,20 @@ def test_latency_is_measured_from_the_stamp():
     assert lat["count"] == 2 and lat["max_ns"] == 10_000 and lat["mean_ns"] == 6_000
 
 
-def test_publisher_and_subscribers_against_a_live_backbone(backbone):
-    port = backbone.address[1]
+def subscribing(port, wait=5.0, **kw):
+    """subscribe_fyrehose in a thread, returned once its sockets are signed on: (the thread,
+    the dict its result will fill)."""
     result, ready = {}, threading.Event()
     t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
-        "127.0.0.1", port, subscribers=3, ready=ready.set, idle=3.0, max_duration=60)))
+        "127.0.0.1", port, ready=ready.set, max_duration=60, **kw)))
     t.start()
-    assert ready.wait(5)
+    assert ready.wait(wait)
+    return t, result
+
+
+def test_publisher_and_subscribers_against_a_live_backbone(backbone):
+    port = backbone.address[1]
+    t, result = subscribing(port, subscribers=3, idle=3.0)
     pubs = [publish_fyrehose("127.0.0.1", port, payload_size=64, count=500, duration=10,
                              pub_id=i) for i in range(2)]
     t.join()
@@ -118,11 +125,7 @@ def test_gro_subscribers_read_gso_runs_whole_and_split_them(held_backbone, gro):
     bb = held_backbone(gso=True)
     port = bb.address[1]
     bb.release()
-    result, ready = {}, threading.Event()
-    t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
-        "127.0.0.1", port, subscribers=2, ready=ready.set, idle=3.0, max_duration=60, gro=gro)))
-    t.start()
-    assert ready.wait(30)
+    t, result = subscribing(port, wait=30, subscribers=2, idle=3.0, gro=gro)
     # Two bursts of 64 wait in the paused backbone's socket, so its first receive batches hold
     # 64 PUSHes each and it sends runs of DELIVERs with UDP GSO; the rest go to a running loop.
     bb.pause()
@@ -150,12 +153,7 @@ def test_a_group_past_a_thousand_sockets_counts_every_subscriber(backbone_factor
     open_files(1_500 + 64)
     bb = backbone_factory(max_subscribers=2_000, max_per_address=0)
     port = bb.address[1]
-    result, ready = {}, threading.Event()
-    t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
-        "127.0.0.1", port, subscribers=1_500, ready=ready.set, idle=3.0, max_duration=60,
-        timeline=0.01)))
-    t.start()
-    assert ready.wait(30)
+    t, result = subscribing(port, wait=30, subscribers=1_500, idle=3.0, timeline=0.01)
     publish_fyrehose("127.0.0.1", port, payload_size=16, count=20, duration=10)
     t.join()
     assert result["unique"] == 1_500 * 20 and result["duplicates"] == 0
@@ -178,11 +176,7 @@ def test_the_largest_group_opens_and_one_more_is_refused():
 
 def test_a_timeline_keeps_one_worst_latency_per_slice(backbone):
     port = backbone.address[1]
-    result, ready = {}, threading.Event()
-    t = threading.Thread(target=lambda: result.update(subscribe_fyrehose(
-        "127.0.0.1", port, subscribers=2, ready=ready.set, idle=1.0, max_duration=60)))
-    t.start()
-    assert ready.wait(5)
+    t, result = subscribing(port, subscribers=2, idle=1.0)
     publish_fyrehose("127.0.0.1", port, payload_size=16, count=100, duration=10)
     t.join()
     assert "timeline_worst_ns" not in result  # only when asked for

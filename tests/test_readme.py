@@ -66,6 +66,9 @@ EXCLUDED = {
     "bash tools/run fuzz list": MINUTES + " (tests/test_fuzz.py); and it runs from the repository, "
     "not a fresh folder",
     "pelotari bench --systems pelotari,pelotari-plain,reference,reference-gso --rounds 3": MINUTES,
+    "pelotari bench --latency-rates 10000,50000,200000,500000,1000000":
+    MINUTES + " (tests/test_bench_interrupts.py runs --latency-rates; tests/test_loadgen.py "
+    "a group of 1,500 subscribers)",
     "pelotari bench --list": MINUTES + " (`--list` runs alone: ALONE)",
     "pelotari trend results/": "needs bench results; tests/test_trend.py runs trend on some",
     "mkdir -p results": MINUTES,

@@ -69,9 +69,11 @@ def main(system="pelotari-packed", rate="1000000", trials="3", stall_ms="2"):
         lat = result.latency
         tl = result.timeline_worst_ns
         stalls = [i for i, w in enumerate(tl) if w > stall_ns and (i == 0 or tl[i - 1] <= stall_ns)]
+        busy = ", ".join(f"{who} {cpu / result.elapsed:.0%}" for who, cpu in
+                         [("server", result.server_cpu), *result.client_cpu.items()])
         print(f"trial {k + 1}: p50 {lat['p50_ns'] / 1e3:.0f} µs, p99 {lat['p99_ns'] / 1e3:.0f} µs, "
               f"{sum(1 for w in tl if w > 1e6)} ms with a message over 1 ms late, "
-              f"{len(stalls)} stalls over {stall_ns / 1e6:g} ms")
+              f"{len(stalls)} stalls over {stall_ns / 1e6:g} ms; CPU busy: {busy}")
         base = result.timeline_start_ns / 1e9
         for i in stalls:
             end = base + (i + 1) / 1000

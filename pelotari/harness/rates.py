@@ -86,7 +86,8 @@ def record(system: str, scenario: Scenario, result: TrialResult, trial: int, env
             "latency_p90_us": lat.get("p90_ns", 0) / 1000,
             "latency_p99_us": lat.get("p99_ns", 0) / 1000,
             "latency_max_us": lat.get("max_ns", 0) / 1000,
-            "server_cpu_s": result.server_cpu, "notes": result.notes, "duration_s": duration,
+            "server_cpu_s": result.server_cpu, "client_cpu_s": result.client_cpu,
+            "notes": result.notes, "duration_s": duration,
             "publish_interval_s": interval, "stalled_ms": stalled_ms(result),
             "placement": placement, "env": env}
 
