@@ -1069,6 +1069,44 @@ def figures(text):
     return text.split(" / ")
 
 
+def test_readme_latency_tables_are_the_committed_records_as_plotted(spark):
+    """README.md's tables beside latency-rates.png: each cell is what `pelotari trend
+    docs/bench` computes from the committed records (the newest commit of each scenario, as the
+    plot draws it). A rerun of the bench must update both."""
+    from pelotari.analysis.report_fyrehose import _latest_per_scenario
+
+    tables = report.analyse(report.load(spark, report.find(ROOT / "docs" / "bench")), 0.1)
+    rows = _latest_per_scenario([r.asDict() for r in tables["latency_rates"].collect()])
+    at = {(r["subscribers"], r["system"], r["offered_rate"]): r for r in rows}
+
+    def cell(r):
+        if r["lossy"]:
+            return "lossy"
+        return (f"{r['p99_us']:,.0f} ({r['p99_us_min']:,.0f} – {r['p99_us_max']:,.0f})"
+                + (", client-bound" if r["client_bound"] else ""))
+
+    systems = ["pelotari", "pelotari-packed", "reference", "reference-gso", "redis", "nats",
+               "zeromq"]
+    table = readme_table("| offered msgs/s in (×4 delivered) |")
+    assert len(table) == 5
+    for rate, cells in table.items():
+        for system, said in zip(systems, cells):
+            r = at[(4, system, float(rate.replace(",", "")))]
+            said = said.strip("*")
+            assert said == cell(r) or (r["lossy"] and said.startswith("lossy")), (rate, system)
+    wide = readme_table("| offered msgs/s in | delivered msgs/s |")
+    assert len(wide) == 5
+    for rate, (delivered, p50, p99) in wide.items():
+        r = at[(10_000, "pelotari-packed", float(rate.replace(",", "")))]
+        assert not r["lossy"] and r["lossless_trials"] == r["trials"]
+        value, unit = delivered.split()
+        assert is_written_as(value, r["delivered_rate"] / (1e6 if unit == "M" else 1e3))
+        assert is_written_as(p50.split()[0], r["p50_us"] / 1000)
+        assert p99 == (f"{r['p99_us'] / 1000:.1f} ms ({r['p99_us_min'] / 1000:.1f} – "
+                       f"{r['p99_us_max'] / 1000:.1f})"
+                       + (", client-bound" if r["client_bound"] else ""))
+
+
 def test_readme_bully_table_is_the_committed_records_as_plotted(spark):
     """README.md's bully table beside bully.png and bully-sync.png: its figures are the medians
     `pelotari trend docs/bench` plots, read here from the committed records through the same
