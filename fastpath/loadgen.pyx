@@ -319,7 +319,7 @@ def _publish(sock, host, int port, Py_ssize_t payload_size, double duration, dou
                     failed += 1
                     off += 1
             sent += n
-            if tick_ns:
+            if tick_ns and (rate <= 0 or sent >= due):  # what was due is out: wait a tick
                 next_tick = now + tick_ns
         now = ls_now_ns()
     return {"sent": sent, "datagrams": datagrams, "send_failures": failed,
@@ -349,23 +349,26 @@ def _sign_on_publisher(sock, host, int port, bytes keepalive, double timeout=3.0
 cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, uint64_t now,
                                  uint64_t* frames, uint64_t* worst) noexcept nogil:
     """Count one datagram's DELIVER frames (one, or several packed back to back); return
-    whether it was all DELIVERs (a malformed tail is counted by the caller, never read)."""
+    whether it was all DELIVERs of the load generator's stamps (a malformed tail, or a frame
+    the counter refuses, makes the datagram the caller's "other")."""
     cdef Py_ssize_t off = 0, size
     cdef uint64_t sent
+    cdef bint all_ours = True
     if n < HEADER_SIZE or p[0] != T_DELIVER:
         return False
     while n - off >= HEADER_SIZE and p[off] == T_DELIVER:
         size = HEADER_SIZE + get_u16(p + off + OFF_LENGTH)
         if size > n - off:
             break
-        ls_counter_record(c, p + off + HEADER_SIZE, size - HEADER_SIZE, now)
-        if size - HEADER_SIZE >= LS_STAMP_SIZE:
-            sent = ls_get_be(p + off + HEADER_SIZE + 8, 8)
+        if ls_counter_record(c, p + off + HEADER_SIZE, size - HEADER_SIZE, now) == 0:
+            sent = ls_get_be(p + off + HEADER_SIZE + 8, 8)  # (a stamp: the counter took it)
             if now > sent and now - sent > worst[0]:
                 worst[0] = now - sent
-        frames[0] += 1
+            frames[0] += 1
+        else:
+            all_ours = False  # too short, or a publisher id no load generator uses
         off += size
-    return off == n
+    return off == n and all_ours
 
 
 @cython.final
@@ -442,6 +445,10 @@ cdef class SubscriberGroup:
             except socket.timeout:
                 raise TimeoutError(f"no KEEPALIVE-ACK from {self.host}:{self.port}") from None
             s.setblocking(False)
+
+    def addresses(self):
+        """The sockets' (host, port), in order."""
+        return [sock.getsockname() for sock in self.socks]
 
     def sign_off(self):
         """NOSUBSCRIBE from every socket, then close them."""
@@ -547,9 +554,14 @@ cdef class SubscriberGroup:
                                 # With GRO a read may hold several datagrams of `seg` bytes
                                 # each (the last may be shorter); without, seg is the whole.
                                 seg = rx.segment_size(i) or n
-                                if n == 0:
+                                if n == 0 or (rx.addrs[i].sin_port != self.bb.sin_port
+                                              or rx.addrs[i].sin_addr.s_addr
+                                              != self.bb.sin_addr.s_addr):
+                                    # Empty, or not from the backbone (the only source of
+                                    # DELIVERs): counted, never believed.
                                     datagrams += 1
                                     other += 1
+                                    continue
                                 off = 0
                                 while off < n:
                                     datagrams += 1

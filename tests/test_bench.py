@@ -525,7 +525,9 @@ def test_the_rates_table_says_when_no_trial_ran():
     (["--latency-rates", "100", "--systems", "pelotari-packed,nats", "--pack-interval", "0.05"],
      "nats has no pack interval"),
     (["--latency-rates", "100", "-N", "16385"], "at most 16,384"),
-], ids=["without-rates", "a-peer", "too-many-subscribers"])
+    (["--latency-rates", "100", "-N", "0,4"], "0: every number must be positive"),
+    (["--latency-rates", "100,,200"], "not a comma-separated list of whole numbers"),
+], ids=["without-rates", "a-peer", "too-many-subscribers", "a-zero", "an-empty-item"])
 def test_bench_refuses_what_it_cannot_run_in_one_line(args, why):
     from click.testing import CliRunner
 
@@ -533,3 +535,16 @@ def test_bench_refuses_what_it_cannot_run_in_one_line(args, why):
 
     res = CliRunner().invoke(main, ["bench", *args, "-o", "/dev/null"])
     assert res.exit_code == 2 and why in res.output, res.output
+
+
+def test_latency_rates_with_no_trial_run_exits_with_an_error(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from pelotari.cli import main
+    from pelotari.harness import rates
+
+    monkeypatch.setattr(rates, "floor_records", lambda *args, **kw: [])
+    monkeypatch.setattr(rates.RatesRunner, "run", lambda self, show: [])
+    res = CliRunner().invoke(main, ["bench", "--latency-rates", "100", "--systems", "pelotari",
+                                    "-o", str(tmp_path / "r.jsonl")])
+    assert res.exit_code == 1 and "no trial ran" in res.output, res.output

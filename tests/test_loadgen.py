@@ -1,5 +1,6 @@
 """The load generator's accounting (gaps, duplicates, reordering, latency) on known inputs,
 and its publisher/subscriber loops against a real backbone."""
+import contextlib
 import threading
 
 import pytest
@@ -201,9 +202,43 @@ def test_a_publisher_with_an_interval_sends_at_most_once_per_interval(backbone):
     each = publish_fyrehose("127.0.0.1", port, rate=1000, duration=0.5, pack=65507,
                             max_frames=1024)
     assert each["datagrams"] > 50  # without: each message leaves when it is due
+    with socket_sink() as sink:  # without packs: every message due by a tick goes at it
+        plain = publish_fyrehose("127.0.0.1", sink, rate=5000, duration=0.5, interval=0.05)
+    assert 2000 <= plain["sent"] <= 2501
     for bad in (-0.1, 10.5):
         with pytest.raises(ValueError, match="interval"):
             publish_fyrehose("127.0.0.1", port, rate=1000, duration=0.1, interval=bad)
+
+
+def test_deliveries_from_a_stranger_are_counted_never_believed(backbone):
+    # Well-formed DELIVERs with the load generator's own stamps, sent to the subscribers by a
+    # socket that is not the backbone, and zero-length ones; and through the backbone, frames
+    # of a publisher id no load generator uses. None is a message, none is a latency.
+    import socket
+
+    port = backbone.address[1]
+    group = loadgen.SubscriberGroup("127.0.0.1", port, 2)
+    forged = [bytes([1, 0, 16]) + (1000 + k).to_bytes(6, "big") + stamp(0, k, 0)
+              for k in range(50)] + [bytes([1, 0, 0]) + bytes(6)] * 5
+    outsider = bytes([2, 0, 16]) + bytes(6) + stamp(99, 0, 0)  # a PUSH from publisher 99
+
+    def ready():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
+            stranger.bind(("127.0.0.1", 0))
+            for host_port in group.addresses():
+                for datagram in forged:
+                    stranger.sendto(datagram, host_port)
+            stranger.sendto(outsider, ("127.0.0.1", port))
+        publish_fyrehose("127.0.0.1", port, payload_size=16, count=10, duration=10)
+
+    try:
+        group.sign_on()
+        got = group.measure(30.0, 1.0, 0.001, ready=ready)
+    finally:
+        group.sign_off()
+    assert got["unique"] == 2 * 10 and got["duplicates"] == 0 and got["frames"] == 2 * 10
+    assert got["other_datagrams"] >= 2 * (len(forged) + 1)  # (and the KEEPALIVE-ACKs)
+    assert got["latency"]["max_ns"] < 10e9 > max(got["timeline_worst_ns"])  # not `now - 0`
 
 
 def test_open_files_raises_the_soft_limit_or_says_why_not():
@@ -220,6 +255,19 @@ def test_open_files_raises_the_soft_limit_or_says_why_not():
             assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft + 1
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@contextlib.contextmanager
+def socket_sink():
+    """A bound UDP socket nobody reads: its port."""
+    import socket
+
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    try:
+        yield sink.getsockname()[1]
+    finally:
+        sink.close()
 
 
 def test_paced_publisher_sends_rate_times_duration():

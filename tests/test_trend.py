@@ -1332,7 +1332,7 @@ def test_report_on_latency_rate_records_plots_and_tables_them(spark, tmp_path):
     assert "| pelotari (GSO fan-out) | 250 (200 – 3,000) | lossy (3.0% lost) |" in summary
     assert ("| pelotari, packed clients (extension) | — | 4,500 (4,000 – 5,000) (cb); "
             "35 ms stalled |") in summary
-    assert ("### S=16 N=10000 P=1\n\n| system | 200/s |\n|---|---|\n"
+    assert ("### S=16 N=10000 P=1, sent every 50 ms\n\n| system | 200/s |\n|---|---|\n"
             "| pelotari, packed clients (extension) | 25,000 (25,000 – 25,001), "
             "2.00M/s delivered |") in summary
     assert ("Wake-up stalls, core 0 (a thread napping 50 µs, bench/floor/wakeup.c): woken "

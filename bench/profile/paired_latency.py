@@ -7,27 +7,48 @@ lower.
 
 e.g. `pelotari-plain,reference 50000 15` (S=16, N=4 by default; 2 s trials).
 """
+import argparse
 import statistics
 import sys
 from contextlib import ExitStack
 
 from pelotari.harness.rates import TIMELINE, lossless, stalled_ms
-from pelotari.harness.systems import SYSTEMS
+from pelotari.harness.systems import MAX_SUBSCRIBERS, SYSTEMS
 from pelotari.harness.trial import Scenario, Session
 
 
-def main(systems, rate, pairs="15", subscribers="4"):
-    names = systems.split(",")
-    if len(names) != 2 or any(n not in SYSTEMS for n in names):
-        sys.exit(f"two systems, comma-separated, from: {', '.join(SYSTEMS)}")
+def arguments(argv):
+    """The command line, checked before any server starts (one line for a user's error)."""
+    parser = argparse.ArgumentParser(prog="bench/profile/paired_latency.py",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("systems", help="two systems, comma-separated (pelotari bench --list)")
+    parser.add_argument("rate", type=float, help="offered msgs/s")
+    parser.add_argument("pairs", type=int, nargs="?", default=15, help="pairs of trials [15]")
+    parser.add_argument("subscribers", type=int, nargs="?", default=4, help="N [4]")
+    args = parser.parse_args(argv)
+    names = args.systems.split(",")
+    if len(names) != 2 or names[0] == names[1] or any(n not in SYSTEMS for n in names):
+        parser.error(f"two different systems, comma-separated, from: {', '.join(SYSTEMS)}")
+    others = [n for n in names if SYSTEMS[n].protocol != "fyrehose"]
+    if others:
+        parser.error(f"{others[0]}: fyrehose systems only (the per-millisecond timeline is "
+                     f"pelotari's load generator's)")
+    if not (args.rate > 0 and args.rate != float("inf")) or args.pairs < 1 or \
+            not 1 <= args.subscribers <= MAX_SUBSCRIBERS:
+        parser.error(f"RATE > 0, PAIRS >= 1, 1 <= N <= {MAX_SUBSCRIBERS}")
+    return names, args.rate, args.pairs, args.subscribers
+
+
+def main(argv=None):
+    names, rate, pairs, subscribers = arguments(argv)
     p99 = {n: [] for n in names}  # of the pairs in which both were lossless
     stalls = {n: [] for n in names}
     lossy = {n: 0 for n in names}
     with ExitStack() as stack:
-        sessions = {n: stack.enter_context(Session(SYSTEMS[n], Scenario(16, int(subscribers))))
+        sessions = {n: stack.enter_context(Session(SYSTEMS[n], Scenario(16, subscribers)))
                     for n in names}
-        for k in range(int(pairs)):
-            got = {n: sessions[n].trial(float(rate), 2.0, timeline=TIMELINE) for n in names}
+        for k in range(pairs):
+            got = {n: sessions[n].trial(rate, 2.0, timeline=TIMELINE) for n in names}
             for n, result in got.items():
                 lossy[n] += not lossless(result)
             print(f"pair {k + 1}: " + ", ".join(
@@ -51,4 +72,4 @@ def main(systems, rate, pairs="15", subscribers="4"):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()

@@ -9,13 +9,13 @@ Default: pelotari-packed, 1,000,000 msgs/s, 3 trials of 2 s, S=16 N=4, stalls ov
 during which the server's CPU shows no context switch at all (while datagrams arrive every
 ~0.1 ms) is time that CPU did not run: on a virtual machine, its vCPU was not scheduled.
 """
+import argparse
 import bisect
 import collections
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -28,10 +28,27 @@ SWITCH = re.compile(r"\s*\[(\d+)\]\s+([\d.]+):.*prev_comm=(.*?) prev_pid=(\d+).*
                     r"==> next_comm=(.*?) next_pid=(\d+)")
 
 
-def main(system="pelotari-packed", rate="1000000", trials="3", stall_ms="2"):
+def arguments(argv):
+    """The command line, checked before anything starts (one line for a user's error)."""
+    parser = argparse.ArgumentParser(prog="bench/profile/stalls.py",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("system", nargs="?", default="pelotari-packed")
+    parser.add_argument("rate", nargs="?", type=float, default=1_000_000.0, help="msgs/s")
+    parser.add_argument("trials", nargs="?", type=int, default=3)
+    parser.add_argument("stall_ms", nargs="?", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    if args.system not in SYSTEMS or SYSTEMS[args.system].protocol != "fyrehose":
+        parser.error(f"a fyrehose system, one of: "
+                     f"{', '.join(n for n, s in SYSTEMS.items() if s.protocol == 'fyrehose')}")
+    if not (0 < args.rate < float("inf")) or args.trials < 1 or not args.stall_ms > 0:
+        parser.error("RATE > 0, TRIALS >= 1, STALL_MS > 0")
     if shutil.which("perf") is None:
-        sys.exit("perf is not installed (Debian: linux-perf)")
-    rate, trials, stall_ns = float(rate), int(trials), float(stall_ms) * 1e6
+        parser.error("perf is not installed (Debian: linux-perf)")
+    return args.system, args.rate, args.trials, args.stall_ms * 1e6
+
+
+def main(argv=None):
+    system, rate, trials, stall_ns = arguments(argv)
     work = tempfile.mkdtemp()
     data = os.path.join(work, "switches.data")
     with Session(SYSTEMS[system], Scenario(16, 4)) as session:
@@ -94,4 +111,4 @@ def main(system="pelotari-packed", rate="1000000", trials="3", stall_ms="2"):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()

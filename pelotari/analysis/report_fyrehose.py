@@ -409,7 +409,11 @@ def _latest_commit(rows: List[dict]) -> List[dict]:
 
 def _latest_per_scenario(rows: List[dict]) -> List[dict]:
     """Each scenario's rows of its newest commit (a later run of one scenario leaves the
-    others' panels as they were)."""
+    others' panels as they were); a run with a publish interval is a scenario of its own
+    ("S=16 N=10000 P=1, sent every 50 ms")."""
+    rows = [dict(r, scenario=f"{r['scenario']}, sent every {r['publish_interval_s'] * 1000:g} ms")
+            if _number(r.get("publish_interval_s")) and r["publish_interval_s"] > 0 else r
+            for r in rows]
     out = []
     for sc in dict.fromkeys(r["scenario"] for r in rows):
         out += _latest_commit([r for r in rows if r["scenario"] == sc])
@@ -444,6 +448,7 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
                              squeeze=False)
     for ax, sc in zip(axes.flat, scenarios):
         left_out = []
+        plotted = False
         for system in systems:
             mine = sorted((r for r in rows if r["scenario"] == sc and r["system"] == system),
                           key=lambda r: r["offered_rate"])
@@ -455,6 +460,7 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
             ok = [r for r in mine if not r["lossy"] and _number(r["p99_us"])]
             if not ok:
                 continue
+            plotted = True
             x = [r["offered_rate"] for r in ok]
             ax.plot(x, [r["p99_us"] for r in ok], color=colour, lw=1.4)
             ax.fill_between(x, [r["p99_us_min"] for r in ok], [r["p99_us_max"] for r in ok],
@@ -484,22 +490,26 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
         _log_ticks(ax.xaxis, _rate_tick)
         ax.set_xlabel("offered msgs/s in (log)")
         ax.set_ylabel("p99 one-way latency, µs (log)")
-        if wide:  # less than a decade: every tick labelled, in ms
-            from matplotlib.ticker import FuncFormatter
+        if wide:  # less than a decade: dense ticks, labelled in ms
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-            ms = FuncFormatter(lambda v, _: f"{v / 1000:g} ms")
-            ax.yaxis.set_major_formatter(ms)
-            ax.yaxis.set_minor_formatter(ms)
+            ax.yaxis.set_major_locator(LogLocator(subs=(1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g} ms"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
             ax.set_ylabel("p99 one-way latency (log)")
+        if not plotted:  # every point lossy: say so, not an empty log grid
+            for artist in list(ax.lines) + list(ax.texts):  # (the floor's lines)
+                artist.remove()
+            ax.set_xscale("linear")
+            ax.set_yscale("linear")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, "every point lossy (named above)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=9)
         title = f"{sc}: p99 at the same offered rate"
-        packs = {r["publish_interval_s"] for r in rows if r["scenario"] == sc
-                 and _number(r.get("publish_interval_s"))} - {0.0}
-        if packs:
-            title += "; publishers send every " + ", ".join(
-                f"{p * 1000:g} ms" for p in sorted(packs))
         if wide:
-            title += "\n(each pack is one send to every subscriber, one after another: the " \
-                "last waits for the whole fan-out)"
+            title += "\n(each datagram is one send to every subscriber, one after another: " \
+                "the last waits for the whole fan-out)"
         if left_out:
             title += "\nleft out, lossy (over half the trials lost ≥ 0.1 % or fell behind): " + \
                 "; ".join(left_out)
@@ -538,7 +548,9 @@ def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
              "cell the median p99 of the lossless trials (smallest – largest), µs; `lossy`: "
              "over half the trials lost ≥ 0.1 % or fell behind; (cb): client-bound; "
              "stalled: the median trial's milliseconds in which some message arrived over "
-             "1 ms late.", ""]
+             "1 ms late (given where the load generator measured it and it was at least 1). "
+             "Latency runs from each message's send: with a publish interval, not the wait "
+             "before it.", ""]
     for sc in _scenario_order(rows):
         rates = sorted({r["offered_rate"] for r in rows if r["scenario"] == sc})
         lines += [f"### {sc}", "",

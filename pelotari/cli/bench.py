@@ -18,12 +18,13 @@ def _int_list(ctx, param, value):
     if value is None:
         return None
     try:
-        out = [int(v) for v in value.split(",") if v.strip()]
+        out = [int(v) for v in value.split(",")]
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of numbers") from None
-    if not out or min(out) < 1:
-        raise click.BadParameter("needs at least one positive number")
-    return out
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of whole numbers") \
+            from None
+    if min(out) < 1:
+        raise click.BadParameter(f"{min(out)}: every number must be positive")
+    return list(dict.fromkeys(out))  # (each once, in the order given)
 
 
 @main.command()
@@ -60,10 +61,13 @@ def _int_list(ctx, param, value):
 @click.option("--pack-interval", type=FiniteRange(0, 10), default=0.0, show_default=True,
               metavar="SECONDS",
               help="With --latency-rates: each publisher sends at most once per this many "
-                   "seconds, everything due by then (with pelotari-packed: one pack); 0 sends "
-                   "each message when it is due. Fan-out to thousands of subscribers needs "
-                   "packs of several messages, e.g. -N 10000 --pack-interval 0.05 (fyrehose "
-                   "systems only: the others' load generator has no such option).")
+                   "seconds, everything due by then (with pelotari-packed: one pack; other "
+                   "fyrehose systems get the messages as a burst of datagrams); 0 sends each "
+                   "message when it is due. Latency still runs from each message's send, so it "
+                   "leaves out the wait before it. Fan-out to thousands of subscribers needs "
+                   "packs of several messages, e.g. -N 10000 --systems pelotari-packed "
+                   "--pack-interval 0.05 (fyrehose systems only: the others' load generator "
+                   "has no such option).")
 @click.option("-o", "--output", type=click.Path(path_type=pathlib.Path), default=None,
               help="JSON-lines file to append to [default: results/bench-TIME.jsonl].")
 @click.option("--list", "list_systems", is_flag=True, help="List the systems and whether each can run here.")
@@ -100,8 +104,8 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
         raise click.BadParameter("needs --latency-rates", param_hint="--pack-interval")
     others = [n for n in names if SYSTEMS[n].protocol != "fyrehose"]
     if pack_interval and others:
-        raise click.BadParameter(f"{others[0]} has no pack interval (fyrehose systems only)",
-                                 param_hint="--pack-interval")
+        raise click.BadParameter(f"{others[0]} has no pack interval (fyrehose systems only: "
+                                 f"name them with --systems)", param_hint="--pack-interval")
     payloads = payloads or ([16] if latency_rates else [16, 256, 1024])
     subscribers = subscribers or ([4] if latency_rates else [1, 4, 16])
     if min(payloads) < 16:
@@ -209,8 +213,10 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
         progress.finish()
         raise click.ClickException(str(exc)) from None
     progress.finish()
-    click.echo(_rates_table([r for r in done if r.get("kind") == "latency-rate"],
-                            [f for f in floor if f["kind"] == "latency-floor"]))
+    measured = [r for r in done if r.get("kind") == "latency-rate"]
+    if not measured:
+        raise click.ClickException("no trial ran (the reasons are above)")
+    click.echo(_rates_table(measured, [f for f in floor if f["kind"] == "latency-floor"]))
     click.echo(_wakeup_line([f for f in floor if f["kind"] == "latency-wakeup"]))
     click.echo(f"{where}; {trials} trials of {duration:g}s per system and rate; results in "
                f"{output} ({time.monotonic() - started:.0f}s); `pelotari trend` plots them",
