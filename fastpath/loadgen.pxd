@@ -1,5 +1,5 @@
 cimport cython
-from libc.stdint cimport uint8_t, uint16_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint64_t, int64_t
 
 cdef extern from "include/loadstats.h" nogil:
     enum:
@@ -25,7 +25,6 @@ cdef extern from "include/loadstats.h" nogil:
         uint64_t foreign
         ls_histogram latency
     uint64_t ls_now_ns()
-    uint64_t ls_get_be(const uint8_t* p, int n)
     void ls_stamp(uint8_t* payload, uint16_t pub_id, uint64_t counter, uint64_t now_ns)
     void ls_hist_init(ls_histogram* h)
     void ls_hist_record(ls_histogram* h, uint64_t v)
@@ -36,7 +35,7 @@ cdef extern from "include/loadstats.h" nogil:
     void ls_counter_init(ls_counter* c)
     void ls_counter_init_zeroed(ls_counter* c)
     void ls_counter_prefault(ls_counter* c)
-    int ls_counter_record(ls_counter* c, const uint8_t* payload, size_t length, uint64_t now_ns)
+    int64_t ls_counter_record(ls_counter* c, const uint8_t* payload, size_t length, uint64_t now_ns)
 
 
 @cython.final

@@ -121,7 +121,8 @@ cdef class StreamCounter:
             munmap(self.c, sizeof(ls_counter))
 
     def record(self, payload, uint64_t now_ns):
-        """Account one received payload (as a subscriber received it) at time now_ns."""
+        """Account one received payload (as a subscriber received it) at time now_ns; return
+        its latency in ns, or -1 (too short, or an unknown publisher)."""
         cdef const uint8_t[::1] view = payload
         return ls_counter_record(self.c, &view[0] if len(view) else NULL, len(view), now_ns)
 
@@ -352,7 +353,7 @@ cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, 
     whether it was all DELIVERs of the load generator's stamps (a malformed tail, or a frame
     the counter refuses, makes the datagram the caller's "other")."""
     cdef Py_ssize_t off = 0, size
-    cdef uint64_t sent
+    cdef int64_t latency
     cdef bint all_ours = True
     if n < HEADER_SIZE or p[0] != T_DELIVER:
         return False
@@ -360,10 +361,10 @@ cdef inline bint _count_delivers(ls_counter* c, const uint8_t* p, Py_ssize_t n, 
         size = HEADER_SIZE + get_u16(p + off + OFF_LENGTH)
         if size > n - off:
             break
-        if ls_counter_record(c, p + off + HEADER_SIZE, size - HEADER_SIZE, now) == 0:
-            sent = ls_get_be(p + off + HEADER_SIZE + 8, 8)  # (a stamp: the counter took it)
-            if now > sent and now - sent > worst[0]:
-                worst[0] = now - sent
+        latency = ls_counter_record(c, p + off + HEADER_SIZE, size - HEADER_SIZE, now)
+        if latency >= 0:
+            if <uint64_t>latency > worst[0]:
+                worst[0] = <uint64_t>latency
             frames[0] += 1
         else:
             all_ours = False  # too short, or a publisher id no load generator uses

@@ -185,16 +185,18 @@ static inline void ls_stream_record(ls_stream *s, uint64_t counter) {
     s->unique++;
 }
 
-/* Account one received payload; returns 0, or -1 if it was too short or from an unknown publisher. */
-static inline int ls_counter_record(ls_counter *c, const uint8_t *payload, size_t len, uint64_t now_ns) {
+/* Account one received payload; returns its latency in ns, or -1 if it was too short or from
+   an unknown publisher. */
+static inline int64_t ls_counter_record(ls_counter *c, const uint8_t *payload, size_t len, uint64_t now_ns) {
     if (len < LS_STAMP_SIZE) { c->foreign++; return -1; }
     uint64_t pub = ls_get_be(payload, 2);
     if (pub >= LS_MAX_PUBLISHERS) { c->foreign++; return -1; }
     uint64_t counter = ls_get_be(payload + 2, 6);
     uint64_t sent = ls_get_be(payload + 8, 8);
+    uint64_t latency = now_ns > sent ? now_ns - sent : 0;
     ls_stream_record(&c->streams[pub], counter);
-    ls_hist_record(&c->latency, now_ns > sent ? now_ns - sent : 0);
-    return 0;
+    ls_hist_record(&c->latency, latency);
+    return (int64_t)latency;
 }
 
 #endif
