@@ -201,7 +201,9 @@ def test_a_publisher_with_an_interval_sends_at_most_once_per_interval(backbone):
     assert paced["datagrams"] <= 6 and 100 <= paced["sent"] <= 501
     each = publish_fyrehose("127.0.0.1", port, rate=1000, duration=0.5, pack=65507,
                             max_frames=1024)
-    assert each["datagrams"] > 50  # without: each message leaves when it is due
+    # without: each message leaves when it is due (over 20 sends even if every nap of the
+    # publisher took 25 ms, on a machine far slower than ours)
+    assert each["datagrams"] > 20
     with socket_sink() as sink:  # without packs: every message due by a tick goes at it
         plain = publish_fyrehose("127.0.0.1", sink, rate=5000, duration=0.5, interval=0.05)
     assert 2000 <= plain["sent"] <= 2501
