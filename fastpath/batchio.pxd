@@ -10,6 +10,8 @@ cdef class RecvBatch:
     cdef readonly int capacity
     cdef readonly Py_ssize_t slot_size
     cdef readonly int count
+    cdef Py_ssize_t stride       # slot_size rounded up to a cache line: slots start on one
+    cdef void* block             # the allocation the cache-line-aligned arena lies in
     cdef uint8_t* arena
     cdef iovec* iovs
     cdef sockaddr_in* addrs
@@ -20,7 +22,7 @@ cdef class RecvBatch:
     cdef int receive_wait(self, int fd) noexcept nogil
     cdef int _receive(self, int fd, int flags) noexcept nogil
     cdef inline const uint8_t* slot(self, int i) noexcept nogil:
-        return self.arena + i * self.slot_size
+        return self.arena + i * self.stride
     cdef inline Py_ssize_t length(self, int i) noexcept nogil:
         return self.msgs[i].msg_len
     cdef inline bint truncated(self, int i) noexcept nogil:
