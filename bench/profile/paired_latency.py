@@ -1,13 +1,15 @@
-"""Two systems' p99 at one offered rate, trial by trial in turn (A B A B ...) with both kept
-running, so that the machine's drift falls on both alike: each one's median p99, over the pairs
-in which both were lossless, their stalled milliseconds, and in how many pairs the first was
-lower.
+"""Two systems' p99 at one offered rate, trial by trial in turn (A B B A A B ...: each goes first
+in half the pairs) with both kept running, so that the machine's drift falls on both alike: each
+one's median p99, over the pairs in which both were lossless, their stalled milliseconds, in how
+many pairs the first was lower (with the two-sided sign test's p), and the median of the pairs'
+differences with its 95 % confidence interval (distribution-free: order statistics).
 
     .venv/bin/python bench/profile/paired_latency.py SYSTEM,SYSTEM RATE [PAIRS] [N]
 
 e.g. `pelotari-plain,reference 50000 15` (S=16, N=4 by default; 2 s trials).
 """
 import argparse
+import math
 import statistics
 import sys
 from contextlib import ExitStack
@@ -48,7 +50,9 @@ def main(argv=None):
         sessions = {n: stack.enter_context(Session(SYSTEMS[n], Scenario(16, subscribers)))
                     for n in names}
         for k in range(pairs):
-            got = {n: sessions[n].trial(rate, 2.0, timeline=TIMELINE) for n in names}
+            got = {n: sessions[n].trial(rate, 2.0, timeline=TIMELINE)
+                   for n in (names if k % 2 == 0 else names[::-1])}
+            got = {n: got[n] for n in names}
             for n, result in got.items():
                 lossy[n] += not lossless(result)
             print(f"pair {k + 1}: " + ", ".join(
@@ -67,8 +71,39 @@ def main(argv=None):
               f"{statistics.median(stalls[n]):g} ms; {lossy[n]} of {pairs} trials lossy")
     a, b = names
     lower = sum(x < y for x, y in zip(p99[a], p99[b]))
+    higher = sum(x > y for x, y in zip(p99[a], p99[b]))
     print(f"{a} lower in {lower} of {len(p99[a])} pairs "
-          f"({sum(x == y for x, y in zip(p99[a], p99[b]))} equal)")
+          f"({len(p99[a]) - lower - higher} equal); sign test p = {sign_test(lower, higher):.2f}")
+    diffs = sorted(x - y for x, y in zip(p99[a], p99[b]))
+    lo, hi = median_interval(diffs)
+    print(f"{a} minus {b}: median {statistics.median(diffs):+.0f} µs"
+          + (f", 95 % interval {lo:+.0f} to {hi:+.0f} µs" if lo is not None else
+             " (too few pairs for a 95 % interval)"))
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided sign test: the chance of a split at least this uneven between two equals."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(wins, losses) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def median_interval(values, level=0.95):
+    """A distribution-free confidence interval for the median of sorted `values`: the order
+    statistics (k, n-1-k) with the largest k whose binomial coverage is at least `level`;
+    (None, None) below 6 values."""
+    n = len(values)
+    best = None
+    for k in range(n // 2):
+        # P(k < count below the median <= n-1-k) for Binomial(n, 1/2)
+        cover = sum(math.comb(n, j) for j in range(k + 1, n - k)) / 2 ** n
+        if cover >= level:
+            best = k
+    if best is None:
+        return None, None
+    return values[best], values[n - 1 - best]
 
 
 if __name__ == "__main__":
