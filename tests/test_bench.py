@@ -520,6 +520,26 @@ def test_the_rates_table_says_when_no_trial_ran():
     assert _rates_table([], []) == "no trial ran (the reasons are above)"
 
 
+def _rate_record(system, scenario, p99, rate=50_000.0):
+    return {"system": system, "scenario": scenario, "offered_rate": rate, "lossless": True,
+            "latency_p99_us": p99, "client_bound": False, "delivered_rate": 4 * rate,
+            "subscribers": int(scenario.split("N=")[1].split()[0])}
+
+
+def test_the_rates_table_names_its_scenario():
+    from pelotari.cli.bench import _rates_table
+
+    one = _rates_table([_rate_record("pelotari", "S=16 N=4 P=1", 300.0),
+                        _rate_record("reference", "S=16 N=4 P=1", 310.0)], [])
+    assert one.splitlines()[0] == "S=16 N=4 P=1:"
+    assert "| pelotari | 300 µs (300–300) |" in one
+    two = _rate_record("pelotari", "S=16 N=10000 P=1", 900.0, rate=100.0)
+    both = _rate_record("pelotari", "S=16 N=4 P=1", 300.0, rate=100.0)
+    lines = _rates_table([both, two], []).splitlines()
+    assert lines[0].startswith("| system |")  # each row names its scenario instead
+    assert any(line.startswith("| pelotari (S=16 N=10000 P=1) |") for line in lines)
+
+
 @pytest.mark.parametrize("args, why", [
     (["--pack-interval", "0.05"], "needs --latency-rates"),
     (["--latency-rates", "100", "--systems", "pelotari-packed,nats", "--pack-interval", "0.05"],

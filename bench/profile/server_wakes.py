@@ -9,7 +9,9 @@ tracing costs both alike), then print for each system:
             work, its fan-out sends included;
   total     wake-up to the next recvmmsg call, for batches that followed a wake-up;
 
-as p50 / p90 / p99 / max in µs over the batches, with the datagrams per batch.
+as p50 / p90 / p99 / max in µs over the batches, with the datagrams per batch; then `handled`
+again for each batch size that makes up at least 5 % of the batches (a stall is followed by a
+few large batches, and their share moves the p99 of all batches from run to run).
 
     .venv/bin/python bench/profile/server_wakes.py [SYSTEM,SYSTEM] [RATE] [PAIRS]
 
@@ -160,6 +162,13 @@ def main(argv=None):
         print(f"  {'received':9} {summary([w[1] for w in woken])}")
         print(f"  {'handled':9} {summary([r[0] for r in rows])}")
         print(f"  {'total':9} {summary([w[2] for w in woken])}")
+        sizes = {}
+        for handled, count, _ in rows:
+            sizes.setdefault(count, []).append(handled)
+        for count, values in sorted(sizes.items()):
+            if len(values) >= 0.05 * len(rows):
+                print(f"  handled, {count} datagrams ({len(values) / len(rows):.0%} of the "
+                      f"batches): {summary(values)}")
 
 
 if __name__ == "__main__":

@@ -233,8 +233,9 @@ def _rates_table(records, floor) -> str:
     scenarios = list(dict.fromkeys(r["scenario"] for r in records))
     rows = [(sc, s) for sc in scenarios for s in dict.fromkeys(
         r["system"] for r in records if r["scenario"] == sc)]
-    lines = ["| system | " + " | ".join(f"{_r(x)}/s p99" for x in rates) + " |",
-             "|---|" + "---|" * len(rates)]
+    lines = [f"{scenarios[0]}:"] if len(scenarios) == 1 else []  # else each row names its own
+    lines += ["| system | " + " | ".join(f"{_r(x)}/s p99" for x in rates) + " |",
+              "|---|" + "---|" * len(rates)]
     for sc, s in rows:
         cells = []
         for x in rates:

@@ -1,0 +1,69 @@
+"""The profiling scripts' arithmetic (bench/profile): the paired runs' statistics and the
+wake-up trace's bookkeeping, on figures whose answers are known."""
+import importlib.util
+import pathlib
+
+import pytest
+
+PROFILE = pathlib.Path(__file__).resolve().parent.parent / "bench" / "profile"
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(f"profile_{name}", PROFILE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sign_test_is_two_sided_and_capped_at_one():
+    paired = script("paired_latency")
+    assert paired.sign_test(0, 0) == 1.0
+    assert paired.sign_test(5, 5) == 1.0
+    assert paired.sign_test(32, 49) == pytest.approx(0.0748, abs=1e-4)
+    assert paired.sign_test(10, 0) == pytest.approx(2 / 1024)
+    assert paired.sign_test(0, 10) == paired.sign_test(10, 0)
+
+
+def test_the_median_interval_is_the_textbook_order_statistics():
+    paired = script("paired_latency")
+    # n = 20: the 6th and 15th smallest (coverage 95.9 %); n = 60: the 22nd and 39th
+    assert paired.median_interval(list(range(20))) == (5, 14)
+    assert paired.median_interval(list(range(60))) == (21, 38)
+    assert paired.median_interval(list(range(6))) == (0, 5)  # 96.9 %
+    assert paired.median_interval(list(range(5))) == (None, None)  # 93.8 % at best
+
+
+def test_the_wake_up_trace_splits_queued_received_and_handled():
+    wakes = script("server_wakes")
+    us = 1e-6
+    events = [
+        (100 * us, "sched:sched_wakeup", "comm=x pid=7 prio=120 target_cpu=000"),
+        (110 * us, "sched:sched_switch", "prev_comm=swapper prev_pid=0 ==> next_pid=7"),
+        (113 * us, "syscalls:sys_exit_recvmmsg", "0x5"),
+        (140 * us, "syscalls:sys_enter_recvmmsg", "NR 299 (...)"),
+        # data was already queued: a batch without a wake-up
+        (141 * us, "syscalls:sys_exit_recvmmsg", "0x2"),
+        (150 * us, "syscalls:sys_enter_recvmmsg", "NR 299 (...)"),
+        # the 100 ms timeout: nothing received, no batch
+        (200 * us, "syscalls:sys_exit_recvmmsg", "0xfffffffffffffff5"),
+        (201 * us, "syscalls:sys_enter_recvmmsg", "NR 299 (...)"),
+    ]
+    got = wakes.batches(events)
+    assert [(round(h, 3), n) for h, n, _ in got] == [(27.0, 5), (9.0, 2)]
+    assert [round(x, 3) for x in got[0][2]] == [10.0, 3.0, 40.0]
+    assert got[1][2] is None
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("paired_latency", ["pelotari,pelotari", "50000"]),
+    ("paired_latency", ["pelotari,nats", "50000"]),
+    ("paired_latency", ["pelotari,reference", "0"]),
+    ("server_wakes", ["pelotari", "50000"]),
+    ("server_wakes", ["pelotari,reference", "inf"]),
+    ("server_wakes", ["pelotari,reference", "1000", "0"]),
+])
+def test_the_scripts_refuse_a_bad_command_line_before_starting_anything(name, argv, capsys):
+    with pytest.raises(SystemExit) as exit:
+        script(name).arguments(argv)
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.count("\n") <= 3  # usage and one line
