@@ -92,6 +92,43 @@ def test_drawing_allowed_follows_the_terminals_foreground_process_group():
     assert term.text == "\rdrawn-1\rdrawn-3\r\n"
 
 
+INTERRUPTED = r"""
+import fcntl, termios
+import click
+from pelotari.cli.common import PelotariGroup, StatusLine
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+@click.group(cls=PelotariGroup)
+def group():
+    pass
+
+@group.command()
+def run():
+    StatusLine(interval=0).update("trial 3 of 20")
+    raise KeyboardInterrupt  # Ctrl-C while the line is drawn
+
+group(["run"])
+"""
+
+
+def test_ctrl_c_says_interrupted_on_a_line_of_its_own():
+    master, slave = pty.openpty()
+    try:
+        child = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stdin=slave, stderr=slave,
+                                 stdout=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(slave)
+    term = Terminal(master)
+    try:
+        child.wait(timeout=DEADLINE)
+        term.reader.join(DEADLINE)
+    finally:
+        child.kill()
+        os.close(master)
+    assert child.returncode == 130
+    assert term.text == "\rtrial 3 of 20\r\ninterrupted\r\n"
+
+
 def test_no_terminal_or_no_descriptor_is_never_drawn_on(tmp_path):
     with open(tmp_path / "log", "w") as log:
         assert not drawing_allowed(log)

@@ -18,6 +18,7 @@ class PelotariGroup(click.Group):
             raise
         except KeyboardInterrupt:
             _deaf_to_stops()  # (exiting: another Ctrl-C must not cut the exit short, -2)
+            StatusLine.finish_all()  # "interrupted" on a line of its own, not after the status
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except BrokenPipeError:  # `pelotari sub | head`: the reader is gone, so are we
@@ -119,6 +120,14 @@ def drawing_allowed(stream) -> bool:
 class StatusLine:
     """A line redrawn in place on a terminal (in its foreground only); plain lines otherwise."""
 
+    _drawn: set = set()  # in-place lines drawn and not yet ended
+
+    @classmethod
+    def finish_all(cls) -> None:
+        """End every in-place line still drawn (before a closing message)."""
+        for line in list(cls._drawn):
+            line.finish()
+
     def __init__(self, stream=None, interval: float = 1.0, plain_interval: float = 10.0):
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
@@ -142,6 +151,7 @@ class StatusLine:
             pad = max(0, self._width - len(text))
             self.stream.write("\r" + text + " " * pad)
             self._width = len(text)
+            StatusLine._drawn.add(self)
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
@@ -152,6 +162,7 @@ class StatusLine:
             self.stream.write("\n")
             self.stream.flush()
         self._width = 0
+        StatusLine._drawn.discard(self)
 
 
 def human_rate(value: float) -> str:
