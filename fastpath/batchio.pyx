@@ -37,6 +37,8 @@ cdef class RecvBatch:
         self.capacity = capacity
         self.slot_size = slot_size
         self.stride = (slot_size + LINE - 1) // LINE * LINE
+        if self.stride % 4096 == 0:  # a multiple of a page would put every slot's first line in
+            self.stride += LINE      # one cache set (64 KiB slots: 64 lines for 12-16 ways)
         self.block = PyMem_Calloc(1, capacity * self.stride + LINE)
         self.arena = <uint8_t*>(((<size_t>self.block) + LINE - 1) // LINE * LINE)
         self.iovs = <iovec*>PyMem_Calloc(capacity, sizeof(iovec))

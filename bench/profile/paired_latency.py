@@ -1,5 +1,5 @@
 """Two systems' p99 at one offered rate, trial by trial in turn (A B B A A B ...: each goes first
-in half the pairs) with both kept running, so that the machine's drift falls on both alike: each
+in every other pair) with both kept running, so that the machine's drift falls on both alike: each
 one's median p99, over the pairs in which both were lossless, their stalled milliseconds, in how
 many pairs the first was lower (with the two-sided sign test's p), and the median of the pairs'
 differences with its 95 % confidence interval (distribution-free: order statistics).
@@ -14,6 +14,7 @@ import statistics
 import sys
 from contextlib import ExitStack
 
+from pelotari.harness.procs import STOP_SIGNALS, Children
 from pelotari.harness.rates import TIMELINE, lossless, stalled_ms
 from pelotari.harness.systems import MAX_SUBSCRIBERS, SYSTEMS
 from pelotari.harness.trial import Scenario, Session
@@ -29,12 +30,10 @@ def arguments(argv):
     parser.add_argument("subscribers", type=int, nargs="?", default=4, help="N [4]")
     args = parser.parse_args(argv)
     names = args.systems.split(",")
-    if len(names) != 2 or names[0] == names[1] or any(n not in SYSTEMS for n in names):
-        parser.error(f"two different systems, comma-separated, from: {', '.join(SYSTEMS)}")
-    others = [n for n in names if SYSTEMS[n].protocol != "fyrehose"]
-    if others:
-        parser.error(f"{others[0]}: fyrehose systems only (the per-millisecond timeline is "
-                     f"pelotari's load generator's)")
+    fyrehose = [n for n, s in SYSTEMS.items() if s.protocol == "fyrehose"]
+    if len(names) != 2 or names[0] == names[1] or any(n not in fyrehose for n in names):
+        parser.error(f"two different fyrehose systems (the per-millisecond timeline is "
+                     f"pelotari's load generator's), comma-separated, from: {', '.join(fyrehose)}")
     if not (args.rate > 0 and args.rate != float("inf")) or args.pairs < 1 or \
             not 1 <= args.subscribers <= MAX_SUBSCRIBERS:
         parser.error(f"RATE > 0, PAIRS >= 1, 1 <= N <= {MAX_SUBSCRIBERS}")
@@ -42,7 +41,16 @@ def arguments(argv):
 
 
 def main(argv=None):
-    names, rate, pairs, subscribers = arguments(argv)
+    args = arguments(argv)
+    try:
+        with Children(interrupt=STOP_SIGNALS):  # servers and agents end with us, however we end
+            run(*args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def run(names, rate, pairs, subscribers):
     p99 = {n: [] for n in names}  # of the pairs in which both were lossless
     stalls = {n: [] for n in names}
     lossy = {n: 0 for n in names}

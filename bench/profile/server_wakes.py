@@ -15,7 +15,9 @@ few large batches, and their share moves the p99 of all batches from run to run)
 
     .venv/bin/python bench/profile/server_wakes.py [SYSTEM,SYSTEM] [RATE] [PAIRS]
 
-Default: pelotari,reference-gso at 50,000 msgs/s, 3 pairs of 2 s trials, S=16 N=4 (root: perf).
+Default: pelotari,reference-gso at 50,000 msgs/s, 3 pairs of 2 s trials, S=16 N=4. Needs root
+(perf records every CPU). perf writes to /dev/shm where there is one. Any stall at a fixed time
+into the run lands on the same trial slot every time, so run both orders (A,B and B,A).
 """
 import argparse
 import os
@@ -23,11 +25,13 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
 import psutil
 
+from pelotari.harness.procs import STOP_SIGNALS, Children
 from pelotari.harness.systems import SYSTEMS
 from pelotari.harness.trial import Scenario, Session
 
@@ -38,16 +42,19 @@ RECEIVES = ("syscalls:sys_enter_recvmmsg", "syscalls:sys_exit_recvmmsg")
 def arguments(argv):
     """The command line, checked before anything starts (one line for a user's error)."""
     parser = argparse.ArgumentParser(prog="bench/profile/server_wakes.py",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("systems", nargs="?", default="pelotari,reference-gso")
-    parser.add_argument("rate", nargs="?", type=float, default=50_000.0, help="msgs/s")
-    parser.add_argument("pairs", nargs="?", type=int, default=3)
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("systems", nargs="?", default="pelotari,reference-gso",
+                        help="two servers, comma-separated [pelotari,reference-gso]")
+    parser.add_argument("rate", nargs="?", type=float, default=50_000.0,
+                        help="offered msgs/s [50000]")
+    parser.add_argument("pairs", nargs="?", type=int, default=3,
+                        help="pairs of 2 s trials [3]")
     args = parser.parse_args(argv)
     names = args.systems.split(",")
-    if len(names) != 2 or names[0] == names[1] or any(
-            n not in SYSTEMS or SYSTEMS[n].protocol != "fyrehose" for n in names):
-        parser.error("two different fyrehose systems, comma-separated, from: "
-                     + ", ".join(n for n, s in SYSTEMS.items() if s.protocol == "fyrehose"))
+    if len(names) != 2 or names[0] == names[1] or any(n not in SERVERS for n in names):
+        parser.error("two different servers that read with recvmmsg, comma-separated, from: "
+                     + ", ".join(SERVERS))
     if not (0 < args.rate < float("inf")) or args.pairs < 1:
         parser.error("RATE > 0, PAIRS >= 1")
     if shutil.which("perf") is None:
@@ -56,18 +63,24 @@ def arguments(argv):
 
 
 RECVMMSG = 299  # x86_64
+SERVERS = [n for n, s in SYSTEMS.items() if s.protocol == "fyrehose" and n != "asyncio"]
 
 
-def serving_thread(proc) -> int:
-    """The thread that waits in the server's recvmmsg (an idle server's serving thread)."""
-    for t in psutil.Process(proc.pid).threads():
-        try:
-            with open(f"/proc/{proc.pid}/task/{t.id}/syscall") as f:
-                if f.read().split()[0] == str(RECVMMSG):
-                    return t.id
-        except OSError:
-            continue
-    raise SystemExit(f"no thread of {proc.pid} waits in recvmmsg")
+def serving_thread(proc, patience: float = 5.0) -> int:
+    """The thread that waits in the server's recvmmsg (an idle server's serving thread; looked
+    for again while it is busy with a KEEPALIVE)."""
+    deadline = time.monotonic() + patience
+    while True:
+        for t in psutil.Process(proc.pid).threads():
+            try:
+                with open(f"/proc/{proc.pid}/task/{t.id}/syscall") as f:
+                    if f.read().split()[0] == str(RECVMMSG):
+                        return t.id
+            except (OSError, IndexError):
+                continue
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no thread of process {proc.pid} waits in recvmmsg")
+        time.sleep(0.05)
 
 
 def batches(events):
@@ -102,8 +115,18 @@ def summary(values):
 
 
 def main(argv=None):
-    names, rate, pairs = arguments(argv)
-    work = tempfile.mkdtemp()
+    args = arguments(argv)
+    try:
+        with Children(interrupt=STOP_SIGNALS):  # servers, agents and perf end with us
+            run(*args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def run(names, rate, pairs):
+    # In memory where it can be: writing the trace out to a disk is itself a stall.
+    work = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     data = os.path.join(work, "wakes.data")
     try:
         with Session(SYSTEMS[names[0]], Scenario(16, 4)) as a, \
@@ -118,8 +141,14 @@ def main(argv=None):
                     " || ".join(f"next_pid == {t}" for t in tids.values())]
             for event in RECEIVES:
                 argv += ["-e", event, "--filter", pids]
-            perf = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(os.path.join(work, "perf.err"), "w") as err:
+                perf = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
             time.sleep(1.5)  # perf enabling its tracepoints on every CPU is itself a stall
+            if perf.poll() is not None:
+                with open(os.path.join(work, "perf.err")) as err:
+                    why = err.read().strip().splitlines()
+                raise SystemExit(f"perf record failed: {why[-1] if why else perf.returncode}"
+                                 " (it needs root)")
             p99 = {n: [] for n in names}
             try:
                 for k in range(pairs):
@@ -148,7 +177,8 @@ def main(argv=None):
             owner = int(re.search(r"next_pid=(\d+)", fields).group(1))
         if owner in by_tid:
             by_tid[owner].append((float(t), event, fields))
-    print(f"{rate:,.0f} msgs/s, S=16 N=4, {pairs} trials each (µs: p50 p90 p99 max, mean)")
+    print(f"{rate:,.0f} msgs/s, S=16 N=4, {pairs} trial{'s' if pairs > 1 else ''} each "
+          f"(µs: p50 p90 p99 max, mean)")
     for n in names:
         rows = batches(by_tid[tids[n]])
         woken = [w for _, _, w in rows if w is not None]
