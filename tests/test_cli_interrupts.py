@@ -380,3 +380,29 @@ def test_ctrl_c_ends_every_long_running_command_with_130_and_one_line(request, t
     finally:
         for running in ctx.started:
             running.close()
+
+
+@pytest.mark.parametrize("where", ["metrics", "serve"])
+def test_ctrl_c_before_the_backbone_loop_takes_sigint_still_ends_with_the_closing_line(
+        monkeypatch, where):
+    # Once "listening on" is printed a user may press Ctrl-C, before serve_forever has put its
+    # own handler in place (CI once caught that window): the same stop, the same closing line.
+    from click.testing import CliRunner
+
+    from pelotari.cli import fyrehose as cli_fyrehose
+    from pelotari.cli import main
+    from pelotari.fyrehose import Backbone
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "metrics":
+        monkeypatch.setattr(cli_fyrehose, "start_metrics", interrupted)
+    else:
+        monkeypatch.setattr(Backbone, "serve_forever", interrupted)
+    res = CliRunner().invoke(main, ["backbone", "--host", "127.0.0.1", "--port", "0"])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 130, res.output
+    assert "listening on 127.0.0.1:" in lines[0] and lines[-1].startswith("stopped after ")
+    assert "interrupted" not in res.output
+    assert not any(t.name == "fyrehose-backbone" for t in threading.enumerate())  # stopped

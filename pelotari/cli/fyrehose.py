@@ -185,22 +185,9 @@ def _backbone(floating, host, port, window, max_subscribers, max_request_range,
     except OSError as exc:
         raise click.ClickException(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
     bound = bb.address
-    if cluster:
-        click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, cluster "
-                   f"{cluster!r} member (standing by until elected)", err=True)
-    else:
-        click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, "
-                   f"first sequence {bb.next_sequence}", err=True)
-    try:
-        source = BackboneMetrics(bb)
-        exporter = start_metrics(metrics, source)
-    except BaseException:
-        bb.stop()
-        raise
     status = StatusLine(interval=stats_interval or 1.0, plain_interval=stats_interval or 10.0)
     last = {"t": time.monotonic(), "in": 0, "out": 0, "push": 0, "delivers": 0}
     roles = []  # (--cluster) this member's role, for the status line
-    ready.announce()  # its socket and metrics listen: `pelotari wait` may go on
 
     def tick(stats):
         now = time.monotonic()
@@ -227,7 +214,23 @@ def _backbone(floating, host, port, window, max_subscribers, max_request_range,
             f"seq {stats['next_sequence']}  req {stats['requests']}  dropped {drops}",
             force=True)
 
-    try:
+    exporter = None
+    try:  # from the line that says it listens, Ctrl-C ends it with its closing line
+        if cluster:
+            click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, cluster "
+                       f"{cluster!r} member (standing by until elected)", err=True)
+        else:
+            click.echo(f"fyrehose backbone listening on {bound[0]}:{bound[1]}/udp, "
+                       f"first sequence {bb.next_sequence}", err=True)
+        try:
+            source = BackboneMetrics(bb)
+            exporter = start_metrics(metrics, source)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            bb.stop()
+            raise
+        ready.announce()  # its socket and metrics listen: `pelotari wait` may go on
         if cluster:
             stopped_by = _serve_cluster(bb, cluster, host, members, bound[1], bully_port,
                                         cluster_port, state_dir, tick,
@@ -236,6 +239,9 @@ def _backbone(floating, host, port, window, max_subscribers, max_request_range,
         else:
             stopped_by = bb.serve_forever(on_tick=tick,
                                           interval=stats_interval or status.interval)
+    except KeyboardInterrupt:  # Ctrl-C before the loop took SIGINT over: the same stop
+        stopped_by = signal.SIGINT
+        bb.stop()
     finally:
         if exporter is not None:
             exporter.stop()
