@@ -1,7 +1,10 @@
 """The profiling scripts' arithmetic (bench/profile): the paired runs' statistics and the
 wake-up trace's bookkeeping, on figures whose answers are known."""
 import importlib.util
+import os
 import pathlib
+import socket
+import threading
 
 import pytest
 
@@ -67,3 +70,18 @@ def test_the_scripts_refuse_a_bad_command_line_before_starting_anything(name, ar
         script(name).arguments(argv)
     assert exit.value.code == 2
     assert capsys.readouterr().err.count("\n") <= 3  # usage and one line
+
+
+def test_the_paired_runs_probe_reads_this_threads_and_this_processs_counters():
+    paired = script("paired_latency")
+    probe = paired.Probe(threading.get_native_id(), os.getpid())
+    before = probe.read()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"x", ("127.0.0.1", 9))  # some kernel work between the reads
+    after = probe.read()
+    d = paired.Probe.delta(before, after)
+    assert set(d) == {"wait_ms", "preempted", "sub_wait_ms", "steal_ms", "rcvbuf", "sndbuf"}
+    assert all(v >= 0 for v in d.values())
+    # this thread is one of this process's: its wait is part of the process's
+    assert after["sub_wait_ms"] >= after["wait_ms"] > 0
+    assert paired.Probe.describe(d).startswith("wait ")

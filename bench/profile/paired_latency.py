@@ -7,9 +7,16 @@ differences with its 95 % confidence interval (distribution-free: order statisti
     .venv/bin/python bench/profile/paired_latency.py SYSTEM,SYSTEM RATE [PAIRS] [N]
 
 e.g. `pelotari-plain,reference 50000 15` (S=16, N=4 by default; 2 s trials).
+
+Each trial's line also says where the machine's time went while it ran, read from /proc (the
+same counters for any server): `wait` the server's serving thread's milliseconds runnable but not
+running, and how many times it was preempted; `sub wait` the same for the subscribers' agent,
+all its threads; `steal` the hypervisor's (all vCPUs); `rcvbuf`/`sndbuf` the kernel's UDP
+datagrams dropped for a full receive buffer or refused for a full send buffer.
 """
 import argparse
 import math
+import os
 import statistics
 import sys
 from contextlib import ExitStack
@@ -18,6 +25,9 @@ from pelotari.harness.procs import STOP_SIGNALS, Children
 from pelotari.harness.rates import TIMELINE, lossless, stalled_ms
 from pelotari.harness.systems import MAX_SUBSCRIBERS, SYSTEMS
 from pelotari.harness.trial import Scenario, Session
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_wakes import serving_thread  # noqa: E402
 
 
 def arguments(argv):
@@ -54,18 +64,26 @@ def run(names, rate, pairs, subscribers):
     p99 = {n: [] for n in names}  # of the pairs in which both were lossless
     stalls = {n: [] for n in names}
     lossy = {n: 0 for n in names}
+    waits = {n: [] for n in names}  # the server thread's, every trial
     with ExitStack() as stack:
         sessions = {n: stack.enter_context(Session(SYSTEMS[n], Scenario(16, subscribers)))
                     for n in names}
+        probes = {n: Probe(serving_thread(s.server.proc), s.sub.proc.pid)
+                  for n, s in sessions.items()}
         for k in range(pairs):
-            got = {n: sessions[n].trial(rate, 2.0, timeline=TIMELINE)
-                   for n in (names if k % 2 == 0 else names[::-1])}
+            got, where = {}, {}
+            for n in (names if k % 2 == 0 else names[::-1]):
+                before = probes[n].read()
+                got[n] = sessions[n].trial(rate, 2.0, timeline=TIMELINE)
+                where[n] = Probe.delta(before, probes[n].read())
             got = {n: got[n] for n in names}
             for n, result in got.items():
                 lossy[n] += not lossless(result)
+                waits[n].append(where[n]["wait_ms"])
             print(f"pair {k + 1}: " + ", ".join(
                 f"{n} {r.latency['p99_ns'] / 1000:.0f} µs"
-                + ("" if lossless(r) else f" (lost {r.loss:.2%})") for n, r in got.items()),
+                + ("" if lossless(r) else f" (lost {r.loss:.2%})")
+                + f" [{Probe.describe(where[n])}]" for n, r in got.items()),
                 flush=True)
             if all(lossless(r) for r in got.values()):
                 for n, result in got.items():
@@ -76,7 +94,8 @@ def run(names, rate, pairs, subscribers):
     for n in names:
         print(f"{n}: median p99 {statistics.median(p99[n]):.0f} µs "
               f"({min(p99[n]):.0f} – {max(p99[n]):.0f}), median stalled "
-              f"{statistics.median(stalls[n]):g} ms; {lossy[n]} of {pairs} trials lossy")
+              f"{statistics.median(stalls[n]):g} ms; {lossy[n]} of {pairs} trials lossy; "
+              f"server thread waited {statistics.median(waits[n]):.1f} ms a trial (median)")
     a, b = names
     lower = sum(x < y for x, y in zip(p99[a], p99[b]))
     higher = sum(x > y for x, y in zip(p99[a], p99[b]))
@@ -87,6 +106,61 @@ def run(names, rate, pairs, subscribers):
     print(f"{a} minus {b}: median {statistics.median(diffs):+.0f} µs"
           + (f", 95 % interval {lo:+.0f} to {hi:+.0f} µs" if lo is not None else
              " (too few pairs for a 95 % interval)"))
+
+
+class Probe:
+    """Where the machine's time went, from /proc: one server thread, one agent process, the
+    hypervisor's steal and the kernel's UDP buffer errors."""
+
+    TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, server_tid: int, agent_pid: int):
+        self.server = f"/proc/{_pid_of(server_tid)}/task/{server_tid}"
+        self.agent_pid = agent_pid
+
+    @staticmethod
+    def _thread(path):
+        with open(f"{path}/schedstat") as f:
+            wait_ns = int(f.read().split()[1])
+        with open(f"{path}/status") as f:
+            preempted = next(int(line.split()[1]) for line in f
+                             if line.startswith("nonvoluntary_ctxt_switches"))
+        return wait_ns, preempted
+
+    def read(self) -> dict:
+        """The counters now."""
+        wait, preempted = self._thread(self.server)
+        agent_wait = 0
+        for tid in os.listdir(f"/proc/{self.agent_pid}/task"):
+            try:
+                agent_wait += self._thread(f"/proc/{self.agent_pid}/task/{tid}")[0]
+            except OSError:
+                continue
+        with open("/proc/stat") as f:
+            steal = int(f.readline().split()[8])
+        with open("/proc/net/snmp") as f:
+            udp = [line.split() for line in f if line.startswith("Udp:")]
+        udp = dict(zip(udp[0][1:], map(int, udp[1][1:])))
+        return {"wait_ms": wait / 1e6, "preempted": preempted, "sub_wait_ms": agent_wait / 1e6,
+                "steal_ms": steal * self.TICK_MS, "rcvbuf": udp["RcvbufErrors"],
+                "sndbuf": udp["SndbufErrors"]}
+
+    @staticmethod
+    def delta(before: dict, after: dict) -> dict:
+        """What changed between two reads."""
+        return {k: after[k] - before[k] for k in before}
+
+    @staticmethod
+    def describe(d: dict) -> str:
+        """One trial's counters in a few words."""
+        return (f"wait {d['wait_ms']:.1f} ms/{d['preempted']}, sub wait {d['sub_wait_ms']:.0f} ms, "
+                f"steal {d['steal_ms']:.0f} ms, rcvbuf {d['rcvbuf']}, sndbuf {d['sndbuf']}")
+
+
+def _pid_of(tid: int) -> int:
+    """The process a thread belongs to."""
+    with open(f"/proc/{tid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Tgid:"))
 
 
 def sign_test(wins: int, losses: int) -> float:
