@@ -1,6 +1,7 @@
 """The bench: lossless-rate search on modelled systems, the table, and a real small run."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -148,8 +149,14 @@ def test_unavailable_system_is_reported_not_faked(tmp_path):
     env = dict(os.environ, PELOTARI_BENCH_DIR=str(tmp_path))
     out = subprocess.run(PELOTARI + ["bench", "--list"], capture_output=True, text=True, env=env)
     assert out.returncode == 0
-    assert "reference      unavailable: needs the source tree's bench/ folder" in out.stdout
-    assert "pelotari       ok" in out.stdout
+    assert re.search(r"^reference +unavailable: needs the source tree's bench/ folder",
+                     out.stdout, re.M)
+    assert re.search(r"^pelotari +ok$", out.stdout, re.M)
+    # the names' column is as wide as the longest name: every status starts in one column
+    first = out.stdout.splitlines()[0]
+    column = first.index("ok")
+    assert all(line[column - 1] == " " and line[column] != " "
+               for line in out.stdout.splitlines()[::2])
     res = subprocess.run(PELOTARI + ["bench", "--systems", "reference", "-S", "16", "-N", "1",
                                      "-o", str(tmp_path / "r.jsonl")],
                          capture_output=True, text=True, env=env, timeout=60)
@@ -522,7 +529,8 @@ def test_the_rates_table_says_when_no_trial_ran():
 
 def _rate_record(system, scenario, p99, rate=50_000.0):
     return {"system": system, "scenario": scenario, "offered_rate": rate, "lossless": True,
-            "latency_p99_us": p99, "client_bound": False, "delivered_rate": 4 * rate,
+            "latency_p50_us": p99 / 4, "latency_p99_us": p99, "latency_max_us": p99 * 10,
+            "client_bound": False, "delivered_rate": 4 * rate,
             "subscribers": int(scenario.split("N=")[1].split()[0])}
 
 
@@ -533,6 +541,7 @@ def test_the_rates_table_names_its_scenario():
                         _rate_record("reference", "S=16 N=4 P=1", 310.0)], [])
     assert one.splitlines()[0] == "S=16 N=4 P=1:"
     assert "| pelotari | 300 µs (300–300) |" in one
+    assert "| pelotari | 75 (75–75); 3,000 (3,000–3,000) |" in one  # p50; max
     two = _rate_record("pelotari", "S=16 N=10000 P=1", 900.0, rate=100.0)
     both = _rate_record("pelotari", "S=16 N=4 P=1", 300.0, rate=100.0)
     lines = _rates_table([both, two], []).splitlines()
@@ -547,7 +556,11 @@ def test_the_rates_table_names_its_scenario():
     (["--latency-rates", "100", "-N", "16385"], "at most 16,384"),
     (["--latency-rates", "100", "-N", "0,4"], "0: every number must be positive"),
     (["--latency-rates", "100,,200"], "not a comma-separated list of whole numbers"),
-], ids=["without-rates", "a-peer", "too-many-subscribers", "a-zero", "an-empty-item"])
+    (["--trials", "3"], "needs --latency-rates"),
+    (["--latency-rates", "100", "--rounds", "3"], "not with --latency-rates"),
+    (["--latency-rates", "100", "--repeats", "3"], "not with --latency-rates"),
+], ids=["without-rates", "a-peer", "too-many-subscribers", "a-zero", "an-empty-item",
+        "trials-without-rates", "rounds-with-rates", "repeats-with-rates"])
 def test_bench_refuses_what_it_cannot_run_in_one_line(args, why):
     from click.testing import CliRunner
 
@@ -568,3 +581,18 @@ def test_latency_rates_with_no_trial_run_exits_with_an_error(monkeypatch, tmp_pa
     res = CliRunner().invoke(main, ["bench", "--latency-rates", "100", "--systems", "pelotari",
                                     "-o", str(tmp_path / "r.jsonl")])
     assert res.exit_code == 1 and "no trial ran" in res.output, res.output
+
+
+def test_a_busy_machine_is_named_before_the_trials():
+    from pelotari.cli.bench import BUSY_LATE_PER_S, _busy_warning
+
+    def wake(cpu, late):
+        return {"kind": "latency-wakeup", "cpu": cpu, "seconds": 2.0, "late_1ms": late}
+    quiet = [wake(0, 3), wake(0, 2), wake(1, 0)]
+    assert _busy_warning(quiet) == ""
+    at_limit = [wake(0, 2 * BUSY_LATE_PER_S)]  # exactly the limit: still quiet
+    assert _busy_warning(at_limit) == ""
+    busy = [wake(0, 82), wake(0, 84), wake(0, 80), wake(1, 0)]
+    assert _busy_warning(busy).startswith("warning: the machine is busy: core 0 woke at least "
+                                          "1 ms late 41 times a second")
+    assert "core 1" not in _busy_warning(busy)

@@ -1298,9 +1298,24 @@ def test_latency_at_rates_is_the_median_of_the_lossless_trials_with_its_spread(r
     assert (packed["p99_us"], packed["p99_us_max"], packed["stalled_ms"]) == (4_500.0, 5_000.0,
                                                                               35.0)
     assert low["stalled_ms"] is None and low["publish_interval_s"] == 0.0  # (not recorded)
+    assert (low["p50_us"], low["p50_us_min"], low["p50_us_max"]) == (250 / 3, 200 / 3, 1_000.0)
+    assert (low["max_us"], low["max_us_min"], low["max_us_max"]) == (500.0, 400.0, 6_000.0)
     wide = rows[("pelotari-packed", 200.0)]
     assert (wide["subscribers"], wide["publish_interval_s"], wide["delivered_rate"],
             wide["commit"]) == (10_000, 0.05, 2_000_000.0, "bbb")
+
+
+def test_two_runs_at_one_commit_are_never_pooled(spark):
+    later = bully_env(time="2026-11-01T12:00:00+00:00")  # the same commit, run again
+    raw = spark.createDataFrame(
+        [rate_trial("pelotari", 10_000, k, 200.0) for k in range(3)]
+        + [rate_trial("pelotari", 10_000, k, 2_000.0, env=later) for k in range(3)]
+        + [floor_trial("udp", 0, 5.0), {**floor_trial("udp", 0, 50.0), "env": later}],
+        schema=trend.RATES_SCHEMA)
+    rows = collect(trend.latency_at_rates(raw), "time")
+    assert [(r["commit"], r["trials"], r["p99_us"]) for r in rows] == [
+        ("aaa", 3, 200.0), ("aaa", 3, 2_000.0)]
+    assert [r["p99_us"] for r in collect(trend.latency_floor(raw), "time")] == [5.0, 50.0]
 
 
 def test_wakeup_stalls_per_core_per_second(rates_raw):
@@ -1335,7 +1350,16 @@ def test_report_on_latency_rate_records_plots_and_tables_them(spark, tmp_path):
     assert ("### S=16 N=10000 P=1, sent every 50 ms\n\n| system | 200/s |\n|---|---|\n"
             "| pelotari, packed clients (extension) | 25,000 (25,000 – 25,001), "
             "2.00M/s delivered |") in summary
-    assert ("Wake-up stalls, core 0 (a thread napping 50 µs, bench/floor/wakeup.c): woken "
-            "≥ 1 ms late 2.0 times a second (1.0 – 3.0, 3 trials), worst 2.5 ms.") in summary
-    assert "UDP ping-pong (C, one way = half the round trip): p50 1.5 µs, p99 6.0 µs" in summary
+    n4, n10000 = summary.split("### S=16 N=10000 P=1")
+    # each run's machine figures under its own scenario: the N=10,000 run measured none
+    assert ("Wake-up stalls of this run, core 0 (a thread napping 50 µs, bench/floor/wakeup.c): "
+            "woken ≥ 1 ms late 2.0 times a second (1.0 – 3.0, 3 trials), worst 2.5 ms.") in n4
+    assert "UDP ping-pong (C, one way = half the round trip): p50 1.5 µs, p99 6.0 µs" in n4
+    assert "ping-pong" not in n10000.split("\n## ")[0]
+    # item 1 of issue 31: p50, p99 and max, each a median with its smallest and largest
+    assert "| system | offered msgs/s | lossless trials | p50 | p99 | max |" in n4
+    assert "| pelotari (GSO fan-out) | 10k | 3 of 3 | 83 (67 – 1,000) | 250 (200 – 3,000) | " \
+        "500 (400 – 6,000) |" in n4
+    assert "| pelotari, packed clients (extension) | 1M | 2 of 3 | 1,500 (1,333 – 1,667) | " \
+        "4,500 (4,000 – 5,000) | 9,000 (8,000 – 10,000) |" in n4
     assert (tmp_path / "trend" / "latency-rates.png").read_bytes()[:4] == b"\x89PNG"

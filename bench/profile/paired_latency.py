@@ -23,11 +23,14 @@ from contextlib import ExitStack
 
 from pelotari.harness.procs import STOP_SIGNALS, Children
 from pelotari.harness.rates import TIMELINE, lossless, stalled_ms
-from pelotari.harness.systems import MAX_SUBSCRIBERS, SYSTEMS
+from pelotari.harness.systems import MAX_SUBSCRIBERS, SYSTEMS, Unavailable
 from pelotari.harness.trial import Scenario, Session
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_wakes import serving_thread  # noqa: E402
+
+
+MIN_RATE = 50.0
 
 
 def arguments(argv):
@@ -44,9 +47,13 @@ def arguments(argv):
     if len(names) != 2 or names[0] == names[1] or any(n not in fyrehose for n in names):
         parser.error(f"two different fyrehose systems (the per-millisecond timeline is "
                      f"pelotari's load generator's), comma-separated, from: {', '.join(fyrehose)}")
-    if not (args.rate > 0 and args.rate != float("inf")) or args.pairs < 1 or \
-            not 1 <= args.subscribers <= MAX_SUBSCRIBERS:
-        parser.error(f"RATE > 0, PAIRS >= 1, 1 <= N <= {MAX_SUBSCRIBERS}")
+    if not MIN_RATE <= args.rate < float("inf"):
+        parser.error(f"RATE must be at least {MIN_RATE:g} msgs/s (a 2 s trial's p99 needs 100 "
+                     f"messages), and finite")
+    if args.pairs < 1:
+        parser.error("PAIRS must be at least 1")
+    if not 1 <= args.subscribers <= MAX_SUBSCRIBERS:
+        parser.error(f"N must be from 1 to {MAX_SUBSCRIBERS}")
     return names, args.rate, args.pairs, args.subscribers
 
 
@@ -55,6 +62,8 @@ def main(argv=None):
     try:
         with Children(interrupt=STOP_SIGNALS):  # servers and agents end with us, however we end
             run(*args)
+    except Unavailable as exc:
+        sys.exit(str(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
@@ -73,9 +82,12 @@ def run(names, rate, pairs, subscribers):
         for k in range(pairs):
             got, where = {}, {}
             for n in (names if k % 2 == 0 else names[::-1]):
-                before = probes[n].read()
-                got[n] = sessions[n].trial(rate, 2.0, timeline=TIMELINE)
-                where[n] = Probe.delta(before, probes[n].read())
+                try:
+                    before = probes[n].read()
+                    got[n] = sessions[n].trial(rate, 2.0, timeline=TIMELINE)
+                    where[n] = Probe.delta(before, probes[n].read())
+                except OSError as exc:  # (its /proc entries are gone)
+                    raise Unavailable(f"{n} exited during the run ({exc.strerror})") from None
             got = {n: got[n] for n in names}
             for n, result in got.items():
                 lossy[n] += not lossless(result)

@@ -399,16 +399,33 @@ def _bench_markdown(data: Dict[str, List[dict]], threshold: float) -> List[str]:
 
 # ---- latency at the same offered rate (`pelotari bench --latency-rates`) ------------------------
 
-def _latest_commit(rows: List[dict]) -> List[dict]:
-    """The rows of the newest commit (by its first run)."""
+def _spread(row: dict, key: str) -> str:
+    """A median with its smallest and largest: '328 (180 – 1,245)'."""
+    lo, hi = row.get(f"{key}_min"), row.get(f"{key}_max")
+    if not _number(row.get(key)):
+        return "—"
+    return f"{row[key]:,.0f}" + (f" ({lo:,.0f} – {hi:,.0f})" if _number(lo) and _number(hi)
+                                 else "")
+
+
+def _run_of(rows: List[dict], panel: List[dict], fallback: bool = True) -> List[dict]:
+    """The rows measured in the same run as a panel's rows (with `fallback`, the newest run's
+    if none were)."""
+    runs = {(r["commit"], r["time"]) for r in panel}
+    mine = [r for r in rows if (r["commit"], r["time"]) in runs]
+    return mine or (_latest_run(rows) if fallback else [])
+
+
+def _latest_run(rows: List[dict]) -> List[dict]:
+    """The rows of the newest run (its commit and start time)."""
     if not rows:
         return []
-    newest = max(rows, key=lambda r: str(r["time"]))["commit"]
-    return [r for r in rows if r["commit"] == newest]
+    newest = max(rows, key=lambda r: str(r["time"]))
+    return [r for r in rows if (r["commit"], r["time"]) == (newest["commit"], newest["time"])]
 
 
 def _latest_per_scenario(rows: List[dict]) -> List[dict]:
-    """Each scenario's rows of its newest commit (a later run of one scenario leaves the
+    """Each scenario's rows of its newest run (a later run of one scenario leaves the
     others' panels as they were); a run with a publish interval is a scenario of its own
     ("S=16 N=10000 P=1, sent every 50 ms")."""
     rows = [dict(r, scenario=f"{r['scenario']}, sent every {r['publish_interval_s'] * 1000:g} ms")
@@ -416,7 +433,7 @@ def _latest_per_scenario(rows: List[dict]) -> List[dict]:
             for r in rows]
     out = []
     for sc in dict.fromkeys(r["scenario"] for r in rows):
-        out += _latest_commit([r for r in rows if r["scenario"] == sc])
+        out += _latest_run([r for r in rows if r["scenario"] == sc])
     return out
 
 
@@ -432,12 +449,11 @@ def _delivered_note(row: dict) -> str:
 def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -> pathlib.Path:
     """p99 against the offered rate, one line per system (the band: smallest to largest p99
     of its lossless trials), log axes, client-bound points hollow, lossy points left out and
-    named; the loopback floor dashed. One panel per scenario, with its newest commit's
-    records; in a panel of over 16 subscribers each point says what it delivered."""
+    named; the loopback floor measured in the panel's run dashed. One panel per scenario,
+    with its newest run's records; in a panel of over 16 subscribers each point says what it delivered."""
     from matplotlib.lines import Line2D
 
     rows = _latest_per_scenario(rates)
-    floor = _latest_commit(floor)
     scenarios = _scenario_order(rows)
     systems = _system_order({r["system"] for r in rows})
     cols = min(2, len(scenarios))
@@ -476,7 +492,9 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
                                 textcoords="offset points", xytext=(0, 9), ha="center",
                                 fontsize=7, color=colour)
         wide = any(r["subscribers"] > 16 for r in rows if r["scenario"] == sc)
-        for f in ([] if wide else floor):  # (a fan-out to thousands is not one message's trip)
+        panel = [r for r in rows if r["scenario"] == sc]
+        # (a fan-out to thousands is not one message's trip)
+        for f in ([] if wide else _run_of(floor, panel)):
             style = {"udp": (0, (5, 3)), "tcp": (0, (1, 2))}.get(f["transport"], "--")
             ax.axhline(f["p99_us"], color="black", lw=1, ls=style)
             ax.annotate(f"loopback floor, {f['transport'].upper()} ping-pong p99 "
@@ -511,7 +529,7 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
             title += "\n(each datagram is one send to every subscriber, one after another: " \
                 "the last waits for the whole fan-out)"
         if left_out:
-            title += "\nleft out, lossy (over half the trials lost ≥ 0.1 % or fell behind): " + \
+            title += "\nleft out, lossy (half the trials or more lost ≥ 0.1 % or fell behind): " + \
                 "; ".join(left_out)
         ax.set_title(_wrap_title(title), fontsize=8)
         ax.grid(alpha=0.3, which="both")
@@ -542,11 +560,10 @@ def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
     rows = _latest_per_scenario(data.get("latency_rates", []))
     if not rows:
         return []
-    floor = _latest_commit(data.get("latency_floor", []))
     lines = ["## Latency at the same offered rate", "",
              "`pelotari bench --latency-rates`: every system at the same offered rates; each "
              "cell the median p99 of the lossless trials (smallest – largest), µs; `lossy`: "
-             "over half the trials lost ≥ 0.1 % or fell behind; (cb): client-bound; "
+             "half the trials or more lost ≥ 0.1 % or fell behind; (cb): client-bound; "
              "stalled: the median trial's milliseconds in which some message arrived over "
              "1 ms late (given where the load generator measured it and it was at least 1). "
              "Latency runs from each message's send: with a publish interval, not the wait "
@@ -575,17 +592,36 @@ def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
                                     if _number(r.get("stalled_ms")) and r["stalled_ms"] >= 1
                                     and r["subscribers"] <= 16 else ""))
             lines.append(f"| {system_style(system)[0]} | " + " | ".join(cells) + " |")
+        lines += ["", f"{sc}, every lossless point: p50, p99 and max, µs, each the median of "
+                  "the lossless trials (smallest – largest):", "",
+                  "| system | offered msgs/s | lossless trials | p50 | p99 | max |",
+                  "|---|---|---|---|---|---|"]
+        for system in _system_order({r["system"] for r in rows if r["scenario"] == sc}):
+            for r in sorted((r for r in rows if r["scenario"] == sc and r["system"] == system
+                             and not r["lossy"]), key=lambda r: r["offered_rate"]):
+                lines.append(f"| {system_style(system)[0]} | {_rate_tick(r['offered_rate'])} | "
+                             f"{r['lossless_trials']} of {r['trials']} | "
+                             + " | ".join(_spread(r, q) for q in ("p50_us", "p99_us", "max_us"))
+                             + " |")
+        panel = [r for r in rows if r["scenario"] == sc]
+        lines += [""] + _machine_lines(_run_of(data.get("latency_floor", []), panel, False),
+                                       _run_of(data.get("wakeup_stalls", []), panel, False))
         lines.append("")
-    for f in floor:
-        lines.append(f"Loopback floor, {f['transport'].upper()} ping-pong (C, one way = half "
-                     f"the round trip): p50 {f['p50_us']:.1f} µs, p99 {f['p99_us']:.1f} µs "
-                     f"({f['p99_us_min']:.1f} – {f['p99_us_max']:.1f}, "
+    return lines
+
+
+def _machine_lines(floor: List[dict], wakeups: List[dict]) -> List[str]:
+    """The loopback floor and the wake-up stalls one run measured, a line each."""
+    lines = []
+    for f in sorted(floor, key=lambda f: (f["transport"] != "udp", f["transport"])):
+        lines.append(f"Loopback floor of this run, {f['transport'].upper()} ping-pong (C, one "
+                     f"way = half the round trip): p50 {f['p50_us']:.1f} µs, p99 "
+                     f"{f['p99_us']:.1f} µs ({f['p99_us_min']:.1f} – {f['p99_us_max']:.1f}, "
                      f"{plural(f['trials'], 'trial')}).")
-    for w in sorted(_latest_commit(data.get("wakeup_stalls", [])), key=lambda w: w["cpu"]):
-        lines.append(f"Wake-up stalls, core {w['cpu']} (a thread napping {w['nap_us']} µs, "
-                     f"bench/floor/wakeup.c): woken ≥ 1 ms late {w['late_1ms_per_s']:.1f} "
-                     f"times a second ({w['late_1ms_per_s_min']:.1f} – "
+    for w in sorted(wakeups, key=lambda w: w["cpu"]):
+        lines.append(f"Wake-up stalls of this run, core {w['cpu']} (a thread napping "
+                     f"{w['nap_us']} µs, bench/floor/wakeup.c): woken ≥ 1 ms late "
+                     f"{w['late_1ms_per_s']:.1f} times a second ({w['late_1ms_per_s_min']:.1f} – "
                      f"{w['late_1ms_per_s_max']:.1f}, {plural(w['trials'], 'trial')}), worst "
                      f"{w['worst_us'] / 1000:.1f} ms.")
-    lines.append("")
     return lines

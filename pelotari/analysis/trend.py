@@ -701,10 +701,16 @@ RATES_SCHEMA = StructType([BENCH_SCHEMA[name] for name in (
 ])
 
 
+# One `pelotari bench --latency-rates` run: its records share the commit and the start time
+# (env.time), so two runs at one commit (one of them with uncommitted changes) are never pooled.
+def _run():
+    return F.col("env.commit").alias("commit"), F.to_timestamp("env.time").alias("time")
+
+
 def latency_at_rates(raw: DataFrame) -> DataFrame:
-    """latency-rate records → per (scenario, system, offered rate, pack interval, commit):
-    trials, how many were lossless, and over the lossless ones the median p50, p99 (with its
-    smallest and largest), max, delivered msgs/s and stalled milliseconds, and whether any was
+    """latency-rate records → per (scenario, system, offered rate, pack interval, run):
+    trials, how many were lossless, and over the lossless ones the median p50, p99 and max
+    (each with its smallest and largest), delivered msgs/s and stalled milliseconds, and whether any was
     client-bound; `lossy` when at most half the trials were lossless (then the latencies say
     nothing)."""
     ok = F.coalesce("lossless", F.lit(False))
@@ -714,15 +720,18 @@ def latency_at_rates(raw: DataFrame) -> DataFrame:
     return (raw.where(F.col("kind") == "latency-rate")
             .withColumn("publish_interval_s", F.coalesce("publish_interval_s", F.lit(0.0)))
             .groupBy("scenario", "payload", "subscribers", "publishers", "system",
-                     "offered_rate", "publish_interval_s", F.col("env.commit").alias("commit"))
-            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
-                 F.count(F.lit(1)).alias("trials"),
+                     "offered_rate", "publish_interval_s", *_run())
+            .agg(F.count(F.lit(1)).alias("trials"),
                  F.sum(ok.cast("long")).alias("lossless_trials"),
                  F.median(over_lossless("latency_p50_us")).alias("p50_us"),
+                 F.min(over_lossless("latency_p50_us")).alias("p50_us_min"),
+                 F.max(over_lossless("latency_p50_us")).alias("p50_us_max"),
                  F.median(over_lossless("latency_p99_us")).alias("p99_us"),
                  F.min(over_lossless("latency_p99_us")).alias("p99_us_min"),
                  F.max(over_lossless("latency_p99_us")).alias("p99_us_max"),
                  F.median(over_lossless("latency_max_us")).alias("max_us"),
+                 F.min(over_lossless("latency_max_us")).alias("max_us_min"),
+                 F.max(over_lossless("latency_max_us")).alias("max_us_max"),
                  F.median(over_lossless("delivered_rate")).alias("delivered_rate"),
                  F.median(F.when(ok & (F.col("stalled_ms") >= 0), F.col("stalled_ms")))
                  .alias("stalled_ms"),
@@ -734,13 +743,12 @@ def latency_at_rates(raw: DataFrame) -> DataFrame:
 
 
 def wakeup_stalls(raw: DataFrame) -> DataFrame:
-    """latency-wakeup records → per (core, commit): trials, and the naps woken at least 1 ms
+    """latency-wakeup records → per (core, run): trials, and the naps woken at least 1 ms
     late per second (median, smallest, largest) and the worst oversleep, in µs."""
     late = F.col("late_1ms") / F.col("seconds")
     return (raw.where(F.col("kind") == "latency-wakeup")
-            .groupBy("cpu", "nap_us", F.col("env.commit").alias("commit"))
-            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
-                 F.count(F.lit(1)).alias("trials"),
+            .groupBy("cpu", "nap_us", *_run())
+            .agg(F.count(F.lit(1)).alias("trials"),
                  F.median(late).alias("late_1ms_per_s"),
                  F.min(late).alias("late_1ms_per_s_min"),
                  F.max(late).alias("late_1ms_per_s_max"),
@@ -748,12 +756,11 @@ def wakeup_stalls(raw: DataFrame) -> DataFrame:
 
 
 def latency_floor(raw: DataFrame) -> DataFrame:
-    """latency-floor records → per (transport, commit): median p50 and p99 of the one-way
+    """latency-floor records → per (transport, run): median p50 and p99 of the one-way
     loopback latency with their smallest and largest, and `trials`."""
     return (raw.where(F.col("kind") == "latency-floor")
-            .groupBy("transport", F.col("env.commit").alias("commit"))
-            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
-                 F.count(F.lit(1)).alias("trials"),
+            .groupBy("transport", *_run())
+            .agg(F.count(F.lit(1)).alias("trials"),
                  F.median("latency_p50_us").alias("p50_us"),
                  F.median("latency_p99_us").alias("p99_us"),
                  F.min("latency_p99_us").alias("p99_us_min"),

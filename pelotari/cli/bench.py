@@ -90,18 +90,27 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     from pelotari.harness.trial import Scenario, placement
 
     if list_systems:
+        width = max(map(len, SYSTEMS)) + 1
         for name, system in SYSTEMS.items():
             why = system.check()
-            click.echo(f"{name:<14} {'ok' if why is None else 'unavailable: ' + why}\n"
-                       f"{'':<14} {system.description}")
+            click.echo(f"{name:<{width}} {'ok' if why is None else 'unavailable: ' + why}\n"
+                       f"{'':<{width}} {system.description}")
         return
     names = [s.strip() for s in systems.split(",") if s.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
         raise click.BadParameter(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}",
                                  param_hint="--systems")
-    if pack_interval and not latency_rates:
-        raise click.BadParameter("needs --latency-rates", param_hint="--pack-interval")
+    given = click.get_current_context().get_parameter_source
+    default = click.core.ParameterSource.DEFAULT
+    for name, hint in (("pack_interval", "--pack-interval"), ("trials", "--trials")):
+        if not latency_rates and given(name) != default:
+            raise click.BadParameter("needs --latency-rates", param_hint=hint)
+    for name, hint in (("repeats", "--repeats"), ("rounds", "--rounds"),
+                       ("precision", "--precision")):
+        if latency_rates and given(name) != default:
+            raise click.BadParameter("searches a lossless rate: not with --latency-rates "
+                                     "(its count is --trials)", param_hint=hint)
     others = [n for n in names if SYSTEMS[n].protocol != "fyrehose"]
     if pack_interval and others:
         raise click.BadParameter(f"{others[0]} has no pack interval (fyrehose systems only: "
@@ -172,7 +181,8 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
                f"{', '.join(s.name for s in scenarios)}; offered "
                f"{', '.join(_r(r) for r in rates)} msgs/s"
                + (f" (sent every {interval * 1000:g} ms)" if interval else "")
-               + f"; {trials} trials of {duration:g}s; {where}", err=True)
+               + f"; {trials} trial{'s' if trials != 1 else ''} of {duration:g}s; {where}",
+               err=True)
     progress = StatusLine(interval=0.0, plain_interval=10.0)
     started = time.monotonic()
 
@@ -207,6 +217,10 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
             floor = floor_records(trials, env, where, client_cpus, progress=progress.update,
                                   wakeup_cpus=(server_cpus or set()) | (client_cpus or set()))
             results.write(output, floor)
+            busy = _busy_warning([f for f in floor if f["kind"] == "latency-wakeup"])
+            if busy:
+                progress.finish()
+                click.secho(busy, fg="yellow", err=True)
             done = RatesRunner(systems, names, scenarios, rates, duration, output, trials,
                                env=env, placement=where, interval=interval).run(show)
     except Unavailable as exc:
@@ -218,14 +232,19 @@ def _latency_rates(systems, names, scenarios, rates, trials, duration, output, w
         raise click.ClickException("no trial ran (the reasons are above)")
     click.echo(_rates_table(measured, [f for f in floor if f["kind"] == "latency-floor"]))
     click.echo(_wakeup_line([f for f in floor if f["kind"] == "latency-wakeup"]))
-    click.echo(f"{where}; {trials} trials of {duration:g}s per system and rate; results in "
+    click.echo(f"{where}; {trials} trial{'s' if trials != 1 else ''} of {duration:g}s per "
+               f"system and rate; results in "
                f"{output} ({time.monotonic() - started:.0f}s); `pelotari trend` plots them",
                err=True)
 
 
 def _rates_table(records, floor) -> str:
-    """p99 per system and rate: median of the lossless trials (all trials lossy: "lossy")."""
+    """p99 per system and rate: median of the lossless trials (all trials lossy: "lossy");
+    then p50 and max the same way."""
     import statistics
+
+    def spread(values, unit=" µs"):
+        return f"{statistics.median(values):,.0f}{unit} ({min(values):,.0f}–{max(values):,.0f})"
 
     if not records:
         return "no trial ran (the reasons are above)"
@@ -250,8 +269,7 @@ def _rates_table(records, floor) -> str:
                 p99 = [r["latency_p99_us"] for r in ok]
                 bound = " (client-bound)" if any(r["client_bound"] for r in ok) else ""
                 delivered = statistics.median(r["delivered_rate"] for r in ok)
-                cells.append(f"{statistics.median(p99):,.0f} µs ({min(p99):,.0f}–"
-                             f"{max(p99):,.0f}){bound}"
+                cells.append(f"{spread(p99)}{bound}"
                              + (f", {_r(delivered)}/s delivered" if ok[0]["subscribers"] > 16
                                 else ""))
         lines.append(f"| {s}" + (f" ({sc})" if len(scenarios) > 1 else "") + " | "
@@ -261,7 +279,41 @@ def _rates_table(records, floor) -> str:
         if p99:
             lines.append(f"| loopback floor, {t.upper()} ping-pong | "
                          + " | ".join(f"{statistics.median(p99):,.1f} µs" for _ in rates) + " |")
+    lines += ["", "p50 and max, µs, the same way (median of the lossless trials, smallest–largest):",
+              "| system | " + " | ".join(f"{_r(x)}/s p50; max" for x in rates) + " |",
+              "|---|" + "---|" * len(rates)]
+    for sc, s in rows:
+        cells = []
+        for x in rates:
+            ran = [r for r in records if r["scenario"] == sc and r["system"] == s
+                   and r["offered_rate"] == x]
+            ok = [r for r in ran if r["lossless"]]
+            cells.append("—" if not ran else "lossy" if len(ok) * 2 <= len(ran) else
+                         f"{spread([r['latency_p50_us'] for r in ok], '')}; "
+                         f"{spread([r['latency_max_us'] for r in ok], '')}")
+        lines.append(f"| {s}" + (f" ({sc})" if len(scenarios) > 1 else "") + " | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+BUSY_LATE_PER_S = 10.0  # naps woken >= 1 ms late a second; a quiet 2-vCPU VM: about 1.5
+
+
+def _busy_warning(records) -> str:
+    """A warning when the wake-up meter found the machine busy ('' when it is quiet)."""
+    import statistics
+
+    busy = {}
+    for cpu in sorted({r["cpu"] for r in records}):
+        per_s = statistics.median(r["late_1ms"] / r["seconds"] for r in records if r["cpu"] == cpu)
+        if per_s > BUSY_LATE_PER_S:
+            busy[cpu] = per_s
+    if not busy:
+        return ""
+    return ("warning: the machine is busy: " + ", ".join(
+        f"core {cpu} woke at least 1 ms late {v:.0f} times a second" for cpu, v in busy.items())
+        + f" (more than {BUSY_LATE_PER_S:g}); these latencies are not comparable with a quiet "
+        "machine's")
 
 
 def _wakeup_line(records) -> str:
