@@ -11,8 +11,9 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the analysis extra is part of the test set-up")
 
-from pelotari.analysis import (plotting, report, report_bully, report_fyrehose,  # noqa: E402
-                               report_potato, report_swarm, trend)
+from pelotari.analysis import (plotting, report, report_bully, report_failover,  # noqa: E402
+                               report_fuzz, report_fyrehose, report_potato, report_swarm,
+                               trend)
 
 from conftest import PELOTARI  # noqa: E402
 
@@ -61,7 +62,7 @@ RECORDS = [
 
 @pytest.fixture(scope="session")
 def raw(spark):
-    return spark.createDataFrame(RECORDS, schema=trend.BENCH_SCHEMA)
+    return spark.createDataFrame(RECORDS, schema=report_fyrehose.BENCH_SCHEMA)
 
 
 def collect(df, *order):
@@ -69,7 +70,7 @@ def collect(df, *order):
 
 
 def test_bench_runs_types_rows_and_drops_skipped(raw):
-    runs = trend.bench_runs(raw)
+    runs = report_fyrehose.bench_runs(raw)
     assert runs.count() == 8
     first = collect(runs.where("system = 'nats'"), "system")[0]
     assert first["run_time"] == ts("2026-11-01T10:00:00") and first["client_bound"] is True
@@ -77,7 +78,7 @@ def test_bench_runs_types_rows_and_drops_skipped(raw):
 
 
 def test_throughput_trend_is_the_median_per_commit(raw):
-    t = trend.throughput_trend(trend.bench_runs(raw))
+    t = report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw))
     rows = collect(t.select("system", "commit", "time", "delivered_rate", "runs", "client_bound"),
                    "system", "commit")
     assert rows == [
@@ -91,30 +92,30 @@ def test_throughput_trend_is_the_median_per_commit(raw):
 
 
 def test_ratios_to_every_other_system(raw):
-    r = trend.ratios(trend.throughput_trend(trend.bench_runs(raw)))
+    r = report_fyrehose.ratios(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw)))
     assert [(x["commit"], x["versus"], x["ratio"]) for x in collect(r, "commit", "versus")] == [
         ("aaa", "nats", 0.1), ("aaa", "redis", 0.2), ("aaa", "reference", 200 / 300),
         ("bbb", "reference", 150 / 285)]
 
 
 def test_best_peer_ratio_picks_the_fastest_peer(raw):
-    r = trend.ratios(trend.throughput_trend(trend.bench_runs(raw)))
-    rows = collect(trend.best_peer_ratio(r), "commit")
+    r = report_fyrehose.ratios(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw)))
+    rows = collect(report_fyrehose.best_peer_ratio(r), "commit")
     assert [(x["commit"], x["best_peer"], x["ratio"]) for x in rows] == [("aaa", "nats", 0.1)]
 
 
 def test_target_ratios_pair_the_named_systems_and_the_best_peer(raw, spark):
-    t = trend.throughput_trend(trend.bench_runs(raw))
-    rows = collect(trend.target_ratios(t), "commit", "target")
+    t = report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw))
+    rows = collect(report_fyrehose.target_ratios(t), "commit", "target")
     assert [(x["commit"], x["target"], x["ratio"]) for x in rows] == [
         ("aaa", "pelotari/best peer", 0.1), ("aaa", "pelotari/reference", 200 / 300),
         ("bbb", "pelotari/reference", 150 / 285)]  # bbb has no peers: no best-peer ratio
     extra = spark.createDataFrame([
         bench_record("pelotari-packed", "S=16 N=4", 5000.0, "aaa", "2026-11-01T10:00:00+00:00"),
         bench_record("pelotari-plain", "S=16 N=4", 270.0, "aaa", "2026-11-01T10:00:00+00:00"),
-    ], schema=trend.BENCH_SCHEMA)
-    t = trend.throughput_trend(trend.bench_runs(raw.unionByName(extra)))
-    got = {x["target"]: x["ratio"] for x in collect(trend.target_ratios(t), "target")
+    ], schema=report_fyrehose.BENCH_SCHEMA)
+    t = report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw.unionByName(extra)))
+    got = {x["target"]: x["ratio"] for x in collect(report_fyrehose.target_ratios(t), "target")
            if x["commit"] == "aaa"}
     assert got == {"pelotari/best peer": 0.1, "pelotari/reference": 200 / 300,
                    "pelotari-plain/reference": 0.9, "pelotari-packed/redis": 5.0,
@@ -122,17 +123,17 @@ def test_target_ratios_pair_the_named_systems_and_the_best_peer(raw, spark):
 
 
 def test_regressions_flag_a_fall_beyond_the_threshold(raw):
-    t = trend.throughput_trend(trend.bench_runs(raw))
-    rows = collect(trend.regressions(t, 0.1), "system")
+    t = report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw))
+    rows = collect(report_fyrehose.regressions(t, 0.1), "system")
     assert [(x["system"], x["previous_commit"], x["commit"], x["previous_rate"],
              x["delivered_rate"], round(x["change"], 6)) for x in rows] == [
         ("pelotari", "aaa", "bbb", 200.0, 150.0, -0.25)]
-    assert trend.regressions(t, 0.3).count() == 0  # -25 % is inside a 30 % threshold
-    assert trend.regressions(t, 0.04).count() == 2  # reference's -5 % too
+    assert report_fyrehose.regressions(t, 0.3).count() == 0  # -25 % is inside a 30 % threshold
+    assert report_fyrehose.regressions(t, 0.04).count() == 2  # reference's -5 % too
 
 
 def test_latency_medians(raw):
-    rows = collect(trend.latency(trend.bench_runs(raw)).where("system = 'pelotari'"), "commit")
+    rows = collect(report_fyrehose.latency(report_fyrehose.bench_runs(raw)).where("system = 'pelotari'"), "commit")
     assert [(x["commit"], x["p50_us"], x["p90_us"], x["p99_us"]) for x in rows] == [
         ("aaa", 5.0, 10.0, 20.0), ("bbb", 5.0, 10.0, 20.0)]
 
@@ -327,11 +328,11 @@ BULLY_RECORDS = [
 @pytest.fixture(scope="session")
 def bully_raw(spark):
     """The bully records and the fyrehose bench records, one table as report.load reads them."""
-    return spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=trend.BULLY_SCHEMA)
+    return spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=report_bully.BULLY_SCHEMA)
 
 
 def test_bully_elections_are_medians_per_where_how_nodes_and_commit(bully_raw):
-    rows = collect(trend.bully_elections(bully_raw), "where", "how", "commit")
+    rows = collect(report_bully.bully_elections(bully_raw), "where", "how", "commit")
     assert [(r["where"], r["how"], r["nodes"], r["commit"], r["runs"]) for r in rows] == [
         ("processes", "SIGKILL", 5, "aaa", 2), ("simulator", "crash", 5, "aaa", 1),
         ("simulator", "kill", 5, "aaa", 3), ("simulator", "kill", 5, "bbb", 1)]
@@ -343,7 +344,7 @@ def test_bully_elections_are_medians_per_where_how_nodes_and_commit(bully_raw):
 
 
 def test_bully_elections_coalesce_the_processes_message_count(bully_raw):
-    procs = collect(trend.bully_elections(bully_raw).where("where = 'processes'"), "commit")[0]
+    procs = collect(report_bully.bully_elections(bully_raw).where("where = 'processes'"), "commit")[0]
     assert procs["messages"] == 5.0  # median of messages_total_after_kill 4 and 6
     assert procs["elected_s"] == pytest.approx(3.3) and procs["agreed"] == 0.5
 
@@ -351,13 +352,13 @@ def test_bully_elections_coalesce_the_processes_message_count(bully_raw):
 def test_bully_elections_take_a_never_agreed_runs_nan_as_slowest(spark):
     recs = [election("processes", "SIGKILL", 5, t, t, 4, agreed=not math.isnan(t))
             for t in (1.0, float("nan"), 3.0)]
-    row = collect(trend.bully_elections(spark.createDataFrame(recs, schema=trend.BULLY_SCHEMA)),
+    row = collect(report_bully.bully_elections(spark.createDataFrame(recs, schema=report_bully.BULLY_SCHEMA)),
                   "nodes")[0]
     assert row["elected_s"] == 3.0 and row["agreed"] == pytest.approx(2 / 3)
 
 
 def test_bully_sync_medians_and_berkeley_for_processes(bully_raw):
-    rows = collect(trend.bully_sync(bully_raw), "where", "method")
+    rows = collect(report_bully.bully_sync(bully_raw), "where", "method")
     got = [(r["where"], r["method"], r["nodes"], r["runs"], r["spread_ms"], r["mean_error_ms"],
             r["max_abs_error_ms"], r["spread_right_after_ms"], r["outliers"], r["unanswered"])
            for r in rows]
@@ -368,17 +369,17 @@ def test_bully_sync_medians_and_berkeley_for_processes(bully_raw):
 
 
 def test_bully_functions_ignore_other_kinds(spark, raw, bully_raw):
-    fyrehose_only = spark.createDataFrame(RECORDS, schema=trend.BULLY_SCHEMA)
-    assert trend.bully_elections(fyrehose_only).count() == 0
-    assert trend.bully_sync(fyrehose_only).count() == 0
+    fyrehose_only = spark.createDataFrame(RECORDS, schema=report_bully.BULLY_SCHEMA)
+    assert report_bully.bully_elections(fyrehose_only).count() == 0
+    assert report_bully.bully_sync(fyrehose_only).count() == 0
     elections_only = spark.createDataFrame([r for r in BULLY_RECORDS if r["kind"] == "bully-election"],
-                                           schema=trend.BULLY_SCHEMA)
-    assert trend.bully_sync(elections_only).count() == 0
+                                           schema=report_bully.BULLY_SCHEMA)
+    assert report_bully.bully_sync(elections_only).count() == 0
     # ... and the fyrehose tables are the same with bully records in the same files
-    mixed = spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=trend.BENCH_SCHEMA)
-    assert trend.bench_runs(mixed).count() == 8
-    assert (collect(trend.throughput_trend(trend.bench_runs(mixed)), "system", "commit")
-            == collect(trend.throughput_trend(trend.bench_runs(raw)), "system", "commit"))
+    mixed = spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=report_fyrehose.BENCH_SCHEMA)
+    assert report_fyrehose.bench_runs(mixed).count() == 8
+    assert (collect(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(mixed)), "system", "commit")
+            == collect(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw)), "system", "commit"))
 
 
 def test_latest_per_takes_each_configurations_newest_commit():
@@ -541,11 +542,11 @@ POTATO_RECORDS = [
 def potato_raw(spark):
     """potato, bully and fyrehose records, one table as report.load reads them."""
     return spark.createDataFrame(POTATO_RECORDS + BULLY_RECORDS + RECORDS,
-                                 schema=trend.POTATO_SCHEMA)
+                                 schema=report_potato.POTATO_SCHEMA)
 
 
 def test_potato_broadcasts_are_medians_per_condition_and_commit(potato_raw):
-    rows = collect(trend.potato_broadcasts(potato_raw), "partition", "loss")
+    rows = collect(report_potato.potato_broadcasts(potato_raw), "partition", "loss")
     assert [(r["loss"], r["partition"], r["nodes"], r["degree"], r["commit"], r["runs"])
             for r in rows] == [(0.0, False, 10, 4.0, "aaa", 3), (0.01, False, 10, 4.0, "aaa", 2),
                                (0.0, True, 10, 4.0, "aaa", 1)]
@@ -562,7 +563,7 @@ def test_potato_broadcasts_are_medians_per_condition_and_commit(potato_raw):
 
 
 def test_potato_elections_time_messages_per_edge_and_clients_counted(potato_raw):
-    rows = collect(trend.potato_elections(potato_raw), "commit", "partition", "loss")
+    rows = collect(report_potato.potato_elections(potato_raw), "commit", "partition", "loss")
     assert [(r["loss"], r["partition"], r["commit"], r["runs"]) for r in rows] == [
         (0.0, False, "aaa", 3), (0.01, False, "aaa", 2), (0.0, True, "aaa", 1),
         (0.0, False, "bbb", 1)]
@@ -582,7 +583,7 @@ def test_potato_elections_time_messages_per_edge_and_clients_counted(potato_raw)
 
 
 def test_potato_meshes_medians_per_mesh_and_transport(potato_raw):
-    rows = collect(trend.potato_meshes(potato_raw), "nodes", "transport")
+    rows = collect(report_potato.potato_meshes(potato_raw), "nodes", "transport")
     assert [(r["mesh"], r["transport"], r["nodes"], r["edges"], r["runs"], r["elections"])
             for r in rows] == [("A-G", "tcp", 7, 9, 1, 20), ("A-G", "webrtc", 7, 9, 2, 40),
                                ("20 clients", "tcp", 20, 40, 1, 20)]
@@ -593,7 +594,7 @@ def test_potato_meshes_medians_per_mesh_and_transport(potato_raw):
 
 
 def test_potato_mixed_medians_with_their_spread_and_agreed_frames_summed(potato_raw):
-    (row,) = collect(trend.potato_mixed(potato_raw), "mesh")
+    (row,) = collect(report_potato.potato_mixed(potato_raw), "mesh")
     assert (row["mesh"], row["python_clients"], row["pages"], row["edges"], row["runs"]) == (
         "A-G, 3 pages", 4, 3, 8, 3)
     assert (row["election_p50_ms"], row["election_p50_ms_min"], row["election_p50_ms_max"]) == (
@@ -603,26 +604,26 @@ def test_potato_mixed_medians_with_their_spread_and_agreed_frames_summed(potato_
     assert (row["setup_s"], row["page_first_peer_ms"], row["node_cpu_pct_per_page"]) == (
         5.0, 400.0, 0.3)
     assert (row["elections"], row["elections_won"], row["frames_agreed"]) == (60, 60, 59)
-    assert trend.potato_meshes(potato_raw).where("mesh = 'A-G, 3 pages'").count() == 0
+    assert report_potato.potato_meshes(potato_raw).where("mesh = 'A-G, 3 pages'").count() == 0
 
 
 def test_potato_functions_ignore_other_kinds(spark, raw, bully_raw):
-    others = spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=trend.POTATO_SCHEMA)
-    for f in (trend.potato_broadcasts, trend.potato_elections, trend.potato_meshes,
-              trend.potato_mixed):
+    others = spark.createDataFrame(BULLY_RECORDS + RECORDS, schema=report_potato.POTATO_SCHEMA)
+    for f in (report_potato.potato_broadcasts, report_potato.potato_elections, report_potato.potato_meshes,
+              report_potato.potato_mixed):
         assert f(others).count() == 0
     meshes_only = spark.createDataFrame([r for r in POTATO_RECORDS if r["kind"] == "potato-mesh"],
-                                        schema=trend.POTATO_SCHEMA)
-    assert trend.potato_broadcasts(meshes_only).count() == 0
-    assert trend.potato_elections(meshes_only).count() == 0
+                                        schema=report_potato.POTATO_SCHEMA)
+    assert report_potato.potato_broadcasts(meshes_only).count() == 0
+    assert report_potato.potato_elections(meshes_only).count() == 0
     # ... and the fyrehose and bully tables are the same with potato records in the same files
     mixed = POTATO_RECORDS + BULLY_RECORDS + RECORDS
-    assert (collect(trend.throughput_trend(trend.bench_runs(
-        spark.createDataFrame(mixed, schema=trend.BENCH_SCHEMA))), "system", "commit")
-        == collect(trend.throughput_trend(trend.bench_runs(raw)), "system", "commit"))
-    assert (collect(trend.bully_elections(spark.createDataFrame(mixed, schema=trend.BULLY_SCHEMA)),
+    assert (collect(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(
+        spark.createDataFrame(mixed, schema=report_fyrehose.BENCH_SCHEMA))), "system", "commit")
+        == collect(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw)), "system", "commit"))
+    assert (collect(report_bully.bully_elections(spark.createDataFrame(mixed, schema=report_bully.BULLY_SCHEMA)),
                     "where", "how", "commit")
-            == collect(trend.bully_elections(bully_raw), "where", "how", "commit"))
+            == collect(report_bully.bully_elections(bully_raw), "where", "how", "commit"))
 
 
 def test_potato_conditions_read_as_words():
@@ -801,11 +802,11 @@ SWARM_RECORDS = [
 def swarm_raw(spark):
     """swarm, potato, bully and fyrehose records, one table as report.load reads them."""
     return spark.createDataFrame(SWARM_RECORDS + POTATO_RECORDS + BULLY_RECORDS + RECORDS,
-                                 schema=trend.SWARM_SCHEMA)
+                                 schema=report_swarm.SWARM_SCHEMA)
 
 
 def test_swarm_joins_are_medians_over_the_seeds_of_the_runs_that_converged(swarm_raw):
-    rows = collect(trend.swarm_joins(swarm_raw), "commit", "nodes", "loss")
+    rows = collect(report_swarm.swarm_joins(swarm_raw), "commit", "nodes", "loss")
     assert [(r["nodes"], r["loss"], r["commit"], r["runs"]) for r in rows] == [
         (100, 0.0, "aaa", 3), (100, 0.01, "aaa", 1), (200, 0.0, "aaa", 2), (100, 0.0, "bbb", 1)]
     clean, lossy, half, newer = rows
@@ -828,7 +829,7 @@ def test_swarm_joins_are_medians_over_the_seeds_of_the_runs_that_converged(swarm
 
 
 def test_swarm_recoveries_time_traffic_and_links_left_to_the_dead(swarm_raw):
-    rows = collect(trend.swarm_recoveries(swarm_raw), "nodes")
+    rows = collect(report_swarm.swarm_recoveries(swarm_raw), "nodes")
     assert [(r["nodes"], r["commit"], r["runs"], r["crashed"]) for r in rows] == [
         (100, "aaa", 3, 20.0), (200, "aaa", 1, 40.0)]
     hundred, never = rows
@@ -842,7 +843,7 @@ def test_swarm_recoveries_time_traffic_and_links_left_to_the_dead(swarm_raw):
 
 def test_swarm_bench_medians_per_measure_stack_and_commit(swarm_raw):
     rows = {(r["measure"], r["stack"], r["commit"]): r
-            for r in collect(trend.swarm_bench(swarm_raw), "measure")}
+            for r in collect(report_swarm.swarm_bench(swarm_raw), "measure")}
     assert set(rows) == {("memory", "pure Python", "aaa"), ("memory", "Cython", "aaa"),
                          ("pingpong", "pure Python", "aaa"), ("pingpong", "Cython", "aaa"),
                          ("pingpong", "pure Python", "bbb"), ("pingpong", "Cython", "bbb"),
@@ -865,7 +866,7 @@ def test_swarm_bench_medians_per_measure_stack_and_commit(swarm_raw):
 
 
 def test_swarm_speedups_say_how_many_times_better_cython_is(swarm_raw):
-    rows = collect(trend.swarm_speedups(trend.swarm_bench(swarm_raw)), "measure", "commit")
+    rows = collect(report_swarm.swarm_speedups(report_swarm.swarm_bench(swarm_raw)), "measure", "commit")
     assert [(r["measure"], r["commit"], r["pure"], r["cython"], r["higher_is_better"],
              r["ratio"]) for r in rows] == [
         ("memory", "aaa", 122.0, 61.0, False, 2.0),  # smaller is better: pure / Cython
@@ -875,17 +876,17 @@ def test_swarm_speedups_say_how_many_times_better_cython_is(swarm_raw):
 
 def test_swarm_functions_ignore_other_kinds(spark, raw, bully_raw, potato_raw):
     others = spark.createDataFrame(POTATO_RECORDS + BULLY_RECORDS + RECORDS,
-                                   schema=trend.SWARM_SCHEMA)
-    for f in (trend.swarm_joins, trend.swarm_recoveries, trend.swarm_bench):
+                                   schema=report_swarm.SWARM_SCHEMA)
+    for f in (report_swarm.swarm_joins, report_swarm.swarm_recoveries, report_swarm.swarm_bench):
         assert f(others).count() == 0
     # ... and the other tables are the same with swarm records in the same files
     mixed = SWARM_RECORDS + POTATO_RECORDS + BULLY_RECORDS + RECORDS
-    assert (collect(trend.throughput_trend(trend.bench_runs(
-        spark.createDataFrame(mixed, schema=trend.BENCH_SCHEMA))), "system", "commit")
-        == collect(trend.throughput_trend(trend.bench_runs(raw)), "system", "commit"))
-    assert (collect(trend.potato_meshes(spark.createDataFrame(mixed, schema=trend.POTATO_SCHEMA)),
+    assert (collect(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(
+        spark.createDataFrame(mixed, schema=report_fyrehose.BENCH_SCHEMA))), "system", "commit")
+        == collect(report_fyrehose.throughput_trend(report_fyrehose.bench_runs(raw)), "system", "commit"))
+    assert (collect(report_potato.potato_meshes(spark.createDataFrame(mixed, schema=report_potato.POTATO_SCHEMA)),
                     "nodes", "transport")
-            == collect(trend.potato_meshes(potato_raw), "nodes", "transport"))
+            == collect(report_potato.potato_meshes(potato_raw), "nodes", "transport"))
 
 
 def test_swarm_configurations_are_named_by_what_differs():
@@ -1022,8 +1023,8 @@ FUZZ_RECORDS = [
 
 
 def test_fuzz_runs_take_each_targets_newest_run_per_build(spark):
-    raw = spark.createDataFrame(FUZZ_RECORDS + [RECORDS[0]], schema=trend.FUZZ_SCHEMA)
-    rows = collect(trend.fuzz_runs(raw), "target", "native_coverage")
+    raw = spark.createDataFrame(FUZZ_RECORDS + [RECORDS[0]], schema=report_fuzz.FUZZ_SCHEMA)
+    rows = collect(report_fuzz.fuzz_runs(raw), "target", "native_coverage")
     assert [(r["target"], r["native_coverage"], r["inputs"], r["commit"], r["crashes"], r["runs"],
              r["inputs_all"], r["crashes_all"]) for r in rows] == [
         ("potato-wire", False, 9000, "c1", 0, 1, 9000, 0),
@@ -1191,11 +1192,11 @@ FAILOVER_RECORDS = [
 
 
 def test_failovers_are_medians_and_worst_per_clients_and_commit(spark):
-    raw = spark.createDataFrame(FAILOVER_RECORDS, schema=trend.FAILOVER_SCHEMA)
-    kills = collect(trend.failover_kills(raw), "clients", "kill")
+    raw = spark.createDataFrame(FAILOVER_RECORDS, schema=report_failover.FAILOVER_SCHEMA)
+    kills = collect(report_failover.failover_kills(raw), "clients", "kill")
     assert [(r["clients"], r["kill"]) for r in kills] == [
         ("floating", 1), ("pelotari", 1), ("pelotari", 2), ("pelotari", 3)]
-    rows = {r["clients"]: r for r in collect(trend.failovers(raw), "clients")}
+    rows = {r["clients"]: r for r in collect(report_failover.failovers(raw), "clients")}
     p = rows["pelotari"]
     assert (p["kills"], p["runs"], p["missing"]) == (3, 1, 1)
     assert p["new_active_median_s"] == pytest.approx(0.020)
@@ -1279,12 +1280,12 @@ RATE_RECORDS = [
 
 @pytest.fixture(scope="session")
 def rates_raw(spark):
-    return spark.createDataFrame(RATE_RECORDS + RECORDS, schema=trend.RATES_SCHEMA)
+    return spark.createDataFrame(RATE_RECORDS + RECORDS, schema=report_fyrehose.RATES_SCHEMA)
 
 
 def test_latency_at_rates_is_the_median_of_the_lossless_trials_with_its_spread(rates_raw):
     rows = {(r["system"], r["offered_rate"]): r
-            for r in collect(trend.latency_at_rates(rates_raw), "system", "offered_rate")}
+            for r in collect(report_fyrehose.latency_at_rates(rates_raw), "system", "offered_rate")}
     assert set(rows) == {("pelotari", 10_000.0), ("pelotari", 1_000_000.0),
                          ("pelotari-packed", 1_000_000.0), ("pelotari-packed", 200.0)}
     low = rows[("pelotari", 10_000.0)]
@@ -1311,22 +1312,22 @@ def test_two_runs_at_one_commit_are_never_pooled(spark):
         [rate_trial("pelotari", 10_000, k, 200.0) for k in range(3)]
         + [rate_trial("pelotari", 10_000, k, 2_000.0, env=later) for k in range(3)]
         + [floor_trial("udp", 0, 5.0), {**floor_trial("udp", 0, 50.0), "env": later}],
-        schema=trend.RATES_SCHEMA)
-    rows = collect(trend.latency_at_rates(raw), "time")
+        schema=report_fyrehose.RATES_SCHEMA)
+    rows = collect(report_fyrehose.latency_at_rates(raw), "time")
     assert [(r["commit"], r["trials"], r["p99_us"]) for r in rows] == [
         ("aaa", 3, 200.0), ("aaa", 3, 2_000.0)]
-    assert [r["p99_us"] for r in collect(trend.latency_floor(raw), "time")] == [5.0, 50.0]
+    assert [r["p99_us"] for r in collect(report_fyrehose.latency_floor(raw), "time")] == [5.0, 50.0]
 
 
 def test_wakeup_stalls_per_core_per_second(rates_raw):
-    rows = collect(trend.wakeup_stalls(rates_raw), "cpu")
+    rows = collect(report_fyrehose.wakeup_stalls(rates_raw), "cpu")
     assert [(r["cpu"], r["trials"], r["late_1ms_per_s"], r["late_1ms_per_s_min"],
              r["late_1ms_per_s_max"], r["worst_us"]) for r in rows] == [
         (0, 3, 2.0, 1.0, 3.0, 2_500.0), (1, 1, 0.0, 0.0, 0.0, 300.0)]
 
 
 def test_latency_floor_per_transport(rates_raw):
-    rows = collect(trend.latency_floor(rates_raw), "transport")
+    rows = collect(report_fyrehose.latency_floor(rates_raw), "transport")
     assert [(r["transport"], r["trials"], r["p99_us"], r["p99_us_min"], r["p99_us_max"])
             for r in rows] == [("tcp", 1, 8.0, 8.0, 8.0), ("udp", 3, 6.0, 5.0, 7.0)]
 

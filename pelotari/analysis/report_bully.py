@@ -1,4 +1,4 @@
-"""bully's pictures and summary tables (the bully benchmark's records).
+"""bully's analysis, pictures and summary tables (the bully benchmark's records).
 
 bully.png: election time and election messages against the nodes, per series (simulator,
 real processes); bully-sync.png: the clocks' spread after one sync round per configuration. The
@@ -6,8 +6,86 @@ summary's Elections and Clock sync tables."""
 import pathlib
 from typing import Dict, List
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+
 from pelotari.analysis.plotting import (_commits_note, _figure_legend, _log_axis, _ms, _ms_tick,
                                         _number, _runs_note, _seconds, _short, _wrap, latest_per)
+from pelotari.analysis.trend import ENV, Section
+
+
+# ---- analysis: pure DataFrame -> DataFrame functions over the records ----------------------------
+
+BULLY_KINDS = ("bully-election", "bully-sim-sync", "bully-sync")
+
+
+BULLY_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("where", StringType()),  # "simulator" or "processes"
+    StructField("how", StringType()),  # elections: "kill", "crash" (simulator), "SIGKILL"
+    StructField("method", StringType()),  # simulated sync: "berkeley", "rtt-blind average"
+    StructField("nodes", LongType()),
+    StructField("seed", LongType()),
+    StructField("agreed", BooleanType()),
+    StructField("detect_s", DoubleType()),
+    StructField("elected_after_detect_s", DoubleType()),
+    StructField("elected_s", DoubleType()),
+    StructField("messages", LongType()),  # simulator
+    StructField("messages_total_after_kill", LongType()),  # processes
+    StructField("textbook_messages", LongType()),
+    StructField("hour_off", BooleanType()),
+    StructField("start_spread_s", DoubleType()),
+    StructField("spread_ms", DoubleType()),
+    StructField("spread_right_after_ms", DoubleType()),
+    StructField("mean_error_ms", DoubleType()),
+    StructField("max_abs_error_ms", DoubleType()),
+    StructField("outliers", LongType()),
+    StructField("unanswered", LongType()),
+    StructField("env", ENV),
+])
+
+
+def bully_elections(raw: DataFrame) -> DataFrame:
+    """bully-election records → medians per (where, how, nodes, commit), dated by the commit's
+    first run: seconds from the leader's death until every survivor names the new leader
+    (`elected_s`), until the first survivor starts an election (`detect_s`) and between the two
+    (`elected_after_detect_s`); election messages (the simulator's `messages`, the processes'
+    `messages_total_after_kill`) against the textbook n(n-1)/2; `runs`, and the fraction of
+    runs where every survivor agreed. A run that never agreed may carry NaN times (processes),
+    which sort above every time: a median is NaN once half the runs or more are NaN."""
+    return (raw.where(F.col("kind") == "bully-election")
+            .withColumn("messages", F.coalesce("messages", "messages_total_after_kill"))
+            .groupBy("where", "how", "nodes", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("elected_s").alias("elected_s"),
+                 F.median("detect_s").alias("detect_s"),
+                 F.median("elected_after_detect_s").alias("elected_after_detect_s"),
+                 F.median("messages").alias("messages"),
+                 F.max("textbook_messages").alias("textbook_messages"),
+                 F.count(F.lit(1)).alias("runs"),
+                 F.avg(F.coalesce(F.col("agreed"), F.lit(False)).cast("double")).alias("agreed")))
+
+
+def bully_sync(raw: DataFrame) -> DataFrame:
+    """bully-sim-sync and bully-sync records → medians per (where, method, nodes, commit):
+    the spread of the logical clocks once slewed (`spread_ms`); in the simulator, their mean
+    and largest distance from the true time; with processes (which run Berkeley), the spread
+    right after the round and the most outliers and unanswered peers of any run."""
+    method = F.when(F.col("kind") == "bully-sync",
+                    F.coalesce("method", F.lit("berkeley"))).otherwise(F.col("method"))
+    return (raw.where(F.col("kind").isin("bully-sim-sync", "bully-sync"))
+            .withColumn("method", method)
+            .groupBy("where", "method", "nodes", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("start_spread_s").alias("start_spread_s"),
+                 F.median("spread_ms").alias("spread_ms"),
+                 F.median("mean_error_ms").alias("mean_error_ms"),
+                 F.median("max_abs_error_ms").alias("max_abs_error_ms"),
+                 F.median("spread_right_after_ms").alias("spread_right_after_ms"),
+                 F.max("outliers").alias("outliers"),
+                 F.max("unanswered").alias("unanswered"),
+                 F.count(F.lit(1)).alias("runs")))
 
 
 # (where, how) of an election series → its name on plots; unknown series keep "where, how".
@@ -240,3 +318,20 @@ def _bully_markdown(data: Dict[str, List[dict]]) -> List[str]:
                          f"`{_short(r['commit'])}` |")
         lines.append("")
     return lines
+
+
+def _analyse(raw: DataFrame, threshold: float) -> Dict[str, DataFrame]:
+    return {"bully_elections": bully_elections(raw), "bully_sync": bully_sync(raw)}
+
+
+def _plots(data: Dict[str, List[dict]], out: pathlib.Path, pyplot) -> List[pathlib.Path]:
+    written = []
+    if data.get("bully_elections"):
+        written.append(_bully_plot(data["bully_elections"], out / "bully.png", pyplot()))
+    if data.get("bully_sync"):
+        written.append(_bully_sync_plot(data["bully_sync"], out / "bully-sync.png", pyplot()))
+    return written
+
+
+SECTIONS = (Section("bully", BULLY_KINDS, BULLY_SCHEMA, _analyse, _plots,
+                    lambda data, threshold: _bully_markdown(data)),)

@@ -1,4 +1,4 @@
-"""The backbone cluster's failovers (`pelotari cluster-bench` records).
+"""The backbone cluster's failovers (`pelotari cluster-bench` records): analysis, picture, table.
 
 failover.png: every SIGKILL of the active in the newest run per client kind, one dot per kill and
 measure, against the 500 ms goal and the anchors' defaults. The summary's table of kills per
@@ -7,7 +7,73 @@ import pathlib
 import statistics
 from typing import Dict, List
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
 from pelotari.analysis.plotting import _commits_note, _ms, _ms_tick, _number, _short
+from pelotari.analysis.trend import ENV, Section
+
+
+# ---- analysis: pure DataFrame -> DataFrame functions over the records ----------------------------
+
+FAILOVER_KINDS = ("fyrehose-failover", "fyrehose-failover-run")
+
+
+FAILOVER_MEASURES = ("new_active_s", "arrive_s", "deliver_s", "confirm_s")
+
+
+FAILOVER_COUNTS = ("confirmed", "sent", "failed", "confirmed_not_delivered",
+                   "sequences_two_messages", "duplicates_delivered", "resent", "moves",
+                   "lost_ranges", "resyncs")
+
+
+FAILOVER_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("clients", StringType()),
+    StructField("fault", StringType()),
+    StructField("kill", LongType()),
+    StructField("kills", LongType()),
+    StructField("rate", DoubleType()),
+    StructField("subscribers", LongType()),
+    StructField("members", LongType()),
+    *[StructField(m, DoubleType()) for m in FAILOVER_MEASURES],
+    *[StructField(c, LongType()) for c in FAILOVER_COUNTS],
+    StructField("env", ENV),
+])
+
+
+def failover_kills(raw: DataFrame) -> DataFrame:
+    """fyrehose-failover records → one row per fault: clients (pelotari: given every member;
+    floating: seed clients of the floating address), the fault (kill when the record has
+    none: pelotari.harness.failover.FAULTS), rate, subscribers, commit, the run's
+    time, and seconds from the SIGKILL until the new active sequenced (`new_active_s`), its
+    first DELIVER reached every subscriber (`arrive_s`), every subscriber had it in order
+    (`deliver_s`) and the publisher was confirmed again (`confirm_s`); null: never seen."""
+    return (raw.where(F.col("kind") == "fyrehose-failover")
+            .select("clients", F.coalesce("fault", F.lit("kill")).alias("fault"), "rate",
+                    "subscribers", "kill", *FAILOVER_MEASURES,
+                    F.col("env.commit").alias("commit"),
+                    F.to_timestamp("env.time").alias("time")))
+
+
+def failovers(raw: DataFrame) -> DataFrame:
+    """Per (clients, fault, rate, subscribers, commit), dated by the commit's first run: kills, the
+    median and worst of each FAILOVER_MEASURES (a kill never seen counts as worst: `missing`),
+    and the runs' counts summed (confirmed but never delivered, sequence numbers naming two
+    messages, duplicates delivered, re-sends, ...)."""
+    key = ["clients", "fault", "rate", "subscribers", "commit"]
+    kills = failover_kills(raw).groupBy(*key).agg(
+        F.min("time").alias("time"), F.count(F.lit(1)).alias("kills"),
+        *[F.median(m).alias(f"{m[:-2]}_median_s") for m in FAILOVER_MEASURES],
+        *[F.max(m).alias(f"{m[:-2]}_worst_s") for m in FAILOVER_MEASURES],
+        F.sum(sum(F.col(m).isNull().cast("long") for m in FAILOVER_MEASURES)).alias("missing"))
+    runs = (raw.where(F.col("kind") == "fyrehose-failover-run")
+            .select("clients", F.coalesce("fault", F.lit("kill")).alias("fault"), "rate",
+                    "subscribers", F.col("env.commit").alias("commit"), *FAILOVER_COUNTS)
+            .groupBy(*key).agg(F.count(F.lit(1)).alias("runs"),
+                               *[F.sum(c).alias(c) for c in FAILOVER_COUNTS]))
+    return kills.join(runs, key, "left")
 
 
 FAILOVER_LABELS = {"new_active_s": "a new active\nsequences",
@@ -116,3 +182,17 @@ def _failover_markdown(data: Dict[str, List[dict]]) -> List[str]:
 
 def _scaled(seconds):
     return seconds * 1000 if _number(seconds) else None
+
+
+def _analyse(raw: DataFrame, threshold: float) -> Dict[str, DataFrame]:
+    return {"failover_kills": failover_kills(raw), "failovers": failovers(raw)}
+
+
+def _plots(data: Dict[str, List[dict]], out: pathlib.Path, pyplot) -> List[pathlib.Path]:
+    if not data.get("failover_kills"):
+        return []
+    return [_failover_plot(data["failover_kills"], out / "failover.png", pyplot())]
+
+
+SECTIONS = (Section("failover", FAILOVER_KINDS, FAILOVER_SCHEMA, _analyse, _plots,
+                    lambda data, threshold: _failover_markdown(data)),)

@@ -1,4 +1,5 @@
-"""The fyrehose benchmark's pictures and summary tables (`pelotari bench` records).
+"""The fyrehose benchmark's analysis, pictures and summary tables (`pelotari bench` and
+`pelotari bench --latency-rates` records).
 
 throughput.png: each system's delivered rate per commit, one panel per scenario; ratios.png:
 pelotari against the C reference and the brokers at the latest commit; latency.png: each
@@ -6,10 +7,226 @@ system's latest p50 and p99 per scenario; headline.png: every system in the READ
 scenario. The summary's latest delivered rates, regressions and latency tables."""
 import math
 import pathlib
-from typing import Dict, List
+from typing import Dict, Iterable, List
 
-from pelotari.analysis import trend
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+
 from pelotari.analysis.plotting import _number, _short, latest_per, plural
+from pelotari.analysis.trend import ENV, Section
+
+
+# ---- analysis: pure DataFrame -> DataFrame functions over the records ----------------------------
+
+PEERS = ("redis", "nats", "zeromq")
+
+
+BENCH_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("system", StringType()),
+    StructField("scenario", StringType()),
+    StructField("payload", LongType()),
+    StructField("subscribers", LongType()),
+    StructField("publishers", LongType()),
+    StructField("lossless_rate", DoubleType()),
+    StructField("delivered_rate", DoubleType()),
+    StructField("ingress_rate", DoubleType()),
+    StructField("loss", DoubleType()),
+    StructField("latency_p50_us", DoubleType()),
+    StructField("latency_p90_us", DoubleType()),
+    StructField("latency_p99_us", DoubleType()),
+    StructField("server_cpu_us_per_msg", DoubleType()),
+    StructField("client_bound", BooleanType()),
+    StructField("env", ENV),
+])
+
+
+def bench_runs(raw: DataFrame) -> DataFrame:
+    """Bench records → one typed row per (run, system, scenario); skipped systems dropped."""
+    return (raw.where(F.col("kind") == "bench")
+            .select("system", "scenario", "payload", "subscribers", "publishers",
+                    "delivered_rate", "ingress_rate", "loss", "latency_p50_us",
+                    "latency_p90_us", "latency_p99_us", "server_cpu_us_per_msg",
+                    F.coalesce("client_bound", F.lit(False)).alias("client_bound"),
+                    F.col("env.commit").alias("commit"),
+                    F.to_timestamp("env.time").alias("run_time"),
+                    F.col("env.host").alias("host")))
+
+
+def throughput_trend(runs: DataFrame) -> DataFrame:
+    """Median delivered and ingress msgs/s per (scenario, system, commit), dated by the
+    commit's first run; `runs` counts how many runs each median is over."""
+    return (runs.groupBy("scenario", "payload", "subscribers", "system", "commit")
+            .agg(F.min("run_time").alias("time"),
+                 F.median("delivered_rate").alias("delivered_rate"),
+                 F.median("ingress_rate").alias("ingress_rate"),
+                 F.max(F.col("client_bound").cast("int")).cast("boolean").alias("client_bound"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def ratios(trend: DataFrame, base: str = "pelotari") -> DataFrame:
+    """base's delivered rate over every other system's, per (scenario, commit)."""
+    mine = trend.where(F.col("system") == base).select(
+        "scenario", "commit", "time", F.col("delivered_rate").alias("base_rate"))
+    other = trend.where(F.col("system") != base).select(
+        "scenario", "commit", F.col("system").alias("versus"),
+        F.col("delivered_rate").alias("versus_rate"))
+    return (mine.join(other, ["scenario", "commit"])
+            .withColumn("ratio", F.col("base_rate") / F.col("versus_rate"))
+            .select("scenario", "commit", "time", "versus", "base_rate", "versus_rate", "ratio"))
+
+
+def best_peer_ratio(ratio_rows: DataFrame, peers: Iterable[str] = PEERS) -> DataFrame:
+    """The ratio to the fastest peer broker per (scenario, commit)."""
+    w = Window.partitionBy("scenario", "commit").orderBy(F.col("versus_rate").desc())
+    return (ratio_rows.where(F.col("versus").isin(list(peers)))
+            .withColumn("rank", F.row_number().over(w)).where(F.col("rank") == 1)
+            .select("scenario", "commit", "time", F.col("versus").alias("best_peer"),
+                    "versus_rate", "base_rate", "ratio"))
+
+
+# The performance targets' ratios (numerator, denominator); "best peer" is the fastest of PEERS.
+TARGETS = (("pelotari-plain", "reference"), ("pelotari", "reference"),
+           ("pelotari", "reference-gso"), ("pelotari", "best peer"),
+           ("pelotari-packed", "redis"), ("pelotari-packed", "nats"),
+           ("pelotari-packed", "best peer"))
+
+
+def target_ratios(trend: DataFrame, targets: Iterable = TARGETS,
+                  peers: Iterable[str] = PEERS) -> DataFrame:
+    """numerator/denominator delivered-rate ratios for each target pair, per (scenario, commit),
+    where both ran; `target` is "numerator/denominator"."""
+    rates = trend.select("scenario", "commit", "time", "system", "delivered_rate")
+    best = (trend.where(F.col("system").isin(list(peers)))
+            .groupBy("scenario", "commit")
+            .agg(F.min("time").alias("time"), F.max("delivered_rate").alias("delivered_rate"))
+            .withColumn("system", F.lit("best peer")))
+    rates = rates.unionByName(best)
+    pairs = trend.sparkSession.createDataFrame(list(targets), "numerator string, denominator string")
+    num = rates.join(pairs, rates.system == pairs.numerator).select(
+        "scenario", "commit", "time", "numerator", "denominator",
+        F.col("delivered_rate").alias("numerator_rate"))
+    den = rates.select("scenario", "commit", F.col("system").alias("denominator"),
+                       F.col("delivered_rate").alias("denominator_rate"))
+    return (num.join(den, ["scenario", "commit", "denominator"])
+            .withColumn("target", F.concat_ws("/", "numerator", "denominator"))
+            .withColumn("ratio", F.col("numerator_rate") / F.col("denominator_rate"))
+            .select("scenario", "commit", "time", "target", "numerator", "denominator",
+                    "numerator_rate", "denominator_rate", "ratio"))
+
+
+def regressions(trend: DataFrame, threshold: float = 0.1) -> DataFrame:
+    """(scenario, system) medians that fell more than `threshold` below the previous one."""
+    w = Window.partitionBy("scenario", "system").orderBy("time")
+    return (trend.withColumn("previous_rate", F.lag("delivered_rate").over(w))
+            .withColumn("previous_commit", F.lag("commit").over(w))
+            .where(F.col("previous_rate").isNotNull())
+            .withColumn("change", F.col("delivered_rate") / F.col("previous_rate") - 1)
+            .where(F.col("change") < -threshold)
+            .select("scenario", "system", "previous_commit", "commit", "time", "previous_rate",
+                    "delivered_rate", "change"))
+
+
+def latency(runs: DataFrame) -> DataFrame:
+    """Median latency percentiles (µs, measured at half the lossless rate) per (scenario,
+    system, commit)."""
+    return (runs.groupBy("scenario", "system", "commit")
+            .agg(F.min("run_time").alias("time"),
+                 F.median("latency_p50_us").alias("p50_us"),
+                 F.median("latency_p90_us").alias("p90_us"),
+                 F.median("latency_p99_us").alias("p99_us")))
+
+
+RATES_KINDS = ("latency-rate", "latency-floor", "latency-wakeup")
+
+
+# The bench record's fields it shares (same names and types), and its own.
+RATES_SCHEMA = StructType([BENCH_SCHEMA[name] for name in (
+    "kind", "system", "scenario", "payload", "subscribers", "publishers", "ingress_rate",
+    "delivered_rate", "loss", "client_bound", "latency_p50_us", "latency_p99_us", "env")] + [
+    StructField("offered_rate", DoubleType()),
+    StructField("trial", LongType()),
+    StructField("lossless", BooleanType()),  # loss < 0.1 %, kept up, publishers reached 90 %
+    StructField("latency_max_us", DoubleType()),
+    StructField("transport", StringType()),  # latency-floor: "udp" or "tcp"
+    StructField("publish_interval_s", DoubleType()),  # --pack-interval (0 or absent: none)
+    StructField("stalled_ms", LongType()),  # ms in which a message came > 1 ms late (-1: ?)
+    # latency-wakeup (bench/floor/wakeup.c): one core's napping thread
+    StructField("cpu", LongType()),
+    StructField("seconds", DoubleType()),
+    StructField("nap_us", LongType()),
+    StructField("naps", LongType()),
+    StructField("late_1ms", LongType()),
+    StructField("late_2ms", LongType()),
+    StructField("worst_us", DoubleType()),
+])
+
+
+# One `pelotari bench --latency-rates` run: its records share the commit and the start time
+# (env.time), so two runs at one commit (one of them with uncommitted changes) are never pooled.
+def _run():
+    return F.col("env.commit").alias("commit"), F.to_timestamp("env.time").alias("time")
+
+
+def latency_at_rates(raw: DataFrame) -> DataFrame:
+    """latency-rate records → per (scenario, system, offered rate, pack interval, run):
+    trials, how many were lossless, and over the lossless ones the median p50, p99 and max
+    (each with its smallest and largest), delivered msgs/s and stalled milliseconds, and whether any was
+    client-bound; `lossy` when at most half the trials were lossless (then the latencies say
+    nothing)."""
+    ok = F.coalesce("lossless", F.lit(False))
+
+    def over_lossless(column):
+        return F.when(ok, F.col(column))
+    return (raw.where(F.col("kind") == "latency-rate")
+            .withColumn("publish_interval_s", F.coalesce("publish_interval_s", F.lit(0.0)))
+            .groupBy("scenario", "payload", "subscribers", "publishers", "system",
+                     "offered_rate", "publish_interval_s", *_run())
+            .agg(F.count(F.lit(1)).alias("trials"),
+                 F.sum(ok.cast("long")).alias("lossless_trials"),
+                 F.median(over_lossless("latency_p50_us")).alias("p50_us"),
+                 F.min(over_lossless("latency_p50_us")).alias("p50_us_min"),
+                 F.max(over_lossless("latency_p50_us")).alias("p50_us_max"),
+                 F.median(over_lossless("latency_p99_us")).alias("p99_us"),
+                 F.min(over_lossless("latency_p99_us")).alias("p99_us_min"),
+                 F.max(over_lossless("latency_p99_us")).alias("p99_us_max"),
+                 F.median(over_lossless("latency_max_us")).alias("max_us"),
+                 F.min(over_lossless("latency_max_us")).alias("max_us_min"),
+                 F.max(over_lossless("latency_max_us")).alias("max_us_max"),
+                 F.median(over_lossless("delivered_rate")).alias("delivered_rate"),
+                 F.median(F.when(ok & (F.col("stalled_ms") >= 0), F.col("stalled_ms")))
+                 .alias("stalled_ms"),
+                 F.max(over_lossless("loss")).alias("worst_lossless_loss"),
+                 F.median("loss").alias("loss"),
+                 F.max((ok & F.coalesce("client_bound", F.lit(False))).cast("int"))
+                 .cast("boolean").alias("client_bound"))
+            .withColumn("lossy", F.col("lossless_trials") * 2 <= F.col("trials")))
+
+
+def wakeup_stalls(raw: DataFrame) -> DataFrame:
+    """latency-wakeup records → per (core, run): trials, and the naps woken at least 1 ms
+    late per second (median, smallest, largest) and the worst oversleep, in µs."""
+    late = F.col("late_1ms") / F.col("seconds")
+    return (raw.where(F.col("kind") == "latency-wakeup")
+            .groupBy("cpu", "nap_us", *_run())
+            .agg(F.count(F.lit(1)).alias("trials"),
+                 F.median(late).alias("late_1ms_per_s"),
+                 F.min(late).alias("late_1ms_per_s_min"),
+                 F.max(late).alias("late_1ms_per_s_max"),
+                 F.max("worst_us").alias("worst_us")))
+
+
+def latency_floor(raw: DataFrame) -> DataFrame:
+    """latency-floor records → per (transport, run): median p50 and p99 of the one-way
+    loopback latency with their smallest and largest, and `trials`."""
+    return (raw.where(F.col("kind") == "latency-floor")
+            .groupBy("transport", *_run())
+            .agg(F.count(F.lit(1)).alias("trials"),
+                 F.median("latency_p50_us").alias("p50_us"),
+                 F.median("latency_p99_us").alias("p99_us"),
+                 F.min("latency_p99_us").alias("p99_us_min"),
+                 F.max("latency_p99_us").alias("p99_us_max")))
 
 
 # One colour, marker and name per bench system, in every plot (pelotari.harness.systems).
@@ -360,7 +577,7 @@ def _bench_markdown(data: Dict[str, List[dict]], threshold: float) -> List[str]:
         head = ["scenario"] + systems
         ratio_of = {(r["scenario"], r["target"]): r["ratio"] for r in data.get("targets", [])
                     if r["commit"] == latest_commit}
-        targets = [f"{a}/{b}" for a, b in trend.TARGETS
+        targets = [f"{a}/{b}" for a, b in TARGETS
                    if any(t == f"{a}/{b}" for _, t in ratio_of)]
         head += targets
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -625,3 +842,35 @@ def _machine_lines(floor: List[dict], wakeups: List[dict]) -> List[str]:
                      f"{w['late_1ms_per_s_max']:.1f}, {plural(w['trials'], 'trial')}), worst "
                      f"{w['worst_us'] / 1000:.1f} ms.")
     return lines
+
+
+def _analyse_bench(raw: DataFrame, threshold: float) -> Dict[str, DataFrame]:
+    runs = bench_runs(raw).cache()
+    t = throughput_trend(runs).cache()
+    r = ratios(t)
+    return {"runs": runs, "throughput": t, "ratios": r, "best_peer": best_peer_ratio(r),
+            "targets": target_ratios(t), "regressions": regressions(t, threshold),
+            "latency": latency(runs)}
+
+
+def _analyse_rates(raw: DataFrame, threshold: float) -> Dict[str, DataFrame]:
+    return {"latency_rates": latency_at_rates(raw), "latency_floor": latency_floor(raw),
+            "wakeup_stalls": wakeup_stalls(raw)}
+
+
+def _bench_section_plots(data, out: pathlib.Path, pyplot) -> List[pathlib.Path]:
+    return _bench_plots(data, out, pyplot()) if data.get("throughput") else []
+
+
+def _rates_section_plots(data, out: pathlib.Path, pyplot) -> List[pathlib.Path]:
+    if not data.get("latency_rates"):
+        return []
+    return [_rates_plot(data["latency_rates"], data.get("latency_floor", []),
+                        out / "latency-rates.png", pyplot())]
+
+
+# `pelotari bench` records: kinds=None, any record no other section reads.
+SECTIONS = (Section("bench", None, BENCH_SCHEMA, _analyse_bench, _bench_section_plots,
+                    _bench_markdown),
+            Section("rates", RATES_KINDS, RATES_SCHEMA, _analyse_rates, _rates_section_plots,
+                    lambda data, threshold: _rates_markdown(data)))

@@ -1,4 +1,4 @@
-"""potato's pictures and summary tables (`potato simulate` and `potato bench` records).
+"""potato's analysis, pictures and summary tables (`potato simulate` and `potato bench` records).
 
 potato.png: the simulator's broadcast reach, redundancy and latency and its election's time,
 messages per edge and clients counted, per network condition and mesh configuration;
@@ -7,9 +7,158 @@ transport. The summary's Simulator, Real processes and pages-in-a-browser tables
 import pathlib
 from typing import Dict, List
 
-from pelotari.analysis import trend
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+
 from pelotari.analysis.plotting import (_bars, _categories, _check, _commits_note, _figure_legend,
                                         _goal, _ms, _number, _runs_note, _short, latest_per)
+from pelotari.analysis.trend import ENV, Section
+
+
+# ---- analysis: pure DataFrame -> DataFrame functions over the records ----------------------------
+
+POTATO_KINDS = ("potato-sim-broadcast", "potato-sim-election", "potato-mesh", "potato-mixed")
+
+
+POTATO_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("where", StringType()),  # "simulator" or "processes"
+    StructField("nodes", LongType()),
+    StructField("seed", LongType()),
+    # the simulator: a random mesh of `nodes` clients, `degree` peers each on average (measured)
+    StructField("degree", DoubleType()),
+    StructField("loss", DoubleType()),  # share of messages the links drop
+    StructField("partition", BooleanType()),  # a random half cut off from the other
+    # potato-sim-broadcast: one broadcast from a random client
+    StructField("reached", DoubleType()),  # share of the other clients it reached
+    StructField("reached_of_reachable", DoubleType()),  # ... of those a partition left reachable
+    StructField("messages", LongType()),  # broadcast copies sent; election messages
+    StructField("rmr", DoubleType()),  # relative message redundancy m / (r - 1) - 1
+    StructField("last_hops", LongType()),
+    StructField("latency_p50_ms", DoubleType()),
+    StructField("latency_p99_ms", DoubleType()),
+    # potato-sim-election: one election from a random client
+    StructField("elected_ms", DoubleType()),
+    StructField("won", BooleanType()),
+    StructField("yes", DoubleType()),
+    StructField("no", LongType()),
+    StructField("counted", LongType()),  # other clients the result counted
+    StructField("reachable_others", LongType()),
+    StructField("counted_once", BooleanType()),
+    StructField("messages_per_edge", DoubleType()),  # over the edges the originator reaches
+    StructField("took_frame", DoubleType()),  # share of the reachable clients on the new frame
+    # potato-mesh: real processes
+    StructField("mesh", StringType()),  # "A-G" (the seed's example), "20 clients"
+    StructField("transport", StringType()),  # "webrtc", "tcp"
+    StructField("edges", LongType()),
+    StructField("setup_s", DoubleType()),
+    StructField("elections", LongType()),
+    StructField("election_p50_ms", DoubleType()),
+    StructField("election_p99_ms", DoubleType()),
+    StructField("broadcasts", LongType()),
+    StructField("cpu_us_per_delivery", DoubleType()),
+    # potato-mixed: pages in headless chromium beside Python clients (bench.run_mixed)
+    StructField("python_clients", LongType()),
+    StructField("pages", LongType()),
+    StructField("page_first_peer_ms_p50", DoubleType()),  # page start to its first peer
+    StructField("page_first_peer_ms_max", DoubleType()),
+    StructField("elections_won", LongType()),
+    StructField("frames_agreed", LongType()),  # elections won whose frame every client took
+    StructField("node_cpu_idle_pct", DoubleType()),  # a page-serving node, no page yet
+    StructField("node_cpu_pct_per_page", DoubleType()),  # what each page added to it, idle
+    StructField("env", ENV),
+])
+
+
+POTATO_SIM_KEY = ("nodes", "degree", "loss", "partition")
+
+
+def potato_broadcasts(raw: DataFrame) -> DataFrame:
+    """potato-sim-broadcast records → medians per (nodes, degree, loss, partition, commit) over
+    the seeds, dated by the commit's first run: the share of the clients the origin could reach
+    that the broadcast reached (and the worst run's), relative message redundancy (RMR) and its
+    goal, degree − 1 (every client forwards once to every peer but the one it heard from), the
+    hops of the last delivery, delivery latency p50/p99 and `runs`."""
+    return (raw.where(F.col("kind") == "potato-sim-broadcast")
+            .groupBy(*POTATO_SIM_KEY, F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("reached").alias("reached"),
+                 F.median("reached_of_reachable").alias("reached_of_reachable"),
+                 F.min("reached_of_reachable").alias("worst_reached_of_reachable"),
+                 F.median("messages").alias("messages"),
+                 F.median("rmr").alias("rmr"),
+                 F.median("last_hops").alias("last_hops"),
+                 F.median("latency_p50_ms").alias("latency_p50_ms"),
+                 F.median("latency_p99_ms").alias("latency_p99_ms"),
+                 F.count(F.lit(1)).alias("runs"))
+            .withColumn("rmr_goal", F.col("degree") - 1))
+
+
+def potato_elections(raw: DataFrame) -> DataFrame:
+    """potato-sim-election records → per (nodes, degree, loss, partition, commit): the median
+    and slowest time to the originator's result, median election messages and messages per
+    edge (over the edges the originator can reach), the median and smallest share of the
+    reachable clients the result counted, the fractions of runs where every reachable client
+    was counted exactly once and where YES won, the smallest share of the reachable clients
+    that took the new frame (null for records without it); `runs`."""
+    counted = F.col("counted") / F.col("reachable_others")
+    return (raw.where(F.col("kind") == "potato-sim-election")
+            .groupBy(*POTATO_SIM_KEY, F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("elected_ms").alias("elected_ms"),
+                 F.max("elected_ms").alias("slowest_elected_ms"),
+                 F.median("messages").alias("messages"),
+                 F.median("messages_per_edge").alias("messages_per_edge"),
+                 F.median(counted).alias("counted_share"),
+                 F.min(counted).alias("worst_counted_share"),
+                 F.avg(F.coalesce("counted_once", F.lit(False)).cast("double"))
+                 .alias("counted_once"),
+                 F.avg(F.coalesce("won", F.lit(False)).cast("double")).alias("won"),
+                 F.min("took_frame").alias("took_frame"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def potato_meshes(raw: DataFrame) -> DataFrame:
+    """potato-mesh records (real processes) → medians per (mesh, transport, nodes, edges,
+    commit) over the runs: set-up time (first start until every client has all its peers),
+    each run's election p50 and p99, CPU of all clients per broadcast delivered; `runs` and the
+    elections they timed in all."""
+    return (raw.where(F.col("kind") == "potato-mesh")
+            .groupBy("mesh", "transport", "nodes", "edges", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("setup_s").alias("setup_s"),
+                 F.median("election_p50_ms").alias("election_p50_ms"),
+                 F.median("election_p99_ms").alias("election_p99_ms"),
+                 F.median("cpu_us_per_delivery").alias("cpu_us_per_delivery"),
+                 F.sum("elections").alias("elections"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def potato_mixed(raw: DataFrame) -> DataFrame:
+    """potato-mixed records (pages in chromium and Python clients) → per (mesh, transport,
+    python_clients, pages, edges, commit): medians over the runs of set-up, page start to first
+    peer, each run's election p50 and p99 (with their smallest and largest), the node's idle
+    CPU and what each page adds to it; elections, won and agreed by every client, summed;
+    `runs`."""
+    return (raw.where(F.col("kind") == "potato-mixed")
+            .groupBy("mesh", "transport", "python_clients", "pages", "edges",
+                     F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("setup_s").alias("setup_s"),
+                 F.median("page_first_peer_ms_p50").alias("page_first_peer_ms"),
+                 F.median("election_p50_ms").alias("election_p50_ms"),
+                 F.min("election_p50_ms").alias("election_p50_ms_min"),
+                 F.max("election_p50_ms").alias("election_p50_ms_max"),
+                 F.median("election_p99_ms").alias("election_p99_ms"),
+                 F.min("election_p99_ms").alias("election_p99_ms_min"),
+                 F.max("election_p99_ms").alias("election_p99_ms_max"),
+                 F.median("node_cpu_idle_pct").alias("node_cpu_idle_pct"),
+                 F.median("node_cpu_pct_per_page").alias("node_cpu_pct_per_page"),
+                 F.sum("elections").alias("elections"),
+                 F.sum("elections_won").alias("elections_won"),
+                 F.sum("frames_agreed").alias("frames_agreed"),
+                 F.count(F.lit(1)).alias("runs")))
 
 
 POTATO_MESSAGES_PER_EDGE_GOAL = 4  # election messages per edge of the mesh, at most
@@ -46,8 +195,8 @@ def _potato_plot(broadcasts: List[dict], elections: List[dict], path: pathlib.Pa
     """The simulator's mesh, per network condition (x) and mesh configuration (bars): a
     broadcast's reach, redundancy (goal: degree − 1) and latency; an election's time to the
     result (against the 300 ms deadline), messages per edge (goal: 4) and clients counted."""
-    broadcasts = latest_per(broadcasts, *trend.POTATO_SIM_KEY)
-    elections = latest_per(elections, *trend.POTATO_SIM_KEY)
+    broadcasts = latest_per(broadcasts, *POTATO_SIM_KEY)
+    elections = latest_per(elections, *POTATO_SIM_KEY)
     rows = broadcasts + elections
     conditions = []
     for r in sorted(rows, key=_condition_order):
@@ -223,7 +372,7 @@ def _potato_markdown(data: Dict[str, List[dict]]) -> List[str]:
     lines = ["## potato", "",
              "Potato's latest figures per configuration (medians over its runs).", ""]
     if broadcasts or elections:
-        key = trend.POTATO_SIM_KEY
+        key = POTATO_SIM_KEY
         cells = {}
         for kind, rows in (("b", latest_per(broadcasts, *key)), ("e", latest_per(elections, *key))):
             for r in rows:
@@ -320,3 +469,24 @@ def _potato_markdown(data: Dict[str, List[dict]]) -> List[str]:
                 f"{r['runs']} | `{_short(r['commit'])}` |")
         lines.append("")
     return lines
+
+
+def _analyse(raw: DataFrame, threshold: float) -> Dict[str, DataFrame]:
+    return {"potato_broadcasts": potato_broadcasts(raw), "potato_elections": potato_elections(raw),
+            "potato_meshes": potato_meshes(raw), "potato_mixed": potato_mixed(raw)}
+
+
+def _plots(data: Dict[str, List[dict]], out: pathlib.Path, pyplot) -> List[pathlib.Path]:
+    written = []
+    if data.get("potato_broadcasts") or data.get("potato_elections"):
+        written.append(_potato_plot(data.get("potato_broadcasts", []),
+                                    data.get("potato_elections", []), out / "potato.png",
+                                    pyplot()))
+    if data.get("potato_meshes"):
+        written.append(_potato_mesh_plot(data["potato_meshes"], out / "potato-mesh.png",
+                                         pyplot()))
+    return written
+
+
+SECTIONS = (Section("potato", POTATO_KINDS, POTATO_SCHEMA, _analyse, _plots,
+                    lambda data, threshold: _potato_markdown(data)),)

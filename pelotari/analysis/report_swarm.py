@@ -1,4 +1,4 @@
-"""swarm's picture and summary tables (`swarm simulate` and `swarm bench` records).
+"""swarm's analysis, picture and summary tables (`swarm simulate` and `swarm bench` records).
 
 swarm.png: the simulator's join and recovery times and GetConnections/Connections traffic per
 node against the swarm's size; the benchmark's bytes per connection and Pongs per second, pure
@@ -6,9 +6,222 @@ Python and Cython side by side. The summary's joining, recovery and benchmark ta
 import pathlib
 from typing import Dict, List
 
-from pelotari.analysis import trend
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+
 from pelotari.analysis.plotting import (_bars, _categories, _check, _commits_note, _ms, _number,
                                         _runs_note, _short, _wrap, latest_per)
+from pelotari.analysis.trend import ENV, Section
+
+
+# ---- analysis: pure DataFrame -> DataFrame functions over the records ----------------------------
+
+SWARM_KINDS = ("swarm-sim", "swarm-bench")
+
+
+# Every field nullable: records written before a field existed, or by a newer writer with
+# fields this schema does not name (those are dropped), load all the same.
+SWARM_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("where", StringType()),  # "simulator"
+    # swarm-sim: N nodes join through the first `bootstraps` (phase "join"), then a share of
+    # them crash at once (phase "crash": the survivors' recovery)
+    StructField("phase", StringType()),
+    StructField("nodes", LongType()),
+    StructField("bootstraps", LongType()),
+    StructField("seed", LongType()),
+    # swarm-sim: share of datagrams every link drops; swarm-bench sockets: of Pings unanswered
+    StructField("loss", DoubleType()),
+    StructField("target_direct", LongType()),  # direct connections every node wants
+    StructField("capacity", LongType()),  # each node's connection table
+    StructField("max_known", LongType()),  # known peers each node keeps
+    StructField("bootstrap_capacity", LongType()),  # the bootstraps' tables
+    StructField("bootstrap_vague_pongs_per_slot", LongType()),  # the bootstraps' Pong budget
+    StructField("table", StringType()),  # the connection table's implementation
+    StructField("macs", StringType()),  # the MACs'
+    StructField("join_spread", DoubleType()),  # join: node k starts at k × spread / nodes
+    StructField("last_joined", DoubleType()),  # join: when the last node started
+    StructField("converged", BooleanType()),  # every (live) node at target_direct by the limit
+    StructField("seconds", DoubleType()),  # simulated, until then (null: never); checked each s
+    StructField("short", LongType()),  # nodes still short of target_direct at the end
+    StructField("crashed", LongType()),  # crash: nodes crashed
+    StructField("direct_to_crashed", LongType()),  # crash: survivors' direct links to the dead
+    StructField("datagrams", LongType()),  # sent in the phase, all nodes
+    StructField("bytes", LongType()),
+    StructField("cpu_seconds", DoubleType()),  # the simulator's CPU time for the phase
+    StructField("peak_rss_mb", DoubleType()),  # the simulator process's peak RSS so far
+    StructField("sent_GetConnections_per_node", DoubleType()),  # per live node, in the phase
+    StructField("sent_bytes_GetConnections_per_node", DoubleType()),
+    StructField("sent_Connections_per_node", DoubleType()),
+    StructField("sent_bytes_Connections_per_node", DoubleType()),
+    StructField("sent_bytes_per_node", DoubleType()),
+    StructField("sent_Ping_per_node", DoubleType()),
+    StructField("sent_Connect_per_node", DoubleType()),
+    StructField("sent_Reset_per_node", DoubleType()),
+    StructField("learned_per_node", DoubleType()),
+    StructField("direct_min", LongType()),  # direct connections of the live nodes at the end
+    StructField("direct_median", LongType()),
+    StructField("direct_max", LongType()),
+    # swarm-bench: one figure of one stack ("Cython" or "pure Python")
+    StructField("measure", StringType()),  # "memory", "pingpong", "sockets", ...
+    StructField("stack", StringType()),
+    StructField("implementation", StringType()),  # the connection table's
+    StructField("mac", StringType()),  # the MAC's
+    StructField("connections", LongType()),
+    StructField("rss_growth", DoubleType()),  # memory: bytes, for `connections`
+    StructField("bytes_per_connection", DoubleType()),
+    StructField("pings", LongType()),  # pingpong, sockets
+    StructField("pongs", LongType()),
+    StructField("pongs_per_second", DoubleType()),
+    StructField("us_per_ping", DoubleType()),
+    # sockets: a real node and the load generator's `peers` over loopback UDP
+    StructField("datagram_path", StringType()),  # the node's: "C (fastpath.swarmpath)", "Python"
+    StructField("peers", LongType()),
+    StructField("established", LongType()),  # peers the node held once the handshakes were done
+    StructField("offered_per_second", DoubleType()),  # Pings offered
+    StructField("node_cpu_seconds", DoubleType()),  # the node process's, while Pings were offered
+    StructField("pongs_per_cpu_second", DoubleType()),  # Pongs per node CPU second: per core
+    StructField("latency_p50_us", DoubleType()),  # Ping sent → its Pong received
+    StructField("latency_p99_us", DoubleType()),
+    StructField("node_runqueue_wait_seconds", DoubleType()),  # the node waiting for a CPU
+    StructField("loadavg_1m", DoubleType()),  # the machine's, during the run
+    StructField("env", ENV),
+])
+
+
+SWARM_SIM_KEY = ("nodes", "bootstraps", "loss", "target_direct", "capacity", "max_known")
+
+
+def _swarm_phase(raw: DataFrame, phase: str, *extra) -> DataFrame:
+    """One phase's records → per (SWARM_SIM_KEY, commit) over the seeds: the median, fastest
+    and slowest simulated seconds of the runs that converged, the share of runs that converged
+    and the most nodes any run left short, medians of the traffic per (live) node, the fewest
+    direct connections any node held at the end, datagrams and CPU, the largest peak RSS;
+    `runs`."""
+    converged = F.coalesce("converged", F.lit(False))
+    seconds = F.when(converged, F.col("seconds"))
+    return (raw.where((F.col("kind") == "swarm-sim") & (F.col("phase") == phase))
+            .groupBy(*SWARM_SIM_KEY, F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median(seconds).alias("seconds"),
+                 F.min(seconds).alias("fastest_s"),
+                 F.max(seconds).alias("slowest_s"),
+                 F.avg(converged.cast("double")).alias("converged"),
+                 F.max("short").alias("short"),
+                 F.median("sent_GetConnections_per_node").alias("get_connections_per_node"),
+                 F.median("sent_Connections_per_node").alias("connections_per_node"),
+                 F.median("sent_bytes_GetConnections_per_node")
+                 .alias("get_connections_bytes_per_node"),
+                 F.median("sent_bytes_Connections_per_node").alias("connections_bytes_per_node"),
+                 F.median("sent_bytes_per_node").alias("bytes_per_node"),
+                 F.min("direct_min").alias("direct_min"),
+                 F.median("datagrams").alias("datagrams"),
+                 F.median("cpu_seconds").alias("cpu_seconds"),
+                 F.max("peak_rss_mb").alias("peak_rss_mb"),
+                 *extra,
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def swarm_joins(raw: DataFrame) -> DataFrame:
+    """swarm-sim join records → per (nodes, bootstraps, loss, target_direct, capacity,
+    max_known, commit) over the seeds, dated by the commit's first run: simulated seconds from
+    the first node's start until every node holds target_direct direct connections (median,
+    fastest and slowest of the runs that converged; null when none did), the share of runs that
+    converged, GetConnections and Connections sent per node (count and bytes, the bytes null
+    for records without them), all bytes, Pings and Connects sent per node, peers learned per
+    node, the fewest direct connections any node held, the simulator's peak RSS (MB, when
+    recorded), datagrams and CPU seconds; `runs`."""
+    return _swarm_phase(raw, "join",
+                        F.median("sent_Ping_per_node").alias("pings_per_node"),
+                        F.median("sent_Connect_per_node").alias("connects_per_node"),
+                        F.median("learned_per_node").alias("learned_per_node"))
+
+
+def swarm_recoveries(raw: DataFrame) -> DataFrame:
+    """swarm-sim crash records → per (nodes, bootstraps, loss, target_direct, capacity,
+    max_known, commit) over the seeds: how many nodes crashed (median) and the simulated seconds
+    from the crash until every survivor again holds target_direct direct connections, all to
+    live nodes (median, fastest, slowest of the runs that converged), the share that converged,
+    GetConnections and Connections (and bytes, when recorded) sent per survivor meanwhile, the
+    fewest direct connections a survivor held at the end, the most direct links to crashed
+    nodes any run left; `runs`."""
+    return _swarm_phase(raw, "crash",
+                        F.median("crashed").alias("crashed"),
+                        F.max("direct_to_crashed").alias("direct_to_crashed"))
+
+
+# measure → (its headline column, True when higher is better); other measures keep their row
+# with a null `value`. Over sockets, Pongs per node CPU second: the Pongs per second are capped
+# by the Pings offered, and the goal is per core (the core measure is CPU-bound: its Pongs per
+# second are per CPU second already).
+SWARM_MEASURES = {"memory": ("bytes_per_connection", False),
+                  "pingpong": ("pongs_per_second", True),
+                  "sockets": ("pongs_per_cpu_second", True)}
+
+
+SWARM_STACKS = ("pure Python", "Cython")
+
+
+def swarm_bench(raw: DataFrame) -> DataFrame:
+    """swarm-bench records → medians per (measure, stack, commit) over the runs, dated by the
+    commit's first run: bytes per connection (memory), Pongs per second and µs per Ping
+    (pingpong: through the sans-IO core; sockets: over real sockets, with the Pings offered
+    per second, the share unanswered, the node's CPU seconds and Pongs per CPU second, Ping →
+    Pong latency p50/p99, the seconds the node waited for a CPU, the machine's load average,
+    the load generator's peers and the fewest the node established), the
+    largest `connections`, the table, MAC and datagram-path implementations named; `value`, the
+    measure's headline figure, SWARM_MEASURES' (null for a measure not there: its row stays);
+    `runs`."""
+    value = F.lit(None).cast("double")
+    for measure, (column, _) in SWARM_MEASURES.items():
+        value = F.when(F.col("measure") == measure, F.col(column)).otherwise(value)
+    return (raw.where(F.col("kind") == "swarm-bench")
+            .withColumn("value", value)
+            .groupBy("measure", "stack", F.col("env.commit").alias("commit"))
+            .agg(F.min(F.to_timestamp("env.time")).alias("time"),
+                 F.median("value").alias("value"),
+                 F.median("bytes_per_connection").alias("bytes_per_connection"),
+                 F.median("pongs_per_second").alias("pongs_per_second"),
+                 F.median("us_per_ping").alias("us_per_ping"),
+                 F.median("offered_per_second").alias("offered_per_second"),
+                 F.median("loss").alias("loss"),
+                 F.median("node_cpu_seconds").alias("node_cpu_seconds"),
+                 F.median("pongs_per_cpu_second").alias("pongs_per_cpu_second"),
+                 F.median("latency_p50_us").alias("latency_p50_us"),
+                 F.median("latency_p99_us").alias("latency_p99_us"),
+                 F.median("node_runqueue_wait_seconds").alias("node_runqueue_wait_seconds"),
+                 F.median("loadavg_1m").alias("loadavg_1m"),
+                 F.max("peers").alias("peers"),
+                 F.min("established").alias("established"),
+                 F.concat_ws(", ", F.sort_array(F.collect_set("datagram_path")))
+                 .alias("datagram_path"),
+                 F.max("connections").alias("connections"),
+                 F.concat_ws(", ", F.sort_array(F.collect_set("implementation")))
+                 .alias("implementation"),
+                 F.concat_ws(", ", F.sort_array(F.collect_set("mac"))).alias("mac"),
+                 F.count(F.lit(1)).alias("runs")))
+
+
+def swarm_speedups(bench: DataFrame) -> DataFrame:
+    """swarm_bench rows → per (measure, commit) where both stacks ran: the pure-Python and the
+    Cython headline values and how many times better Cython's is (`ratio`: Cython / pure Python
+    when higher is better, pure Python / Cython when lower is); measures with no headline
+    figure are left out."""
+    higher = F.lit(None).cast("boolean")
+    for measure, (_, better_high) in SWARM_MEASURES.items():
+        higher = F.when(F.col("measure") == measure, F.lit(better_high)).otherwise(higher)
+    rows = bench.where(F.col("value").isNotNull())
+    pure = rows.where(F.col("stack") == "pure Python").select(
+        "measure", "commit", F.col("time").alias("pure_time"), F.col("value").alias("pure"))
+    cython = rows.where(F.col("stack") == "Cython").select(
+        "measure", "commit", F.col("time").alias("cython_time"), F.col("value").alias("cython"))
+    return (pure.join(cython, ["measure", "commit"])
+            .withColumn("higher_is_better", higher)
+            .withColumn("time", F.least("pure_time", "cython_time"))
+            .withColumn("ratio", F.when(F.col("higher_is_better"), F.col("cython") / F.col("pure"))
+                        .otherwise(F.col("pure") / F.col("cython")))
+            .select("measure", "commit", "time", "pure", "cython", "higher_is_better", "ratio"))
 
 
 SWARM_BYTES_GOAL = 64  # bytes per connection in the table, at most (docs/protocols/swarm.md)
@@ -42,7 +255,7 @@ def swarm_configs(rows: List[dict]) -> Dict[tuple, str]:
     """The simulator's configurations (SWARM_SIM_KEY but nodes) → a name saying what differs
     between them ("" when there is one); one with settings not recorded (an older or broken
     record) says so."""
-    fields = [k for k in trend.SWARM_SIM_KEY if k != "nodes"]
+    fields = [k for k in SWARM_SIM_KEY if k != "nodes"]
     configs = sorted({tuple(r[k] for k in fields) for r in rows},
                      key=lambda c: tuple((v is None, v) for v in c))
     varying = [i for i in range(len(fields))
@@ -57,7 +270,7 @@ def swarm_configs(rows: List[dict]) -> Dict[tuple, str]:
 
 
 def _swarm_config(r: dict) -> tuple:
-    return tuple(r[k] for k in trend.SWARM_SIM_KEY if k != "nodes")
+    return tuple(r[k] for k in SWARM_SIM_KEY if k != "nodes")
 
 
 def _converged_note(r: dict) -> str:
@@ -253,8 +466,8 @@ def _swarm_plot(data: Dict[str, List[dict]], path: pathlib.Path, plt) -> pathlib
     node. Bottom: the benchmark, pure Python and Cython side by side: bytes per connection
     against the ≤ 64 goal, Pongs per second against the ≥ 100,000 goal, Cython's ratio to pure
     Python written on its bars."""
-    joins = latest_per(data.get("swarm_joins", []), *trend.SWARM_SIM_KEY)
-    recoveries = latest_per(data.get("swarm_recoveries", []), *trend.SWARM_SIM_KEY)
+    joins = latest_per(data.get("swarm_joins", []), *SWARM_SIM_KEY)
+    recoveries = latest_per(data.get("swarm_recoveries", []), *SWARM_SIM_KEY)
     cells = swarm_bench_cells(data.get("swarm_bench", []), data.get("swarm_speedups", []))
     sims = joins + recoveries
     configs = swarm_configs(sims)
@@ -378,7 +591,7 @@ def _swarm_markdown(data: Dict[str, List[dict]]) -> List[str]:
     if not (joins or recoveries or bench):
         return []
     lines = ["## swarm", "", "Swarm's latest figures per configuration (medians over its runs).", ""]
-    order = lambda r: tuple((r[k] is None, r[k]) for k in trend.SWARM_SIM_KEY)  # noqa: E731
+    order = lambda r: tuple((r[k] is None, r[k]) for k in SWARM_SIM_KEY)  # noqa: E731
     if joins:
         lines += ["### Simulator: joining", "",
                   "Every node dials the bootstrap nodes; join: simulated seconds from the first "
@@ -390,7 +603,7 @@ def _swarm_markdown(data: Dict[str, List[dict]]) -> List[str]:
                   "GetConnections / node | Connections / node | bytes sent / node | "
                   "fewest direct | peak RSS | CPU | runs | commit |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(latest_per(joins, *trend.SWARM_SIM_KEY), key=order):
+        for r in sorted(latest_per(joins, *SWARM_SIM_KEY), key=order):
             ok = round(r["converged"] * r["runs"])
             rss = f"{r['peak_rss_mb']:,.0f} MB" if _number(r["peak_rss_mb"]) else "—"
             lines.append(f"| {r['nodes']:,} | {r['bootstraps']} | {_loss(r['loss'])} | "
@@ -411,7 +624,7 @@ def _swarm_markdown(data: Dict[str, List[dict]]) -> List[str]:
                   "GetConnections / survivor | Connections / survivor | bytes sent / survivor | "
                   "fewest direct | links to crashed left | runs | commit |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(latest_per(recoveries, *trend.SWARM_SIM_KEY), key=order):
+        for r in sorted(latest_per(recoveries, *SWARM_SIM_KEY), key=order):
             ok = round(r["converged"] * r["runs"])
             crashed = f"{r['crashed']:g}" if _number(r["crashed"]) else "—"
             lines.append(f"| {r['nodes']:,} | {crashed} | {r['bootstraps']} | {_loss(r['loss'])} "
@@ -450,7 +663,7 @@ def _swarm_markdown(data: Dict[str, List[dict]]) -> List[str]:
             goal, met, fmt = goals[m]
             conns = max((r["connections"] or 0 for r in rows.values()), default=0)
             figures = []
-            for stack in trend.SWARM_STACKS:
+            for stack in SWARM_STACKS:
                 r = rows.get(stack)
                 figures.append(f"{fmt(r['value'])}{_check(met(r['value']))}"
                                if r and _number(r["value"]) else "—")
@@ -498,3 +711,19 @@ def _swarm_markdown(data: Dict[str, List[dict]]) -> List[str]:
         if unknown:
             lines += [f"Other measures recorded, not summarised here: {'; '.join(unknown)}.", ""]
     return lines
+
+
+def _analyse(raw: DataFrame, threshold: float) -> Dict[str, DataFrame]:
+    bench = swarm_bench(raw).cache()
+    return {"swarm_joins": swarm_joins(raw), "swarm_recoveries": swarm_recoveries(raw),
+            "swarm_bench": bench, "swarm_speedups": swarm_speedups(bench)}
+
+
+def _plots(data: Dict[str, List[dict]], out: pathlib.Path, pyplot) -> List[pathlib.Path]:
+    if not any(data.get(t) for t in ("swarm_joins", "swarm_recoveries", "swarm_bench")):
+        return []
+    return [_swarm_plot(data, out / "swarm.png", pyplot())]
+
+
+SECTIONS = (Section("swarm", SWARM_KINDS, SWARM_SCHEMA, _analyse, _plots,
+                    lambda data, threshold: _swarm_markdown(data)),)

@@ -4,7 +4,7 @@ turns; and the loopback floor, the kernel's own one-way latency with no server i
 
 A trial is one `Session.trial` at a fixed offered rate; its record (kind "latency-rate") keeps
 p50/p99/max, loss, whether delivery kept up and whether the load generator was the bottleneck,
-so the analysis can leave lossy points out and mark client-bound ones (analysis/trend.py,
+so the analysis can leave lossy points out and mark client-bound ones (analysis/report_fyrehose.py,
 latency_at_rates).
 """
 import json
