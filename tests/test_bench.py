@@ -557,10 +557,13 @@ def test_the_rates_table_names_its_scenario():
     (["--latency-rates", "100", "-N", "0,4"], "0: every number must be positive"),
     (["--latency-rates", "100,,200"], "not a comma-separated list of whole numbers"),
     (["--trials", "3"], "needs --latency-rates"),
-    (["--latency-rates", "100", "--rounds", "3"], "not with --latency-rates"),
-    (["--latency-rates", "100", "--repeats", "3"], "not with --latency-rates"),
+    (["--latency-rates", "100", "--rounds", "3"], "not to --latency-rates"),
+    (["--latency-rates", "100", "--repeats", "3"], "not to --latency-rates"),
+    (["--latency-rates", "10,100"], "at least 100 messages"),
+    (["--latency-rates", "100", "-d", "0.5"], "at least 100 messages"),
 ], ids=["without-rates", "a-peer", "too-many-subscribers", "a-zero", "an-empty-item",
-        "trials-without-rates", "rounds-with-rates", "repeats-with-rates"])
+        "trials-without-rates", "rounds-with-rates", "repeats-with-rates", "a-rate-too-low",
+        "a-trial-too-short"])
 def test_bench_refuses_what_it_cannot_run_in_one_line(args, why):
     from click.testing import CliRunner
 
@@ -594,5 +597,7 @@ def test_a_busy_machine_is_named_before_the_trials():
     assert _busy_warning(at_limit) == ""
     busy = [wake(0, 82), wake(0, 84), wake(0, 80), wake(1, 0)]
     assert _busy_warning(busy).startswith("warning: the machine is busy: core 0 woke at least "
-                                          "1 ms late 41 times a second")
+                                          "1 ms late 41.0 times a second")
     assert "core 1" not in _busy_warning(busy)
+    from pelotari.analysis.report_fyrehose import BUSY_LATE_PER_S as SUMMARYS
+    assert SUMMARYS == BUSY_LATE_PER_S  # the summary flags the same runs the bench warned of

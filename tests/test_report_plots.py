@@ -359,7 +359,20 @@ def test_swarm_series_of_one_point_say_whether_join_or_recovery(tmp_path, monkey
 # ---- every picture report._plots draws -------------------------------------------------------
 
 EVERY_PLOT = ("throughput.png", "ratios.png", "latency.png", "headline.png", "bully.png",
-              "bully-sync.png", "potato.png", "potato-mesh.png", "swarm.png")
+              "bully-sync.png", "potato.png", "potato-mesh.png", "swarm.png",
+              "latency-rates.png", "failover.png")
+
+
+def rate_point(system, rate, p99, subscribers=4, lossy=False, interval=0.0):
+    """A latency_at_rates row: p99 spanning 0.1 to 40 ms as in docs/bench's records."""
+    return dict(scenario=f"S=16 N={subscribers} P=1", payload=16, subscribers=subscribers,
+                publishers=1, system=system, offered_rate=float(rate),
+                publish_interval_s=interval, commit="c1", time=T0, trials=5,
+                lossless_trials=1 if lossy else 5, p50_us=p99 / 4, p50_us_min=p99 / 5,
+                p50_us_max=p99 / 3, p99_us=p99, p99_us_min=p99 / 2, p99_us_max=p99 * 2,
+                max_us=p99 * 5, max_us_min=p99 * 4, max_us_max=p99 * 8,
+                delivered_rate=subscribers * rate, stalled_ms=3.0, worst_lossless_loss=0.0,
+                loss=0.6 if lossy else 0.0, client_bound=rate >= 1e6, lossy=lossy)
 
 
 def sync(where, method, spread, max_error=None, right_after=None):
@@ -413,6 +426,21 @@ def every_table():
                                    cython=60.2, higher_is_better=False, ratio=5.0),
                               dict(measure="pingpong", commit="c1", time=T0, pure=68739.0,
                                    cython=75322.0, higher_is_better=True, ratio=1.1)]
+    data["latency_rates"] = (
+        [rate_point(system, rate, p99 * (1 + k / 10))
+         for k, system in enumerate(("pelotari", "pelotari-plain", "reference", "nats"))
+         for rate, p99 in ((1e4, 150.0), (5e4, 300.0), (2e5, 1500.0), (1e6, 4500.0))]
+        + [rate_point("pelotari-plain", 1e6, 0.0, lossy=True)]
+        + [rate_point("pelotari-packed", rate, 24000.0 + rate, subscribers=10000, interval=0.05)
+           for rate in (100, 200, 500, 1000, 2000)])
+    data["latency_floor"] = [dict(transport=t, commit="c1", time=T0, trials=5, p50_us=2.0,
+                                  p99_us=p99, p99_us_min=p99 - 0.5, p99_us_max=p99 + 0.5)
+                             for t, p99 in (("udp", 5.1), ("tcp", 5.9))]
+    data["failover_kills"] = [dict(clients=clients, fault="kill", rate=1000.0, subscribers=4,
+                                   kill=k, new_active_s=0.06 + k / 100, arrive_s=0.08 + k / 100,
+                                   deliver_s=0.09 + k / 100, confirm_s=0.1 + k / 100,
+                                   commit="c1", time=T0)
+                              for clients in ("pelotari", "floating") for k in range(10)]
     return data
 
 

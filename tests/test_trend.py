@@ -1095,6 +1095,15 @@ def test_readme_latency_tables_are_the_committed_records_as_plotted(spark):
             r = at[(4, system, float(rate.replace(",", "")))]
             said = said.strip("*")
             assert said == cell(r) or (r["lossy"] and said.startswith("lossy")), (rate, system)
+    for name, q in (("p50", "p50_us"), ("max", "max_us")):  # issue 31 item 1: beside the p99
+        spread = readme_table(f"| offered msgs/s in, {name} |")
+        assert len(spread) == 5
+        for rate, cells in spread.items():
+            for system, said in zip(systems, cells):
+                r = at[(4, system, float(rate.replace(",", "")))]
+                assert said == ("lossy" if r["lossy"] else
+                                f"{r[q]:,.0f} ({r[q + '_min']:,.0f} – {r[q + '_max']:,.0f})"), \
+                    (name, rate, system)
     wide = readme_table("| offered msgs/s in | delivered msgs/s |")
     assert len(wide) == 5
     for rate, (delivered, p50, p99) in wide.items():

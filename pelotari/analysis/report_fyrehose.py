@@ -4,7 +4,9 @@
 throughput.png: each system's delivered rate per commit, one panel per scenario; ratios.png:
 pelotari against the C reference and the brokers at the latest commit; latency.png: each
 system's latest p50 and p99 per scenario; headline.png: every system in the README's headline
-scenario. The summary's latest delivered rates, regressions and latency tables."""
+scenario; latency-rates.png: p99 against the offered rate, every system, per scenario (`bench
+--latency-rates`). The summary's latest delivered rates, regressions and latency tables, and the
+same-rate tables (p50, p99, max) with each run's loopback floor and wake-up stalls."""
 import math
 import pathlib
 from typing import Dict, Iterable, List
@@ -245,6 +247,7 @@ SYSTEM_STYLE = {
 _FALLBACK_COLOURS = ("#bcbd22", "#17becf", "#8c564b", "#ff7f0e", "#393b79", "#637939")
 BENCH_HOW = ("highest lossless rate (loss < 0.1 %) found by search; msgs/s delivered = "
              "messages x subscribers; S = payload bytes, N = subscribers, P = publishers")
+BUSY_LATE_PER_S = 10.0  # naps woken >= 1 ms late a second; a quiet 2-vCPU VM: about 1.5
 CLIENT_BOUND_NOTE = "client-bound (load generator saturated; the server had room)"
 
 
@@ -625,12 +628,11 @@ def _spread(row: dict, key: str) -> str:
                                  else "")
 
 
-def _run_of(rows: List[dict], panel: List[dict], fallback: bool = True) -> List[dict]:
-    """The rows measured in the same run as a panel's rows (with `fallback`, the newest run's
-    if none were)."""
+def _run_of(rows: List[dict], panel: List[dict]) -> List[dict]:
+    """The rows measured in the same run as a panel's rows (none when that run measured none:
+    another run's floor is not this one's)."""
     runs = {(r["commit"], r["time"]) for r in panel}
-    mine = [r for r in rows if (r["commit"], r["time"]) in runs]
-    return mine or (_latest_run(rows) if fallback else [])
+    return [r for r in rows if (r["commit"], r["time"]) in runs]
 
 
 def _latest_run(rows: List[dict]) -> List[dict]:
@@ -757,10 +759,12 @@ def _rates_plot(rates: List[dict], floor: List[dict], path: pathlib.Path, plt) -
     band = Line2D([], [], color="grey", lw=6, alpha=0.3,
                   label="band and bar: smallest to largest p99 of the lossless trials")
     _system_legend(fig, systems, [hollow, band], ncol=2)
-    trials = max((r["trials"] for r in rows), default=0)
+    least = min((r["trials"] for r in rows), default=0)
+    most = max((r["trials"] for r in rows), default=0)
+    trials = plural(most, "trial") if least == most else f"{least} to {most} trials"
     commits = ", ".join(dict.fromkeys(_short(r["commit"]) for r in rows)) or "?"
-    fig.suptitle(f"Latency at the same load: median p99 of {plural(trials, 'trial')} per "
-                 f"point; commit {commits}", fontsize=10)
+    fig.suptitle(f"Latency at the same load: median p99 of {trials} per point; commit "
+                 f"{commits}", fontsize=10)
     fig.tight_layout(rect=(0, (0.25 * legend_rows + 0.1) / height, 1, 1 - 0.4 / height))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -821,8 +825,8 @@ def _rates_markdown(data: Dict[str, List[dict]]) -> List[str]:
                              + " | ".join(_spread(r, q) for q in ("p50_us", "p99_us", "max_us"))
                              + " |")
         panel = [r for r in rows if r["scenario"] == sc]
-        lines += [""] + _machine_lines(_run_of(data.get("latency_floor", []), panel, False),
-                                       _run_of(data.get("wakeup_stalls", []), panel, False))
+        lines += [""] + _machine_lines(_run_of(data.get("latency_floor", []), panel),
+                                       _run_of(data.get("wakeup_stalls", []), panel))
         lines.append("")
     return lines
 
@@ -840,7 +844,10 @@ def _machine_lines(floor: List[dict], wakeups: List[dict]) -> List[str]:
                      f"{w['nap_us']} µs, bench/floor/wakeup.c): woken ≥ 1 ms late "
                      f"{w['late_1ms_per_s']:.1f} times a second ({w['late_1ms_per_s_min']:.1f} – "
                      f"{w['late_1ms_per_s_max']:.1f}, {plural(w['trials'], 'trial')}), worst "
-                     f"{w['worst_us'] / 1000:.1f} ms.")
+                     f"{w['worst_us'] / 1000:.1f} ms."
+                     + (f" **A busy machine** (over {BUSY_LATE_PER_S:g} a second): this run's "
+                        "latencies are not comparable with a quiet machine's."
+                        if w["late_1ms_per_s"] > BUSY_LATE_PER_S else ""))
     return lines
 
 

@@ -101,6 +101,11 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     if unknown:
         raise click.BadParameter(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}",
                                  param_hint="--systems")
+    if latency_rates and min(latency_rates) * duration < MIN_MESSAGES:
+        raise click.BadParameter(
+            f"each trial must offer at least {MIN_MESSAGES} messages (a p99 needs 100): "
+            f"{min(latency_rates)} msgs/s for {duration:g} s is {min(latency_rates) * duration:g}",
+            param_hint="--latency-rates")
     given = click.get_current_context().get_parameter_source
     default = click.core.ParameterSource.DEFAULT
     for name, hint in (("pack_interval", "--pack-interval"), ("trials", "--trials")):
@@ -109,8 +114,9 @@ def bench(systems, payloads, subscribers, publishers, duration, repeats, rounds,
     for name, hint in (("repeats", "--repeats"), ("rounds", "--rounds"),
                        ("precision", "--precision")):
         if latency_rates and given(name) != default:
-            raise click.BadParameter("searches a lossless rate: not with --latency-rates "
-                                     "(its count is --trials)", param_hint=hint)
+            raise click.BadParameter("belongs to the lossless-rate search, not to "
+                                     "--latency-rates (which runs --trials trials at each "
+                                     "rate)", param_hint=hint)
     others = [n for n in names if SYSTEMS[n].protocol != "fyrehose"]
     if pack_interval and others:
         raise click.BadParameter(f"{others[0]} has no pack interval (fyrehose systems only: "
@@ -296,7 +302,9 @@ def _rates_table(records, floor) -> str:
     return "\n".join(lines)
 
 
+MIN_MESSAGES = 100  # per trial, at the lowest rate: a p99 of fewer says nothing
 BUSY_LATE_PER_S = 10.0  # naps woken >= 1 ms late a second; a quiet 2-vCPU VM: about 1.5
+# (report_fyrehose.BUSY_LATE_PER_S is the same limit; tests/test_bench.py checks they agree)
 
 
 def _busy_warning(records) -> str:
@@ -311,7 +319,7 @@ def _busy_warning(records) -> str:
     if not busy:
         return ""
     return ("warning: the machine is busy: " + ", ".join(
-        f"core {cpu} woke at least 1 ms late {v:.0f} times a second" for cpu, v in busy.items())
+        f"core {cpu} woke at least 1 ms late {v:.1f} times a second" for cpu, v in busy.items())
         + f" (more than {BUSY_LATE_PER_S:g}); these latencies are not comparable with a quiet "
         "machine's")
 

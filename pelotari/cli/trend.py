@@ -33,7 +33,9 @@ def trend(results, out, master, threshold):
     records, and `pelotari cluster-bench` records) and pytest-benchmark JSON file under the
     folder, and writes: throughput per
     scenario and system over commits, pelotari's ratios to the reference and the peers,
-    regressions, latency percentiles, micro-benchmarks, bully election times, election messages
+    regressions, latency percentiles, latency at the same offered rates (`bench
+    --latency-rates`: p50, p99 and max per system and rate, each run's loopback floor and
+    wake-up stalls), micro-benchmarks, bully election times, election messages
     and clock-sync spreads, potato's simulated broadcast reach, redundancy and latency,
     election times, messages per edge and clients counted, and its real meshes' set-up and
     election times and CPU per delivery, and swarm's simulated join and recovery times and

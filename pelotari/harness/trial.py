@@ -121,7 +121,9 @@ def placement() -> tuple:
     if len(cpus) < 2:
         return None, None, f"one core ({cpus[0]}): server and clients share it"
     server, clients = {cpus[0]}, set(cpus[1:])
-    return server, clients, f"server on core {cpus[0]}, clients on cores {','.join(map(str, cpus[1:]))}"
+    rest = cpus[1:]
+    return server, clients, (f"server on core {cpus[0]}, clients on core"
+                             f"{'s' if len(rest) > 1 else ''} {','.join(map(str, rest))}")
 
 
 class Session:
