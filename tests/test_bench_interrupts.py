@@ -3,6 +3,7 @@ several moments (its first node starting, its network up, mid-measurement), leav
 it started: not one, not even one re-parented to PID 1 (they are found by an environment
 marker every process the bench starts inherits); it ends with status 130 and one line."""
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -90,25 +91,39 @@ class Bench:
         return found
 
 
-def _udp_port_pair() -> int:
-    """A UDP port free on 127.0.0.1 a moment ago with the one 10 above it (bully's sync)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, \
-                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
+# Below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768 and up here), where
+# no socket of another test is given a port by bind(0) or connect() between our check and the
+# bench's own bind (a port from bind(0), released, was taken so once in CI).
+FIXED_PORTS = range(20000, 32000)
+
+
+def _free(kind, port: int, hosts=("127.0.0.1",)) -> bool:
+    for host in hosts:
+        with socket.socket(socket.AF_INET, kind) as s:
             try:
-                b.bind(("127.0.0.1", port + 10))
-            except (OSError, OverflowError):
-                continue
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def _udp_port_pair() -> int:
+    """A UDP port free on 127.0.0.1–.3, with the one 10 above it (bully's sync)."""
+    hosts = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+    for _ in range(100):
+        port = random.choice(FIXED_PORTS)
+        if _free(socket.SOCK_DGRAM, port, hosts) and _free(socket.SOCK_DGRAM, port + 10, hosts):
             return port
     raise RuntimeError("no free port pair")
 
 
 def _tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 (the potato bench's first client's)."""
+    for _ in range(100):
+        port = random.choice(FIXED_PORTS)
+        if _free(socket.SOCK_STREAM, port):
+            return port
+    raise RuntimeError("no free port")
 
 
 def bully_bench():
