@@ -587,7 +587,8 @@ def test_latency_rates_with_no_trial_run_exits_with_an_error(monkeypatch, tmp_pa
 
 
 def test_a_busy_machine_is_named_before_the_trials():
-    from pelotari.cli.bench import BUSY_LATE_PER_S, _busy_warning
+    from pelotari.cli.bench import _busy_warning
+    from pelotari.harness.rates import BUSY_LATE_PER_S
 
     def wake(cpu, late):
         return {"kind": "latency-wakeup", "cpu": cpu, "seconds": 2.0, "late_1ms": late}

@@ -17,6 +17,7 @@ from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, Str
 
 from pelotari.analysis.plotting import _number, _short, latest_per, plural
 from pelotari.analysis.trend import ENV, Section
+from pelotari.harness.rates import BUSY_LATE_PER_S
 
 
 # ---- analysis: pure DataFrame -> DataFrame functions over the records ----------------------------
@@ -247,7 +248,6 @@ SYSTEM_STYLE = {
 _FALLBACK_COLOURS = ("#bcbd22", "#17becf", "#8c564b", "#ff7f0e", "#393b79", "#637939")
 BENCH_HOW = ("highest lossless rate (loss < 0.1 %) found by search; msgs/s delivered = "
              "messages x subscribers; S = payload bytes, N = subscribers, P = publishers")
-BUSY_LATE_PER_S = 10.0  # naps woken >= 1 ms late a second; a quiet 2-vCPU VM: about 1.5
 CLIENT_BOUND_NOTE = "client-bound (load generator saturated; the server had room)"
 
 

@@ -258,58 +258,49 @@ def _rates_table(records, floor) -> str:
     scenarios = list(dict.fromkeys(r["scenario"] for r in records))
     rows = [(sc, s) for sc in scenarios for s in dict.fromkeys(
         r["system"] for r in records if r["scenario"] == sc)]
+
+    def table(heading, cell):
+        """One row per system: cell(its lossless trials) at each rate, or "—" / "lossy"."""
+        out = ["| system | " + " | ".join(f"{_r(x)}/s {heading}" for x in rates) + " |",
+               "|---|" + "---|" * len(rates)]
+        for sc, s in rows:
+            cells = []
+            for x in rates:
+                ran = [r for r in records if r["scenario"] == sc and r["system"] == s
+                       and r["offered_rate"] == x]
+                ok = [r for r in ran if r["lossless"]]
+                cells.append("—" if not ran else "lossy" if len(ok) * 2 <= len(ran) else cell(ok))
+            out.append(f"| {s}" + (f" ({sc})" if len(scenarios) > 1 else "") + " | "
+                       + " | ".join(cells) + " |")
+        return out
+
+    def p99_cell(ok):
+        bound = " (client-bound)" if any(r["client_bound"] for r in ok) else ""
+        delivered = statistics.median(r["delivered_rate"] for r in ok)
+        return (f"{spread([r['latency_p99_us'] for r in ok])}{bound}"
+                + (f", {_r(delivered)}/s delivered" if ok[0]["subscribers"] > 16 else ""))
+
     lines = [f"{scenarios[0]}:"] if len(scenarios) == 1 else []  # else each row names its own
-    lines += ["| system | " + " | ".join(f"{_r(x)}/s p99" for x in rates) + " |",
-              "|---|" + "---|" * len(rates)]
-    for sc, s in rows:
-        cells = []
-        for x in rates:
-            ran = [r for r in records if r["scenario"] == sc and r["system"] == s
-                   and r["offered_rate"] == x]
-            ok = [r for r in ran if r["lossless"]]
-            if not ran:
-                cells.append("—")
-            elif len(ok) * 2 <= len(ran):
-                cells.append("lossy")
-            else:
-                p99 = [r["latency_p99_us"] for r in ok]
-                bound = " (client-bound)" if any(r["client_bound"] for r in ok) else ""
-                delivered = statistics.median(r["delivered_rate"] for r in ok)
-                cells.append(f"{spread(p99)}{bound}"
-                             + (f", {_r(delivered)}/s delivered" if ok[0]["subscribers"] > 16
-                                else ""))
-        lines.append(f"| {s}" + (f" ({sc})" if len(scenarios) > 1 else "") + " | "
-                     + " | ".join(cells) + " |")
+    lines += table("p99", p99_cell)
     for t in ("udp", "tcp"):
         p99 = [f["latency_p99_us"] for f in floor if f["transport"] == t]
         if p99:
             lines.append(f"| loopback floor, {t.upper()} ping-pong | "
                          + " | ".join(f"{statistics.median(p99):,.1f} µs" for _ in rates) + " |")
-    lines += ["", "p50 and max, µs, the same way (median of the lossless trials, smallest–largest):",
-              "| system | " + " | ".join(f"{_r(x)}/s p50; max" for x in rates) + " |",
-              "|---|" + "---|" * len(rates)]
-    for sc, s in rows:
-        cells = []
-        for x in rates:
-            ran = [r for r in records if r["scenario"] == sc and r["system"] == s
-                   and r["offered_rate"] == x]
-            ok = [r for r in ran if r["lossless"]]
-            cells.append("—" if not ran else "lossy" if len(ok) * 2 <= len(ran) else
-                         f"{spread([r['latency_p50_us'] for r in ok], '')}; "
-                         f"{spread([r['latency_max_us'] for r in ok], '')}")
-        lines.append(f"| {s}" + (f" ({sc})" if len(scenarios) > 1 else "") + " | "
-                     + " | ".join(cells) + " |")
+    lines += ["", "p50 and max, µs, the same way (median of the lossless trials, smallest–largest):"]
+    lines += table("p50; max", lambda ok: f"{spread([r['latency_p50_us'] for r in ok], '')}; "
+                                          f"{spread([r['latency_max_us'] for r in ok], '')}")
     return "\n".join(lines)
 
 
 MIN_MESSAGES = 100  # per trial, at the lowest rate: a p99 of fewer says nothing
-BUSY_LATE_PER_S = 10.0  # naps woken >= 1 ms late a second; a quiet 2-vCPU VM: about 1.5
-# (report_fyrehose.BUSY_LATE_PER_S is the same limit; tests/test_bench.py checks they agree)
 
 
 def _busy_warning(records) -> str:
     """A warning when the wake-up meter found the machine busy ('' when it is quiet)."""
     import statistics
+
+    from pelotari.harness.rates import BUSY_LATE_PER_S
 
     busy = {}
     for cpu in sorted({r["cpu"] for r in records}):

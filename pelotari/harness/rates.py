@@ -199,6 +199,12 @@ def wakeup_stalls(cpus, seconds: float = WAKEUP_SECONDS, nap_us: int = WAKEUP_NA
     return out
 
 
+# The wake-up meter's naps woken >= 1 ms late a second above which a run's machine was busy and
+# its latencies are not comparable with a quiet one's (a quiet 2-vCPU VM: about 1.5). The bench
+# warns of it; the analysis flags it.
+BUSY_LATE_PER_S = 10.0
+
+
 def floor_records(trials: int, env: dict, placement: str, cpus=None,
                   progress: Callable[[str], None] = lambda text: None,
                   wakeup_cpus=()) -> List[dict]:
